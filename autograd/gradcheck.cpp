@@ -1,0 +1,114 @@
+#include "autograd/gradcheck.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "autograd/tape.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace tapeformer {
+namespace {
+
+// Element `flat` (row-major over the shape) of a possibly strided tensor.
+Scalar& element(Tensor& t, int64_t flat) {
+  int64_t off = 0;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    off += (flat % t.dim(d)) * t.strides()[d];
+    flat /= t.dim(d);
+  }
+  return t.data()[off];
+}
+
+std::string index_string(const Shape& shape, int64_t flat) {
+  std::vector<int64_t> idx(shape.rank());
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  std::ostringstream out;
+  out << '(';
+  for (size_t i = 0; i < idx.size(); ++i) out << (i ? ", " : "") << idx[i];
+  out << ')';
+  return out.str();
+}
+
+double weighted_sum(const Tensor& y, const Tensor& r) {
+  const std::vector<Scalar> yv = y.to_vector(), rv = r.to_vector();
+  double s = 0.0;
+  for (size_t i = 0; i < yv.size(); ++i) s += static_cast<double>(yv[i]) * rv[i];
+  return s;
+}
+
+}  // namespace
+
+GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs_in,
+                          const GradcheckOptions& opt) {
+  std::vector<Tensor> inputs = inputs_in;
+  std::vector<Var> vars;
+  for (const Tensor& t : inputs) vars.emplace_back(t, true);
+
+  // Analytic gradients on a local tape, so a caller's tape is untouched.
+  Tensor upstream;
+  {
+    TapeScope scope;
+    Var out = f(vars);
+    TAPEFORMER_CHECK(out.defined(), "gradcheck(", opt.label, "): function returned an undefined Var");
+    upstream = Tensor::empty(out.shape());
+    Rng rng(opt.seed);
+    rng.fill_normal(upstream, 0.0f, 1.0f);
+    TAPEFORMER_CHECK(out.requires_grad(), "gradcheck(", opt.label,
+                     "): output does not depend on any input");
+    backward(out, upstream);
+  }
+
+  const auto eval = [&]() {
+    NoGradGuard no_grad;
+    return weighted_sum(f(vars).value(), upstream);
+  };
+
+  GradcheckResult result;
+  double worst_ratio = 0.0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor& x = vars[i].value();
+    const Tensor analytic = vars[i].has_grad() ? vars[i].grad() : Tensor::zeros(x.shape());
+    const std::vector<Scalar> a = analytic.to_vector();
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      Scalar& v = element(x, e);
+      const Scalar saved = v;
+      v = static_cast<Scalar>(saved + opt.eps);
+      const double up_x = static_cast<double>(v);
+      const double fp = eval();
+      v = static_cast<Scalar>(saved - opt.eps);
+      const double down_x = static_cast<double>(v);
+      const double fm = eval();
+      v = saved;
+      // Divide by the step actually taken after rounding to float.
+      const double numeric = (fp - fm) / (up_x - down_x);
+      const double err = std::abs(a[e] - numeric);
+      const double tol = opt.atol + opt.rtol * std::abs(numeric);
+      result.max_abs_error = std::max(result.max_abs_error, err);
+      ++result.checked;
+      if (!(err <= tol) && err / tol > worst_ratio) {  // !(<=) also catches NaN
+        worst_ratio = std::isnan(err) ? INFINITY : err / tol;
+        std::ostringstream msg;
+        msg << "gradcheck(" << opt.label << "): input " << i << " " << x.shape() << " element "
+            << index_string(x.shape(), e) << ": analytic " << a[e] << " vs numeric " << numeric
+            << " (|diff| " << err << " > tol " << tol << " = atol " << opt.atol << " + rtol "
+            << opt.rtol << " * |numeric|)";
+        result.ok = false;
+        result.message = msg.str();
+      }
+    }
+  }
+  return result;
+}
+
+GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                          const std::string& label) {
+  GradcheckOptions opt;
+  opt.label = label;
+  return gradcheck(f, inputs, opt);
+}
+
+}  // namespace tapeformer

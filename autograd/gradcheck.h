@@ -1,0 +1,50 @@
+// gradcheck: compares the tape's gradients with central finite differences.
+//
+//   auto r = gradcheck([](const std::vector<Var>& v) { return tanh(matmul(v[0], v[1])); },
+//                      {Tensor::from({3, 4}, ...), Tensor::from({4, 5}, ...)},
+//                      "tanh(matmul)");
+//   CHECK_MESSAGE(r.ok, r.message);
+//
+// The scalar checked is L = sum(f(x) * R) with a random upstream gradient R
+// (fixed seed), evaluated in double from the float outputs, so a backward that
+// only gets uniform upstream gradients right still fails. An element passes
+// when |analytic - numeric| <= atol + rtol * |numeric|. The message reports
+// the label, the input index, the element's index, both values and the
+// tolerance, for the worst element.
+//
+// Inputs are used as given (contiguous or strided views); each is perturbed
+// in place and restored, so inputs must not share storage with each other.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/var.h"
+
+namespace tapeformer {
+
+struct GradcheckOptions {
+  double eps = 1e-3;   // finite-difference step
+  double atol = 1e-3;  // absolute tolerance
+  double rtol = 1e-2;  // relative tolerance
+  uint64_t seed = 0;   // seed for the random upstream gradient R
+  std::string label = "f";
+};
+
+struct GradcheckResult {
+  bool ok = true;
+  std::string message;         // empty when ok; else the worst element
+  double max_abs_error = 0.0;  // over all inputs and elements
+  int64_t checked = 0;         // number of elements compared
+};
+
+using GradcheckFn = std::function<Var(const std::vector<Var>&)>;
+
+GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                          const GradcheckOptions& options = {});
+// Default tolerances, with `label` naming the function in the report.
+GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                          const std::string& label);
+
+}  // namespace tapeformer

@@ -1,0 +1,111 @@
+// The op catalogue: every differentiable op in tapeformer, one line of math each.
+//
+// Each op computes its result and, when an input requires grad and recording
+// is on, records its backward closure on the current tape. Forward and
+// backward live together in one family file under autograd/ops/. Binary ops
+// broadcast with numpy's size-1 rule through an explicit `expand`, whose
+// backward is `sum_to`. Shapes are checked; mistakes throw tapeformer::Error
+// naming the op and the shapes.
+//
+// Shape vocabulary: B batch, T time, C channels, H heads, D head dim, V vocab.
+#pragma once
+
+#include <vector>
+
+#include "autograd/tape.h"
+#include "autograd/var.h"
+#include "core/rng.h"
+
+namespace tapeformer {
+
+// ---- elementwise (autograd/ops/elementwise.cpp) ---------------------------
+Var add(const Var& a, const Var& b);        // a + b            da = g, db = g (summed to shape)
+Var sub(const Var& a, const Var& b);        // a - b            da = g, db = -g
+Var mul(const Var& a, const Var& b);        // a * b            da = g b, db = g a
+Var div(const Var& a, const Var& b);        // a / b            da = g / b, db = -g a / b^2
+Var neg(const Var& x);                      // -x               dx = -g
+Var add_scalar(const Var& x, Scalar s);     // x + s            dx = g
+Var mul_scalar(const Var& x, Scalar s);     // x * s            dx = g s
+Var exp(const Var& x);                      // e^x              dx = g y
+Var log(const Var& x);                      // ln x             dx = g / x
+Var sqrt(const Var& x);                     // x^(1/2)          dx = g / (2 y)
+Var pow(const Var& x, Scalar p);            // x^p              dx = g p x^(p-1)
+Var tanh(const Var& x);                     // tanh x           dx = g (1 - y^2)
+Var sigmoid(const Var& x);                  // 1 / (1 + e^-x)   dx = g y (1 - y)
+Var relu(const Var& x);                     // max(x, 0)        dx = g [x > 0]
+// 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi) (GPT-2's tanh approximation)
+//                                           dx = g (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2))
+Var gelu(const Var& x);
+Var elu(const Var& x, Scalar alpha = 1);    // x > 0 ? x : a (e^x - 1)   dx = g (x > 0 ? 1 : y + a)
+// cond != 0 ? a : b (cond, a, b broadcast together)   da = g cond, db = g (1 - cond)
+Var where(const Tensor& cond, const Var& a, const Var& b);
+// mask != 0 ? value : x (mask broadcasts to x)       dx = g (1 - mask)
+Var masked_fill(const Var& x, const Tensor& mask, Scalar value);
+// x * m / (1 - p), m ~ Bernoulli(1 - p) drawn from rng   dx = g m / (1 - p); identity when p == 0
+Var dropout(const Var& x, Scalar p, Rng& rng);
+// Broadcast view to `shape` (numpy rules)             dx = sum_to(g, x.shape)
+Var expand(const Var& x, const Shape& shape);
+// Sum over broadcast dims down to `shape`             dx = expand(g, x.shape)
+Var sum_to(const Var& x, const Shape& shape);
+
+// Operators for readable formulas.
+inline Var operator+(const Var& a, const Var& b) { return add(a, b); }
+inline Var operator-(const Var& a, const Var& b) { return sub(a, b); }
+inline Var operator*(const Var& a, const Var& b) { return mul(a, b); }
+inline Var operator/(const Var& a, const Var& b) { return div(a, b); }
+inline Var operator-(const Var& x) { return neg(x); }
+inline Var operator+(const Var& x, Scalar s) { return add_scalar(x, s); }
+inline Var operator+(Scalar s, const Var& x) { return add_scalar(x, s); }
+inline Var operator-(const Var& x, Scalar s) { return add_scalar(x, -s); }
+inline Var operator-(Scalar s, const Var& x) { return add_scalar(neg(x), s); }
+inline Var operator*(const Var& x, Scalar s) { return mul_scalar(x, s); }
+inline Var operator*(Scalar s, const Var& x) { return mul_scalar(x, s); }
+inline Var operator/(const Var& x, Scalar s) { return mul_scalar(x, 1 / s); }
+inline Var operator/(Scalar s, const Var& x) { return mul_scalar(pow(x, -1), s); }
+
+// ---- reductions (autograd/ops/reduce.cpp) ----------------------------------
+// Sum over `axes` (negative allowed)                    dx = expand(g, x.shape)
+Var sum(const Var& x, const std::vector<int>& axes, bool keepdim = false);
+Var sum(const Var& x);                                  // all elements -> [] (rank 0)
+// Mean over `axes`                                      dx = expand(g, x.shape) / n
+Var mean(const Var& x, const std::vector<int>& axes, bool keepdim = false);
+Var mean(const Var& x);
+// Max over one axis; ties go to the first maximum      dx = g at the argmax, 0 elsewhere
+Var max(const Var& x, int axis, bool keepdim = false);
+// Max over several axes (one axis at a time)
+Var max(const Var& x, const std::vector<int>& axes, bool keepdim = false);
+// Inclusive cumulative sum along axis                  dx = reverse cumsum of g
+Var cumsum(const Var& x, int axis);
+
+// ---- shape (autograd/ops/shape.cpp) -----------------------------------------
+Var reshape(const Var& x, const Shape& shape);          // view when contiguous    dx = reshape(g, x.shape)
+Var transpose(const Var& x, int a, int b);              // swap two axes (view)    dx = transpose(g, a, b)
+Var permute(const Var& x, const std::vector<int>& order);  // view                 dx = permute(g, inverse)
+Var slice(const Var& x, int axis, int64_t start, int64_t end);  // [start, end) view  dx = g padded with 0
+Var concat(const std::vector<Var>& xs, int axis);       // join along axis         dx_i = slice of g
+std::vector<Var> split(const Var& x, const std::vector<int64_t>& sizes, int axis);  // dx = concat(g_i)
+Var contiguous(const Var& x);                           // row-major copy          dx = g
+Var detach(const Var& x);                               // stop-gradient           dx = 0
+
+// ---- linear algebra (autograd/ops/linalg.cpp) -----------------------------
+// a [..., M, K] @ b [..., K, N] -> [..., M, N]; ranks 2..4, batch dims broadcast.
+// Transposed views are read without copies.   da = g b^T, db = a^T g (summed to shape)
+Var matmul(const Var& a, const Var& b);
+
+// ---- neural-network ops (autograd/ops/nn.cpp) -------------------------------
+Var softmax(const Var& x);      // over the last axis: y = e^(x - max) / sum   dx = y (g - sum(g y))
+Var log_softmax(const Var& x);  // y = x - logsumexp(x)                        dx = g - e^y sum(g)
+// Fused LayerNorm over the last axis C; weight/bias [C] may be undefined Vars.
+// y = w (x - mu) r + b, r = (var + eps)^-1/2
+//   dx = r (gw - mean(gw) - xhat mean(gw xhat)), dw = sum g xhat, db = sum g
+Var layer_norm(const Var& x, const Var& weight, const Var& bias, Scalar eps = 1e-5f);
+// Fused RMSNorm: y = w x r, r = (mean(x^2) + eps)^-1/2    dx = r (gw - xhat mean(gw xhat))
+Var rms_norm(const Var& x, const Var& weight, Scalar eps = 1e-5f);
+// Mean negative log-likelihood of `targets` under logits [..., V]; targets have
+// logits' shape without V. Rows whose target is ignore_index do not count (an
+// all-ignored batch gives loss 0).   dlogits = (softmax(z) - onehot(t)) g / n
+Var cross_entropy(const Var& logits, const IndexTensor& targets, int32_t ignore_index = -100);
+// Rows of weight [V, C] picked by ids [...] -> [..., C]   dweight[id] += g (scatter-add)
+Var embedding(const Var& weight, const IndexTensor& ids);
+
+}  // namespace tapeformer

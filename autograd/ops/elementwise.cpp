@@ -1,0 +1,287 @@
+// Elementwise ops: forward, then the backward closure right below it.
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "core/eigen.h"
+#include "core/error.h"
+#include "core/kernels/elementwise.h"
+#include "core/kernels/reduce.h"
+
+namespace tapeformer {
+namespace {
+
+using eigen::array;
+using kernels::map;
+using kernels::map2;
+using kernels::map3;
+
+// Broadcasts a and b to their common shape through the explicit expand op.
+std::pair<Var, Var> broadcast(const Var& a, const Var& b, const char* op) {
+  TAPEFORMER_CHECK(a.defined() && b.defined(), op, ": undefined input");
+  const Shape s = broadcast_shapes(a.shape(), b.shape(), op);
+  return {expand(a, s), expand(b, s)};
+}
+
+Var unary_result(const Var& x, Tensor y, const char* op) {
+  TAPEFORMER_CHECK(x.defined(), op, ": undefined input");
+  return make_result(std::move(y), {&x});
+}
+
+}  // namespace
+
+Var expand(const Var& x, const Shape& shape) {
+  TAPEFORMER_CHECK(x.defined(), "expand: undefined input");
+  if (x.shape() == shape) return x;
+  Var out = make_result(x.value().expand(shape), {&x});
+  record_backward(out, [x](const Tensor& g) {
+    accumulate_grad(x, kernels::sum_to(g, x.shape()), "expand");
+  });
+  return out;
+}
+
+Var sum_to(const Var& x, const Shape& shape) {
+  TAPEFORMER_CHECK(x.defined(), "sum_to: undefined input");
+  // Valid only when `shape` broadcasts to x's shape.
+  TAPEFORMER_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), "sum_to: ", shape,
+                   " does not broadcast to input ", x.shape());
+  if (x.shape() == shape) return x;
+  Var out = make_result(kernels::sum_to(x.value(), shape), {&x});
+  record_backward(out, [x](const Tensor& g) {
+    accumulate_grad(x, g.expand(x.shape()).contiguous(), "sum_to");
+  });
+  return out;
+}
+
+Var add(const Var& a_in, const Var& b_in) {
+  auto [a, b] = broadcast(a_in, b_in, "add");
+  Var out = make_result(map2(a.value(), b.value(), [](const Scalar* x, const Scalar* y, Scalar* o,
+                                                      int64_t n) { array(o, n) = array(x, n) + array(y, n); }),
+                        {&a, &b});
+  record_backward(out, [a, b](const Tensor& g) {
+    accumulate_grad(a, g, "add");
+    accumulate_grad(b, g, "add");
+  });
+  return out;
+}
+
+Var sub(const Var& a_in, const Var& b_in) {
+  auto [a, b] = broadcast(a_in, b_in, "sub");
+  Var out = make_result(map2(a.value(), b.value(), [](const Scalar* x, const Scalar* y, Scalar* o,
+                                                      int64_t n) { array(o, n) = array(x, n) - array(y, n); }),
+                        {&a, &b});
+  record_backward(out, [a, b](const Tensor& g) {
+    accumulate_grad(a, g, "sub");
+    if (b.requires_grad())
+      accumulate_grad(b, map(g, [](const Scalar* x, Scalar* o, int64_t n) { array(o, n) = -array(x, n); }),
+                      "sub");
+  });
+  return out;
+}
+
+Var mul(const Var& a_in, const Var& b_in) {
+  auto [a, b] = broadcast(a_in, b_in, "mul");
+  const auto times = [](const Scalar* x, const Scalar* y, Scalar* o, int64_t n) {
+    array(o, n) = array(x, n) * array(y, n);
+  };
+  Var out = make_result(map2(a.value(), b.value(), times), {&a, &b});
+  record_backward(out, [a, b, times](const Tensor& g) {
+    if (a.requires_grad()) accumulate_grad(a, map2(g, b.value(), times), "mul");
+    if (b.requires_grad()) accumulate_grad(b, map2(g, a.value(), times), "mul");
+  });
+  return out;
+}
+
+Var div(const Var& a_in, const Var& b_in) {
+  auto [a, b] = broadcast(a_in, b_in, "div");
+  Var out = make_result(map2(a.value(), b.value(), [](const Scalar* x, const Scalar* y, Scalar* o,
+                                                      int64_t n) { array(o, n) = array(x, n) / array(y, n); }),
+                        {&a, &b});
+  record_backward(out, [a, b](const Tensor& g) {
+    if (a.requires_grad())
+      accumulate_grad(a, map2(g, b.value(), [](const Scalar* g, const Scalar* y, Scalar* o, int64_t n) {
+                        array(o, n) = array(g, n) / array(y, n);
+                      }), "div");
+    if (b.requires_grad())
+      accumulate_grad(b, map3(g, a.value(), b.value(), [](const Scalar* g, const Scalar* x, const Scalar* y,
+                                                           Scalar* o, int64_t n) {
+                        array(o, n) = -array(g, n) * array(x, n) / array(y, n).square();
+                      }), "div");
+  });
+  return out;
+}
+
+Var neg(const Var& x) { return mul_scalar(x, -1.0f); }
+
+Var add_scalar(const Var& x, Scalar s) {
+  Var out = unary_result(x, map(x.value(), [s](const Scalar* v, Scalar* o, int64_t n) {
+                           array(o, n) = array(v, n) + s;
+                         }), "add_scalar");
+  record_backward(out, [x](const Tensor& g) { accumulate_grad(x, g, "add_scalar"); });
+  return out;
+}
+
+Var mul_scalar(const Var& x, Scalar s) {
+  const auto scale = [s](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n) * s; };
+  Var out = unary_result(x, map(x.value(), scale), "mul_scalar");
+  record_backward(out, [x, scale](const Tensor& g) { accumulate_grad(x, map(g, scale), "mul_scalar"); });
+  return out;
+}
+
+// Records dx = g * deriv(x, y) for a unary op y = f(x); deriv maps Eigen arrays.
+template <class Deriv>
+void record_unary_backward(const Var& out, const Var& x, const Tensor& y, const char* op, Deriv deriv) {
+  record_backward(out, [x, y, op, deriv](const Tensor& g) {
+    accumulate_grad(x, map3(g, x.value(), y, [&deriv](const Scalar* gp, const Scalar* xp,
+                                                      const Scalar* yp, Scalar* o, int64_t n) {
+                      array(o, n) = array(gp, n) * deriv(array(xp, n), array(yp, n));
+                    }), op);
+  });
+}
+
+Var exp(const Var& x) {
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).exp(); });
+  Var out = unary_result(x, y, "exp");
+  record_unary_backward(out, x, y, "exp", [](const auto& X, const auto& Y) { return Y; });
+  return out;
+}
+
+Var log(const Var& x) {
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).log(); });
+  Var out = unary_result(x, y, "log");
+  record_unary_backward(out, x, y, "log", [](const auto& X, const auto& Y) { return X.inverse(); });
+  return out;
+}
+
+Var sqrt(const Var& x) {
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).sqrt(); });
+  Var out = unary_result(x, y, "sqrt");
+  record_unary_backward(out, x, y, "sqrt", [](const auto& X, const auto& Y) { return 0.5f * Y.inverse(); });
+  return out;
+}
+
+Var pow(const Var& x, Scalar p) {
+  Tensor y = map(x.value(), [p](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).pow(p); });
+  Var out = unary_result(x, y, "pow");
+  record_backward(out, [x, p](const Tensor& g) {
+    accumulate_grad(x, map2(g, x.value(), [p](const Scalar* gp, const Scalar* xp, Scalar* o, int64_t n) {
+                      array(o, n) = array(gp, n) * p * array(xp, n).pow(p - 1);
+                    }), "pow");
+  });
+  return out;
+}
+
+Var tanh(const Var& x) {
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).tanh(); });
+  Var out = unary_result(x, y, "tanh");
+  record_unary_backward(out, x, y, "tanh", [](const auto& X, const auto& Y) { return 1.0f - Y.square(); });
+  return out;
+}
+
+Var sigmoid(const Var& x) {
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) {
+    array(o, n) = (1.0f + (-array(v, n)).exp()).inverse();
+  });
+  Var out = unary_result(x, y, "sigmoid");
+  record_unary_backward(out, x, y, "sigmoid", [](const auto& X, const auto& Y) { return Y * (1.0f - Y); });
+  return out;
+}
+
+Var relu(const Var& x) {
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).max(0.0f); });
+  Var out = unary_result(x, y, "relu");
+  record_unary_backward(out, x, y, "relu", [](const auto& X, const auto& Y) { return (X > 0.0f).template cast<Scalar>(); });
+  return out;
+}
+
+namespace {
+constexpr Scalar kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr Scalar kGeluC = 0.044715f;
+}  // namespace
+
+Var gelu(const Var& x) {
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) {
+    auto X = array(v, n);
+    array(o, n) = 0.5f * X * (1.0f + (kGeluK * (X + kGeluC * X.cube())).tanh());
+  });
+  Var out = unary_result(x, y, "gelu");
+  record_unary_backward(out, x, y, "gelu", [](const auto& X, const auto&) {
+    const eigen::Array t = (kGeluK * (X + kGeluC * X.cube())).tanh();
+    return (0.5f * (1.0f + t) +
+            0.5f * X * (1.0f - t.square()) * kGeluK * (1.0f + 3.0f * kGeluC * X.square()))
+        .eval();
+  });
+  return out;
+}
+
+Var elu(const Var& x, Scalar alpha) {
+  Tensor y = map(x.value(), [alpha](const Scalar* v, Scalar* o, int64_t n) {
+    auto X = array(v, n);
+    array(o, n) = (X > 0.0f).select(X, alpha * (X.exp() - 1.0f));
+  });
+  Var out = unary_result(x, y, "elu");
+  record_backward(out, [x, y, alpha](const Tensor& g) {
+    accumulate_grad(x, map3(g, x.value(), y, [alpha](const Scalar* gp, const Scalar* xp, const Scalar* yp,
+                                                     Scalar* o, int64_t n) {
+                      auto X = array(xp, n);
+                      array(o, n) = array(gp, n) * (X > 0.0f).select(1.0f, array(yp, n) + alpha);
+                    }), "elu");
+  });
+  return out;
+}
+
+Var where(const Tensor& cond_in, const Var& a_in, const Var& b_in) {
+  TAPEFORMER_CHECK(cond_in.defined(), "where: undefined condition");
+  auto [a0, b0] = broadcast(a_in, b_in, "where");
+  const Shape s = broadcast_shapes(cond_in.shape(), a0.shape(), "where");
+  const Var a = expand(a0, s), b = expand(b0, s);
+  const Tensor cond = cond_in.expand(s).contiguous();
+  Var out = make_result(map3(cond, a.value(), b.value(), [](const Scalar* c, const Scalar* x, const Scalar* y,
+                                                            Scalar* o, int64_t n) {
+                          array(o, n) = (array(c, n) != 0.0f).select(array(x, n), array(y, n));
+                        }), {&a, &b});
+  record_backward(out, [a, b, cond](const Tensor& g) {
+    const auto pick = [](bool take_true) {
+      return [take_true](const Scalar* c, const Scalar* gp, Scalar* o, int64_t n) {
+        array(o, n) = ((array(c, n) != 0.0f) == take_true).select(array(gp, n), 0.0f);
+      };
+    };
+    if (a.requires_grad()) accumulate_grad(a, map2(cond, g, pick(true)), "where");
+    if (b.requires_grad()) accumulate_grad(b, map2(cond, g, pick(false)), "where");
+  });
+  return out;
+}
+
+Var masked_fill(const Var& x, const Tensor& mask_in, Scalar value) {
+  TAPEFORMER_CHECK(x.defined() && mask_in.defined(), "masked_fill: undefined input");
+  TAPEFORMER_CHECK(broadcast_shapes(mask_in.shape(), x.shape(), "masked_fill") == x.shape(),
+                   "masked_fill: mask ", mask_in.shape(), " does not broadcast to input ", x.shape());
+  const Tensor mask = mask_in.expand(x.shape()).contiguous();
+  Var out = make_result(map2(mask, x.value(), [value](const Scalar* m, const Scalar* v, Scalar* o, int64_t n) {
+                          array(o, n) = (array(m, n) != 0.0f).select(value, array(v, n));
+                        }), {&x});
+  record_backward(out, [x, mask](const Tensor& g) {
+    accumulate_grad(x, map2(mask, g, [](const Scalar* m, const Scalar* gp, Scalar* o, int64_t n) {
+                      array(o, n) = (array(m, n) != 0.0f).select(0.0f, array(gp, n));
+                    }), "masked_fill");
+  });
+  return out;
+}
+
+Var dropout(const Var& x, Scalar p, Rng& rng) {
+  TAPEFORMER_CHECK(x.defined(), "dropout: undefined input");
+  TAPEFORMER_CHECK(p >= 0.0f && p < 1.0f, "dropout: probability ", p, " is not in [0, 1)");
+  if (p == 0.0f) return x;
+  Tensor mask = Tensor::empty(x.shape());  // m / (1 - p), so backward is one multiply
+  rng.fill_bernoulli(mask, 1.0f - p);
+  const Scalar scale = 1.0f / (1.0f - p);
+  Scalar* mp = mask.data();
+  for (int64_t i = 0, n = mask.numel(); i < n; ++i) mp[i] *= scale;
+  const auto times = [](const Scalar* a, const Scalar* b, Scalar* o, int64_t n) {
+    array(o, n) = array(a, n) * array(b, n);
+  };
+  Var out = make_result(map2(x.value(), mask, times), {&x});
+  record_backward(out, [x, mask, times](const Tensor& g) { accumulate_grad(x, map2(g, mask, times), "dropout"); });
+  return out;
+}
+
+}  // namespace tapeformer

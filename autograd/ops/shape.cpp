@@ -1,0 +1,116 @@
+// Shape ops: views and copies that move elements without arithmetic.
+#include "autograd/ops.h"
+#include "core/error.h"
+
+namespace tapeformer {
+
+Var reshape(const Var& x, const Shape& shape) {
+  TAPEFORMER_CHECK(x.defined(), "reshape: undefined input");
+  Var out = make_result(x.value().reshape(shape), {&x});
+  record_backward(out, [x](const Tensor& g) { accumulate_grad(x, g.reshape(x.shape()), "reshape"); });
+  return out;
+}
+
+Var transpose(const Var& x, int a, int b) {
+  TAPEFORMER_CHECK(x.defined(), "transpose: undefined input");
+  Var out = make_result(x.value().transpose(a, b), {&x});
+  record_backward(out, [x, a, b](const Tensor& g) {
+    accumulate_grad(x, g.transpose(a, b), "transpose");
+  });
+  return out;
+}
+
+Var permute(const Var& x, const std::vector<int>& order) {
+  TAPEFORMER_CHECK(x.defined(), "permute: undefined input");
+  Var out = make_result(x.value().permute(order), {&x});
+  record_backward(out, [x, order](const Tensor& g) {
+    std::vector<int> inverse(order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int a = order[i] < 0 ? order[i] + x.rank() : order[i];
+      inverse[a] = static_cast<int>(i);
+    }
+    accumulate_grad(x, g.permute(inverse), "permute");
+  });
+  return out;
+}
+
+Var slice(const Var& x, int axis, int64_t start, int64_t end) {
+  TAPEFORMER_CHECK(x.defined(), "slice: undefined input");
+  Var out = make_result(x.value().slice(axis, start, end), {&x});
+  record_backward(out, [x, axis, start, end](const Tensor& g) {
+    Tensor dx = Tensor::zeros(x.shape());
+    dx.slice(axis, start, end).copy_from(g);
+    accumulate_grad(x, dx, "slice");
+  });
+  return out;
+}
+
+Var concat(const std::vector<Var>& xs, int axis_in) {
+  TAPEFORMER_CHECK(!xs.empty(), "concat: no inputs");
+  for (const Var& x : xs) TAPEFORMER_CHECK(x.defined(), "concat: undefined input");
+  const Shape first = xs[0].shape();
+  const int axis = normalize_axis(axis_in, first, "concat");
+  Shape out_shape = first;
+  int64_t total = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Shape& s = xs[i].shape();
+    bool ok = s.rank() == first.rank();
+    for (int d = 0; ok && d < s.rank(); ++d) ok = d == axis || s[d] == first[d];
+    TAPEFORMER_CHECK(ok, "concat: input ", i, " has shape ", s, " but input 0 has ", first,
+                     " (only axis ", axis, " may differ)");
+    total += s[axis];
+  }
+  out_shape[axis] = total;
+  Tensor y = Tensor::empty(out_shape);
+  int64_t at = 0;
+  for (const Var& x : xs) {
+    y.slice(axis, at, at + x.dim(axis)).copy_from(x.value());
+    at += x.dim(axis);
+  }
+  bool requires = false;
+  if (grad_enabled())
+    for (const Var& x : xs) requires = requires || x.requires_grad();
+  Var out(std::move(y), requires);
+  record_backward(out, [xs, axis](const Tensor& g) {
+    int64_t at = 0;
+    for (const Var& x : xs) {
+      accumulate_grad(x, g.slice(axis, at, at + x.dim(axis)), "concat");
+      at += x.dim(axis);
+    }
+  });
+  return out;
+}
+
+std::vector<Var> split(const Var& x, const std::vector<int64_t>& sizes, int axis_in) {
+  TAPEFORMER_CHECK(x.defined(), "split: undefined input");
+  const int axis = normalize_axis(axis_in, x.shape(), "split");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    TAPEFORMER_CHECK(s >= 0, "split: negative size ", s);
+    total += s;
+  }
+  TAPEFORMER_CHECK(total == x.dim(axis), "split: sizes sum to ", total, " but axis ", axis, " of ",
+                   x.shape(), " has ", x.dim(axis));
+  std::vector<Var> parts;
+  int64_t at = 0;
+  for (int64_t s : sizes) {
+    parts.push_back(slice(x, axis, at, at + s));
+    at += s;
+  }
+  return parts;
+}
+
+Var contiguous(const Var& x) {
+  TAPEFORMER_CHECK(x.defined(), "contiguous: undefined input");
+  if (x.value().is_contiguous()) return x;
+  Var out = make_result(x.value().contiguous(), {&x});
+  record_backward(out, [x](const Tensor& g) { accumulate_grad(x, g, "contiguous"); });
+  return out;
+}
+
+Var detach(const Var& x) {
+  TAPEFORMER_CHECK(x.defined(), "detach: undefined input");
+  return Var(x.value(), false);
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,54 @@
+// Var: a cheap handle to an autograd node (value, lazily allocated grad,
+// requires_grad, name). Copies alias the same node.
+//
+//   Var w(Tensor::zeros({4, 3}), /*requires_grad=*/true, "w");
+//   Var y = matmul(x, w);        // recorded on the current tape
+//   backward(sum(y));            // fills w.grad()
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace tapeformer {
+
+struct Node {
+  Tensor value;
+  Tensor grad;  // undefined until a gradient arrives
+  bool requires_grad = false;
+  std::string name;
+};
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false, std::string name = {});
+
+  bool defined() const { return node_ != nullptr; }
+  const Tensor& value() const { return node_->value; }
+  // Mutable value for in-place parameter updates (optimizers, loading).
+  Tensor& value() { return node_->value; }
+  const Tensor& grad() const { return node_->grad; }
+  bool has_grad() const { return node_ && node_->grad.defined(); }
+  // Drops the gradient (the next backward allocates a fresh one).
+  void zero_grad() const { node_->grad = Tensor(); }
+  bool requires_grad() const { return node_ && node_->requires_grad; }
+  void set_requires_grad(bool r) const { node_->requires_grad = r; }
+  const std::string& name() const { return node_->name; }
+  void set_name(std::string n) const { node_->name = std::move(n); }
+
+  const Shape& shape() const { return node_->value.shape(); }
+  int rank() const { return node_->value.rank(); }
+  int64_t dim(int i) const { return node_->value.dim(i); }
+  int64_t numel() const { return node_->value.numel(); }
+  Scalar item() const { return node_->value.item(); }
+
+  Node* node() const { return node_.get(); }
+  bool same_node(const Var& other) const { return node_ == other.node_; }
+
+ private:
+  std::shared_ptr<Node> node_;
+};
+
+}  // namespace tapeformer

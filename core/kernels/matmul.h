@@ -1,0 +1,28 @@
+// Matrix products through Eigen, parallelised over batch x row blocks.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tapeformer::kernels {
+
+// One matrix operand: element (i, j) is data[i * row_stride + j * col_stride].
+// Either stride must be 1 (row-major, or a transposed view of row-major).
+struct MatRef {
+  const Scalar* data;
+  int64_t rows, cols;
+  int64_t row_stride, col_stride;
+};
+
+// True when the last two dims of t can be read as a MatRef without a copy.
+bool is_matrix_layout(const Tensor& t);
+
+// C = A B (or C += A B when accumulate). C is row-major with leading dim ldc.
+// Single-threaded; callers parallelise.
+void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate);
+
+// out[..., M, N] = a[..., M, K] @ b[..., K, N] where the batch dims of a and b
+// are already broadcast to out's batch dims (stride-0 views are fine).
+// Inputs may be transposed views; out must be contiguous.
+void batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, bool accumulate = false);
+
+}  // namespace tapeformer::kernels

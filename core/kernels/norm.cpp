@@ -1,0 +1,93 @@
+#include "core/kernels/norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/eigen.h"
+#include "core/parallel.h"
+
+namespace tapeformer::kernels {
+namespace {
+int64_t row_grain(int64_t C) { return std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(C, 1)); }
+
+// Parameter gradients sum over rows; a serial ordered loop keeps them
+// deterministic and costs only rows * C adds.
+template <class Term>
+void accumulate_rows(Scalar* acc, int64_t rows, int64_t C, Term&& term) {
+  if (!acc) return;
+  auto a = eigen::array(acc, C);
+  for (int64_t r = 0; r < rows; ++r) a += term(r);
+}
+}  // namespace
+
+void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, Scalar* y,
+                     Scalar* mean, Scalar* rstd, int64_t rows, int64_t C, Scalar eps) {
+  parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      auto xr = eigen::array(x + r * C, C);
+      auto yr = eigen::array(y + r * C, C);
+      const Scalar mu = xr.mean();
+      // Two-pass variance: no cancellation when |mean| >> std.
+      const Scalar var = (xr - mu).square().mean();
+      const Scalar rs = 1.0f / std::sqrt(var + eps);
+      mean[r] = mu;
+      rstd[r] = rs;
+      yr = (xr - mu) * rs;
+      if (gamma) yr *= eigen::array(gamma, C);
+      if (beta) yr += eigen::array(beta, C);
+    }
+  });
+}
+
+void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gamma,
+                              const Scalar* mean, const Scalar* rstd, Scalar* dx, Scalar* dgamma,
+                              Scalar* dbeta, int64_t rows, int64_t C) {
+  parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+    eigen::Array g(C), xhat(C);
+    for (int64_t r = r0; r < r1; ++r) {
+      xhat = (eigen::array(x + r * C, C) - mean[r]) * rstd[r];
+      g = eigen::array(dy + r * C, C);
+      if (gamma) g *= eigen::array(gamma, C);
+      const Scalar mg = g.mean(), mgx = (g * xhat).mean();
+      eigen::array(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
+    }
+  });
+  accumulate_rows(dgamma, rows, C, [&](int64_t r) {
+    return eigen::array(dy + r * C, C) * ((eigen::array(x + r * C, C) - mean[r]) * rstd[r]);
+  });
+  accumulate_rows(dbeta, rows, C, [&](int64_t r) { return eigen::array(dy + r * C, C); });
+}
+
+void rms_norm_rows(const Scalar* x, const Scalar* gamma, Scalar* y, Scalar* rstd, int64_t rows,
+                   int64_t C, Scalar eps) {
+  parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      auto xr = eigen::array(x + r * C, C);
+      const Scalar rs = 1.0f / std::sqrt(xr.square().mean() + eps);
+      rstd[r] = rs;
+      auto yr = eigen::array(y + r * C, C);
+      yr = xr * rs;
+      if (gamma) yr *= eigen::array(gamma, C);
+    }
+  });
+}
+
+void rms_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gamma,
+                            const Scalar* rstd, Scalar* dx, Scalar* dgamma, int64_t rows,
+                            int64_t C) {
+  parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+    eigen::Array g(C), xhat(C);
+    for (int64_t r = r0; r < r1; ++r) {
+      xhat = eigen::array(x + r * C, C) * rstd[r];
+      g = eigen::array(dy + r * C, C);
+      if (gamma) g *= eigen::array(gamma, C);
+      eigen::array(dx + r * C, C) = rstd[r] * (g - xhat * (g * xhat).mean());
+    }
+  });
+  accumulate_rows(dgamma, rows, C, [&](int64_t r) {
+    return eigen::array(dy + r * C, C) * (eigen::array(x + r * C, C) * rstd[r]);
+  });
+}
+
+}  // namespace tapeformer::kernels

@@ -1,0 +1,89 @@
+#include "core/parallel.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/error.h"
+
+namespace tapeformer::parallel {
+namespace {
+
+int hardware_threads() { return std::max(1, tbb::info::default_concurrency()); }
+
+int env_threads() {
+  const char* s = std::getenv("TAPEFORMER_THREADS");
+  if (!s || !*s) return 0;
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  TAPEFORMER_CHECK(end && *end == '\0' && v >= 0 && v <= 1024,
+                   "TAPEFORMER_THREADS: expected a thread count 0..1024, got '", s, "'");
+  return static_cast<int>(v);
+}
+
+struct State {
+  std::mutex mu;
+  int threads = 0;
+  std::unique_ptr<tbb::global_control> control;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+void apply(State& s, int n) {
+  s.threads = n == 0 ? hardware_threads() : n;
+  s.control = std::make_unique<tbb::global_control>(
+      tbb::global_control::max_allowed_parallelism, static_cast<size_t>(s.threads));
+}
+
+}  // namespace
+
+void set_num_threads(int n) {
+  TAPEFORMER_CHECK(n >= 0, "set_num_threads: thread count must be >= 0, got ", n);
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  apply(s, n);
+}
+
+int num_threads() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.threads == 0) apply(s, env_threads());
+  return s.threads;
+}
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int threads = num_threads();
+  // A few chunks per thread balance uneven rows without making boundaries
+  // depend on scheduling.
+  const int64_t max_chunks = threads == 1 ? 1 : int64_t{4} * threads;
+  const int64_t chunks = std::min<int64_t>(max_chunks, (n + grain - 1) / grain);
+  if (chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t step = (n + chunks - 1) / chunks;
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, chunks, 1),
+      [&](const tbb::blocked_range<int64_t>& r) {
+        for (int64_t c = r.begin(); c != r.end(); ++c) {
+          const int64_t b = c * step, e = std::min(n, b + step);
+          if (b < e) fn(b, e);
+        }
+      },
+      tbb::simple_partitioner());
+}
+
+}  // namespace tapeformer::parallel

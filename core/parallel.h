@@ -1,0 +1,27 @@
+// Parallelism for all of tapeformer. This is the only file that touches oneTBB;
+// nothing else spawns threads (Eigen is built single-threaded), so BLAS/OpenMP
+// threads never fight TBB.
+//
+//   parallel::set_num_threads(2);           // 0 = all hardware threads
+//   parallel::parallel_for(rows, 16, [&](int64_t r0, int64_t r1) { ... });
+//
+// The default thread count is $TAPEFORMER_THREADS when set, else the number of
+// hardware threads. Chunk boundaries depend only on (n, grain, num_threads()),
+// and every output element is written by one chunk, so a run is bit-for-bit
+// reproducible for a given thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace tapeformer::parallel {
+
+// Sets the number of worker threads (n >= 1, or 0 for the hardware count).
+void set_num_threads(int n);
+int num_threads();
+
+// Calls fn(begin, end) on disjoint chunks covering [0, n), each at least
+// `grain` long (except the last), in parallel when there is more than one chunk.
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace tapeformer::parallel

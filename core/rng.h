@@ -1,0 +1,57 @@
+// Rng: the one seeded random generator, passed explicitly to everything random
+// (init, dropout, data sampling) so runs reproduce bit for bit.
+//
+//   Rng rng(1234);
+//   rng.fill_normal(w, 0.0f, 0.02f);
+//   float u = rng.uniform();
+//
+// The algorithm is xoshiro256** seeded through splitmix64, with our own
+// Box-Muller normals, so the stream is identical on every platform and
+// standard library (std::normal_distribution is implementation-defined).
+// The state is four words plus a cached normal; `serialize` works with cereal.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tapeformer {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) { seed_with(seed); }
+  void seed_with(uint64_t seed);
+
+  uint64_t next_u64();
+  // Uniform in [0, 1) with 24 random bits.
+  float uniform();
+  // Uniform integer in [0, n); n >= 1.
+  uint64_t below(uint64_t n);
+  // Standard normal.
+  float normal();
+
+  void fill_uniform(Tensor& t, float lo, float hi);
+  void fill_normal(Tensor& t, float mean, float std);
+  // 1 with probability p, else 0.
+  void fill_bernoulli(Tensor& t, float p);
+
+  bool operator==(const Rng& o) const {
+    return s_ == o.s_ && has_spare_ == o.has_spare_ && spare_ == o.spare_;
+  }
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(s_, has_spare_, spare_);
+  }
+
+ private:
+  template <class F>
+  void fill_each(Tensor& t, F&& f);
+
+  std::array<uint64_t, 4> s_{};
+  bool has_spare_ = false;
+  float spare_ = 0.0f;
+};
+
+}  // namespace tapeformer

@@ -1,0 +1,95 @@
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+using namespace tapeformer;
+
+namespace {
+Tensor iota(const Shape& s) {
+  std::vector<Scalar> v(s.numel());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<Scalar>(i);
+  return Tensor::from(s, v);
+}
+}  // namespace
+
+TEST_CASE("Shape prints, counts and indexes from the end") {
+  Shape s{2, 3, 4};
+  CHECK(s.str() == "[2, 3, 4]");
+  CHECK(Shape{}.str() == "[]");
+  CHECK(s.numel() == 24);
+  CHECK(s[-1] == 4);
+  CHECK(contiguous_strides(s) == Shape{12, 4, 1});
+  CHECK(broadcast_shapes({3, 1, 5}, {4, 1}, "t") == Shape{3, 4, 5});
+}
+
+TEST_CASE("storage is 64-byte aligned") {
+  for (int64_t n : {1, 3, 17, 1000}) {
+    Tensor t = Tensor::empty({n});
+    CHECK(reinterpret_cast<uintptr_t>(t.data()) % 64 == 0);
+  }
+}
+
+TEST_CASE("transpose/permute/slice/expand are views; contiguous copies in row-major order") {
+  Tensor x = iota({2, 3, 4});
+  Tensor t = x.transpose(0, 2);  // [4, 3, 2]
+  CHECK(t.shares_storage(x));
+  CHECK_FALSE(t.is_contiguous());
+  CHECK(t.at({3, 1, 0}) == x.at({0, 1, 3}));
+  Tensor c = t.contiguous();
+  CHECK(c.is_contiguous());
+  CHECK_FALSE(c.shares_storage(x));
+  CHECK(c.at({3, 2, 1}) == x.at({1, 2, 3}));
+
+  Tensor p = x.permute({1, 2, 0});  // [3, 4, 2]
+  CHECK(p.shape() == Shape{3, 4, 2});
+  CHECK(p.at({2, 1, 1}) == x.at({1, 2, 1}));
+
+  Tensor s = x.slice(2, 1, 3);  // [2, 3, 2]
+  CHECK(s.shares_storage(x));
+  CHECK(s.at({1, 2, 0}) == x.at({1, 2, 1}));
+  CHECK(s.to_vector() == std::vector<Scalar>{1, 2, 5, 6, 9, 10, 13, 14, 17, 18, 21, 22});
+
+  Tensor e = Tensor::from({3, 1}, {1, 2, 3}).expand({2, 3, 4});
+  CHECK(e.strides() == Shape{0, 1, 0});
+  CHECK(e.at({1, 2, 3}) == 3);
+  CHECK(e.contiguous().to_vector().size() == 24);
+}
+
+TEST_CASE("reshape is a view of contiguous data and infers -1") {
+  Tensor x = iota({2, 3, 4});
+  Tensor r = x.reshape({4, -1});
+  CHECK(r.shape() == Shape{4, 6});
+  CHECK(r.shares_storage(x));
+  Tensor rt = x.transpose(0, 1).reshape({6, 4});  // non-contiguous: copies
+  CHECK_FALSE(rt.shares_storage(x));
+  CHECK(rt.at({1, 0}) == x.at({1, 0, 0}));
+}
+
+TEST_CASE("unsqueeze/squeeze, fill of a strided view, clone independence") {
+  Tensor x = iota({2, 3});
+  CHECK(x.unsqueeze(1).shape() == Shape{2, 1, 3});
+  CHECK(x.unsqueeze(-1).shape() == Shape{2, 3, 1});
+  CHECK(x.unsqueeze(1).squeeze(1).shape() == Shape{2, 3});
+  Tensor col = x.slice(1, 1, 2);
+  col.fill(-1);
+  CHECK(x.to_vector() == std::vector<Scalar>{0, -1, 2, 3, -1, 5});
+  Tensor y = x.clone();
+  y.fill(7);
+  CHECK(x.at({0, 0}) == 0);
+}
+
+TEST_CASE("errors name the operation and the shapes") {
+  Tensor x = iota({2, 3});
+  try {
+    x.reshape({4, 2});
+    FAIL("no throw");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("[2, 3]") != std::string::npos);
+    CHECK(std::string(e.what()).find("[4, 2]") != std::string::npos);
+  }
+  CHECK_THROWS_AS(x.transpose(0, 2), Error);
+  CHECK_THROWS_AS(x.expand({3, 3}), Error);
+}
