@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs exactly what building and testing tapeformer needs, from Debian's
+# packages, when it is missing. Idempotent and quiet when everything is there.
+#
+#   bash scripts/setup.sh            # as root (or with sudo available)
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ ccache      # build tools (ccache keeps rebuilds fast)
+  libeigen3-dev                     # GEMM and vectorised maps
+  libtbb-dev                        # all parallelism
+  libcereal-dev                     # checkpoints
+  doctest-dev                       # tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=sudo
+  else
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run as root (or install them with: apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
