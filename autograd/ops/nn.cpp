@@ -29,38 +29,34 @@ const Scalar* param_or_null(const Var& p, int64_t C, const char* op, const char*
   return p.value().data();
 }
 
-}  // namespace
+// A row-wise op over the last axis whose backward needs only its output y.
+using RowForward = void (*)(const Scalar* x, Scalar* y, int64_t rows, int64_t n);
+using RowBackward = void (*)(const Scalar* y, const Scalar* dy, Scalar* dx, int64_t rows, int64_t n);
 
-Var softmax(const Var& x) {
-  TAPEFORMER_CHECK(x.defined(), "softmax: undefined input");
-  const Rows r = rows_of(x.shape(), "softmax");
+Var row_op(const Var& x, RowForward forward, RowBackward backward, const char* op) {
+  TAPEFORMER_CHECK(x.defined(), op, ": undefined input");
+  const Rows r = rows_of(x.shape(), op);
   const Tensor xc = x.value().contiguous();
   Tensor y = Tensor::empty(x.shape());
-  kernels::softmax_rows(xc.data(), y.data(), r.rows, r.n);
+  forward(xc.data(), y.data(), r.rows, r.n);
   Var out = make_result(y, {&x});
-  record_backward(out, [x, y, r](const Tensor& g_in) {
+  record_backward(out, [x, y, r, backward, op](const Tensor& g_in) {
     const Tensor g = g_in.contiguous();
     Tensor dx = Tensor::empty(x.shape());
-    kernels::softmax_backward_rows(y.data(), g.data(), dx.data(), r.rows, r.n);
-    accumulate_grad(x, dx, "softmax");
+    backward(y.data(), g.data(), dx.data(), r.rows, r.n);
+    accumulate_grad(x, dx, op);
   });
   return out;
 }
 
+}  // namespace
+
+Var softmax(const Var& x) {
+  return row_op(x, kernels::softmax_rows, kernels::softmax_backward_rows, "softmax");
+}
+
 Var log_softmax(const Var& x) {
-  TAPEFORMER_CHECK(x.defined(), "log_softmax: undefined input");
-  const Rows r = rows_of(x.shape(), "log_softmax");
-  const Tensor xc = x.value().contiguous();
-  Tensor y = Tensor::empty(x.shape());
-  kernels::log_softmax_rows(xc.data(), y.data(), r.rows, r.n);
-  Var out = make_result(y, {&x});
-  record_backward(out, [x, y, r](const Tensor& g_in) {
-    const Tensor g = g_in.contiguous();
-    Tensor dx = Tensor::empty(x.shape());
-    kernels::log_softmax_backward_rows(y.data(), g.data(), dx.data(), r.rows, r.n);
-    accumulate_grad(x, dx, "log_softmax");
-  });
-  return out;
+  return row_op(x, kernels::log_softmax_rows, kernels::log_softmax_backward_rows, "log_softmax");
 }
 
 Var layer_norm(const Var& x, const Var& weight, const Var& bias, Scalar eps) {
