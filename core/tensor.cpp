@@ -123,8 +123,41 @@ Tensor Tensor::reshape(const Shape& shape) const {
   }
   TAPEFORMER_CHECK(target.numel() == numel(), "reshape: cannot reshape ", shape_, " (", numel(),
                    " elements) into ", shape);
+  Strides view;
+  if (view_strides(target, &view)) return Tensor(storage_, target, view, offset_);
   Tensor base = contiguous();
   return Tensor(base.storage_, target, contiguous_strides(target), base.offset_);
+}
+
+// Strides that let `target` view this tensor's elements in row-major order, if
+// any. Old dims are grouped into chunks that are contiguous among themselves;
+// each chunk must be covered exactly by a run of new dims.
+bool Tensor::view_strides(const Shape& target, Strides* out) const {
+  if (numel() == 0 || rank() == 0) return false;
+  Strides st = target;
+  int view_d = target.rank() - 1;
+  int64_t chunk_stride = strides_[rank() - 1];
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int d = rank() - 1; d >= 0; --d) {
+    tensor_numel *= shape_[d];
+    const bool chunk_ends =
+        d == 0 || (shape_[d - 1] != 1 && strides_[d - 1] != tensor_numel * chunk_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < tensor_numel || target[view_d] == 1)) {
+      st[view_d] = view_numel * chunk_stride;
+      view_numel *= target[view_d];
+      --view_d;
+    }
+    if (view_numel != tensor_numel) return false;
+    if (d > 0) {
+      chunk_stride = strides_[d - 1];
+      tensor_numel = 1;
+      view_numel = 1;
+    }
+  }
+  if (view_d != -1) return false;
+  *out = st;
+  return true;
 }
 
 Tensor Tensor::transpose(int a, int b) const {

@@ -62,7 +62,8 @@ class Tensor {
   std::vector<Scalar> to_vector() const;
 
   // ---- views (share storage) ----
-  // Reshape; one dim may be -1. A view when contiguous, otherwise a copy.
+  // Reshape; one dim may be -1. A view whenever the strides allow it (always
+  // for contiguous tensors), otherwise a contiguous copy.
   Tensor reshape(const Shape& shape) const;
   Tensor transpose(int a, int b) const;
   Tensor permute(const std::vector<int>& order) const;
@@ -84,6 +85,7 @@ class Tensor {
  private:
   Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset);
   void require_defined(const char* op) const;
+  bool view_strides(const Shape& target, Strides* out) const;
 
   std::shared_ptr<Storage> storage_;
   Shape shape_;

@@ -93,3 +93,26 @@ TEST_CASE("errors name the operation and the shapes") {
   CHECK_THROWS_AS(x.transpose(0, 2), Error);
   CHECK_THROWS_AS(x.expand({3, 3}), Error);
 }
+
+TEST_CASE("reshape views strided tensors when their strides allow it") {
+  Tensor x = iota({2, 3, 4, 5});
+  // Splitting the last dim of a sliced view: still a view.
+  Tensor s = x.slice(0, 1, 2);  // [1, 3, 4, 5]
+  Tensor r = s.reshape({3, 4, 5});
+  CHECK(r.shares_storage(x));
+  CHECK(r.at({2, 3, 4}) == x.at({1, 2, 3, 4}));
+  // Merging dims permuted apart is not a view: it copies, values still row-major.
+  Tensor p = x.permute({0, 2, 1, 3});  // [2, 4, 3, 5]
+  Tensor m = p.reshape({8, 15});
+  CHECK_FALSE(m.shares_storage(x));
+  CHECK(m.at({5, 7}) == p.at({1, 1, 1, 2}));
+  // Merging dims that stay adjacent in memory in a permuted view is a view.
+  Tensor p2 = x.permute({1, 0, 2, 3});  // [3, 2, 4, 5], last two dims untouched
+  Tensor q = p2.reshape({3, 2, 20});
+  CHECK(q.shares_storage(x));
+  CHECK(q.at({2, 1, 19}) == p2.at({2, 1, 3, 4}));
+  // A column slice of a matrix, reshaped with size-1 dims added.
+  Tensor c = iota({4, 6}).slice(1, 2, 3);  // [4, 1], stride 6
+  Tensor c2 = c.reshape({2, 2, 1});
+  CHECK(c2.at({1, 1, 0}) == 20);
+}
