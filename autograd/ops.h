@@ -91,6 +91,9 @@ Var detach(const Var& x);                               // stop-gradient        
 // a [..., M, K] @ b [..., K, N] -> [..., M, N]; ranks 2..4, batch dims broadcast.
 // Transposed views are read without copies.   da = g b^T, db = a^T g (summed to shape)
 Var matmul(const Var& a, const Var& b);
+// x [..., K] @ weight [K, N] + bias [N] -> [..., N], one GEMM over all rows; bias may be undefined.
+//   dx = g W^T, dW = x^T g, db = sum over rows of g
+Var linear(const Var& x, const Var& weight, const Var& bias);
 
 // ---- neural-network ops (autograd/ops/nn.cpp) -------------------------------
 Var softmax(const Var& x);      // over the last axis: y = e^(x - max) / sum   dx = y (g - sum(g y))

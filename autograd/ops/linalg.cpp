@@ -1,5 +1,6 @@
 // Batched matrix product.
 #include "autograd/ops.h"
+#include "core/eigen.h"
 #include "core/error.h"
 #include "core/kernels/matmul.h"
 #include "core/kernels/reduce.h"
@@ -31,23 +32,8 @@ Var matmul(const Var& a, const Var& b) {
   TAPEFORMER_CHECK(as[-1] == bs[-2], "matmul: inner dims differ: ", as, " x ", bs);
   const int64_t M = as[-2], K = as[-1], N = bs[-1];
 
-  // b is one matrix: fold a's batch dims into rows, so one GEMM does the whole
-  // batch (x [B, T, C] @ W [C, N] is a single [B*T, C] x [C, N] product).
-  if (bs.rank() == 2) {
-    const Tensor a2 = a.value().reshape({-1, K});  // (B*T, K)
-    Shape out_shape = as;
-    out_shape[-1] = N;
-    Var out = make_result(product(a2, b.value(), {a2.dim(0), N}).reshape(out_shape), {&a, &b});
-    record_backward(out, [a, b, a2, K, N](const Tensor& g) {
-      const Tensor g2 = g.reshape({-1, N});  // (B*T, N)
-      if (a.requires_grad())
-        accumulate_grad(a, product(g2, b.value().transpose(0, 1), {g2.dim(0), K}).reshape(a.shape()),
-                        "matmul");
-      if (b.requires_grad())
-        accumulate_grad(b, product(a2.transpose(0, 1), g2, {K, N}), "matmul");
-    });
-    return out;
-  }
+  // b is one matrix: one GEMM over all rows of a (see linear).
+  if (bs.rank() == 2) return linear(a, b, Var());
 
   // General case: broadcast the batch dims with stride-0 views (no copies).
   Shape a_batch, b_batch;
@@ -66,6 +52,38 @@ Var matmul(const Var& a, const Var& b) {
     if (b.requires_grad())
       accumulate_grad(b, kernels::sum_to(product(ae.transpose(r - 2, r - 1), g, with_matrix(batch, K, N)),
                                          b.shape()), "matmul");
+  });
+  return out;
+}
+
+Var linear(const Var& x, const Var& weight, const Var& bias) {
+  TAPEFORMER_CHECK(x.defined() && weight.defined(), "linear: undefined input");
+  TAPEFORMER_CHECK(weight.rank() == 2, "linear: weight must be [in, out], got ", weight.shape());
+  TAPEFORMER_CHECK(x.rank() >= 1 && x.shape()[-1] == weight.dim(0), "linear: input ", x.shape(),
+                   " last dim does not match weight [in, out] = ", weight.shape());
+  const int64_t K = weight.dim(0), N = weight.dim(1);
+  TAPEFORMER_CHECK(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == N), "linear: bias ",
+                   bias.defined() ? bias.shape().str() : "", " must be [", N, "] for weight ",
+                   weight.shape());
+  // Fold every leading dim into rows: x [B, T, K] @ W [K, N] is one [B*T, K] x [K, N] GEMM.
+  const Tensor x2 = x.value().reshape({-1, K});  // (rows, K)
+  Tensor y = product(x2, weight.value(), {x2.dim(0), N});  // (rows, N)
+  if (bias.defined()) {
+    auto ym = eigen::matrix(y.data(), y.dim(0), N);
+    ym.rowwise() += eigen::matrix(bias.value().contiguous().data(), 1, N).row(0);
+  }
+  Shape out_shape = x.shape();
+  out_shape[-1] = N;
+  Var out = make_result(y.reshape(out_shape), {&x, &weight, &bias});
+  record_backward(out, [x, weight, bias, x2, K, N](const Tensor& g) {
+    const Tensor g2 = g.reshape({-1, N});  // (rows, N)
+    if (x.requires_grad())  // dx = g W^T
+      accumulate_grad(x, product(g2, weight.value().transpose(0, 1), {g2.dim(0), K}).reshape(x.shape()),
+                      "linear");
+    if (weight.requires_grad())  // dW = x^T g
+      accumulate_grad(weight, product(x2.transpose(0, 1), g2, {K, N}), "linear");
+    if (bias.requires_grad())  // db = sum over rows of g
+      accumulate_grad(bias, kernels::sum_axis(g2, 0).reshape({N}), "linear");
   });
   return out;
 }

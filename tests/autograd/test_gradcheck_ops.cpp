@@ -141,6 +141,8 @@ const std::vector<Row>& table() {
       {"matmul transposed operands", {transposed({3, 4}), transposed({4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
       {"matmul batch broadcast [2,1,3,4]x[3,4,5]", {any({2, 1, 3, 4}), any({3, 4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
       {"matmul 4-D transposed rhs", {any({2, 3, 4, 5}), transposed({2, 3, 5, 6})}, [](V v) { return matmul(v[0], v[1]); }},
+      {"linear with bias", {any({3, 4, 5}), any({5, 6}), any({6})}, [](V v) { return linear(v[0], v[1], v[2]); }},
+      {"linear no bias, transposed weight", {sliced({3, 5}), transposed({5, 6})}, [](V v) { return linear(v[0], v[1], Var()); }},
       {"matmul 2-D x 3-D", {sliced({3, 4}), any({2, 4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
       // ---- neural-network ----
       {"softmax", {any({3, 4, 5})}, [](V v) { return softmax(mul_scalar(v[0], 2.0f)); }},
