@@ -42,17 +42,27 @@ double weighted_sum(const Tensor& y, const Tensor& r) {
 
 }  // namespace
 
-GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs_in,
+GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& opt) {
-  std::vector<Tensor> inputs = inputs_in;
   std::vector<Var> vars;
   for (const Tensor& t : inputs) vars.emplace_back(t, true);
+  return gradcheck_vars([&] { return f(vars); }, vars, opt);
+}
+
+GradcheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<Var>& vars_in,
+                               const GradcheckOptions& opt) {
+  std::vector<Var> vars = vars_in;
+  for (const Var& v : vars) {
+    TAPEFORMER_CHECK(v.defined() && v.requires_grad(), "gradcheck(", opt.label,
+                     "): every checked Var must require grad");
+    v.zero_grad();
+  }
 
   // Analytic gradients on a local tape, so a caller's tape is untouched.
   Tensor upstream;
   {
     TapeScope scope;
-    Var out = f(vars);
+    Var out = f();
     TAPEFORMER_CHECK(out.defined(), "gradcheck(", opt.label, "): function returned an undefined Var");
     upstream = Tensor::empty(out.shape());
     Rng rng(opt.seed);
@@ -64,12 +74,12 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
 
   const auto eval = [&]() {
     NoGradGuard no_grad;
-    return weighted_sum(f(vars).value(), upstream);
+    return weighted_sum(f().value(), upstream);
   };
 
   GradcheckResult result;
   double worst_ratio = 0.0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < vars.size(); ++i) {
     Tensor& x = vars[i].value();
     const Tensor analytic = vars[i].has_grad() ? vars[i].grad() : Tensor::zeros(x.shape());
     const std::vector<Scalar> a = analytic.to_vector();

@@ -43,6 +43,11 @@ using GradcheckFn = std::function<Var(const std::vector<Var>&)>;
 
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
+// Checks existing Vars in place, e.g. a module's parameters:
+//   gradcheck_vars([&] { return loss_of(model); }, model.parameters(), opt);
+// Their gradients are reset first and hold the analytic gradient afterwards.
+GradcheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<Var>& vars,
+                               const GradcheckOptions& options = {});
 // Default tolerances, with `label` naming the function in the report.
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const std::string& label);
