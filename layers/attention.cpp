@@ -1,0 +1,66 @@
+#include "layers/attention.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tapeformer {
+namespace {
+
+// [Tq, Tk] with 1 where key j is in the future of query i (j > i + Tk - Tq).
+Tensor causal_mask(int64_t Tq, int64_t Tk) {
+  Tensor m = Tensor::zeros({Tq, Tk});
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = i + (Tk - Tq) + 1; j < Tk; ++j) m.at({i, j}) = 1.0f;
+  return m;
+}
+
+}  // namespace
+
+Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool causal,
+                                 float dropout_p, Rng* rng) {
+  TAPEFORMER_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4,
+                   "attention: q, k, v must be (B, H, T, D), got ", q.shape(), ", ", k.shape(), ", ",
+                   v.shape());
+  TAPEFORMER_CHECK(k.shape() == v.shape() && q.dim(3) == k.dim(3) && q.dim(0) == k.dim(0) &&
+                       q.dim(1) == k.dim(1),
+                   "attention: incompatible q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
+  const int64_t Tq = q.dim(2), Tk = k.dim(2), D = q.dim(3);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Var scores = mul_scalar(matmul(q, transpose(k, 2, 3)), scale);  // (B, H, Tq, Tk)
+  // -inf, not a large negative number: masked probabilities are exactly 0.
+  if (causal) scores = masked_fill(scores, causal_mask(Tq, Tk), -INFINITY);
+  Var att = softmax(scores);  // (B, H, Tq, Tk)
+  if (dropout_p > 0.0f) {
+    TAPEFORMER_CHECK(rng != nullptr, "attention: dropout needs an Rng");
+    att = dropout(att, dropout_p, *rng);
+  }
+  return matmul(att, v);  // (B, H, Tq, D)
+}
+
+MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
+                                       float proj_init_std, Rng& rng, bool causal_)
+    : n_embd(n_embd_), n_head(n_head_), dropout_p(dropout), causal(causal_) {
+  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "MultiHeadAttention: n_embd ", n_embd,
+                   " is not divisible by n_head ", n_head);
+  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, bias, rng));
+  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, bias, rng, proj_init_std));
+  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout));
+}
+
+Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "MultiHeadAttention: input ", x.shape(),
+                   " must be (B, T, ", n_embd, ")");
+  const int64_t B = x.dim(0), T = x.dim(1), H = n_head, D = n_embd / n_head;
+  // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v as strided views, no copies.
+  Var heads = permute(reshape(qkv->forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+  Var q = reshape(slice(heads, 0, 0, 1), {B, H, T, D});
+  Var k = reshape(slice(heads, 0, 1, 2), {B, H, T, D});
+  Var v = reshape(slice(heads, 0, 2, 3), {B, H, T, D});
+  const float p = is_training() ? dropout_p : 0.0f;
+  Var y = scaled_dot_product_attention(q, k, v, causal, p, &rng);  // (B, H, T, D)
+  y = reshape(permute(y, {0, 2, 1, 3}), {B, T, n_embd});           // (B, T, C)
+  return resid_drop->forward(proj->forward(y), rng);
+}
+
+}  // namespace tapeformer

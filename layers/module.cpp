@@ -1,0 +1,108 @@
+#include "layers/module.h"
+
+#include <set>
+
+#include "core/error.h"
+
+namespace tapeformer {
+
+void Module::check_new_name(const std::string& name) const {
+  TAPEFORMER_CHECK(!name.empty() && name.find('.') == std::string::npos,
+                   "Module: invalid name '", name, "' (non-empty, no dots)");
+  for (const auto& p : params_) TAPEFORMER_CHECK(p.first != name, "Module: duplicate name '", name, "'");
+  for (const auto& b : buffers_) TAPEFORMER_CHECK(b.first != name, "Module: duplicate name '", name, "'");
+  for (const auto& c : children_) TAPEFORMER_CHECK(c.first != name, "Module: duplicate name '", name, "'");
+}
+
+Var Module::register_parameter(const std::string& name, Tensor value) {
+  return register_parameter(name, Var(std::move(value), true, name));
+}
+
+Var Module::register_parameter(const std::string& name, const Var& var) {
+  check_new_name(name);
+  TAPEFORMER_CHECK(var.defined(), "Module: parameter '", name, "' is undefined");
+  var.set_requires_grad(true);
+  params_.emplace_back(name, var);
+  return var;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor value) {
+  check_new_name(name);
+  buffers_.emplace_back(name, value);
+  return value;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name);
+  TAPEFORMER_CHECK(module != nullptr, "Module: child '", name, "' is null");
+  children_.emplace_back(name, std::move(module));
+}
+
+void Module::collect(const std::string& prefix, NamedVars& params, NamedTensors& buffers) const {
+  for (const auto& [name, var] : params_) params.emplace_back(prefix + name, var);
+  for (const auto& [name, t] : buffers_) buffers.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, buffers);
+}
+
+NamedVars Module::named_parameters() const {
+  NamedVars all, unique;
+  NamedTensors buffers;
+  collect("", all, buffers);
+  std::set<const Node*> seen;  // tied weights appear once, under their first name
+  for (auto& p : all)
+    if (seen.insert(p.second.node()).second) unique.push_back(std::move(p));
+  return unique;
+}
+
+std::vector<Var> Module::parameters() const {
+  std::vector<Var> out;
+  for (auto& p : named_parameters()) out.push_back(p.second);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedVars params;
+  NamedTensors buffers;
+  collect("", params, buffers);
+  return buffers;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : named_parameters()) n += p.second.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_) c.second->train(on);
+}
+
+NamedTensors Module::state() const {
+  NamedTensors out;
+  for (const auto& [name, var] : named_parameters()) out.emplace_back(name, var.value());
+  for (auto& b : named_buffers()) out.push_back(std::move(b));
+  return out;
+}
+
+void Module::load_state(const NamedTensors& state) {
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : state) {
+    TAPEFORMER_CHECK(given.emplace(name, &t).second, "load_state: duplicate key '", name, "'");
+  }
+  NamedTensors mine = this->state();
+  for (auto& [name, dst] : mine) {
+    auto it = given.find(name);
+    TAPEFORMER_CHECK(it != given.end(), "load_state: missing key '", name, "' (shape ", dst.shape(), ")");
+    TAPEFORMER_CHECK(it->second->shape() == dst.shape(), "load_state: key '", name, "' has shape ",
+                     it->second->shape(), " but the model expects ", dst.shape());
+  }
+  for (const auto& [name, t] : state) {
+    bool known = false;
+    for (const auto& m : mine) known = known || m.first == name;
+    TAPEFORMER_CHECK(known, "load_state: unexpected key '", name, "' (shape ", t.shape(), ")");
+  }
+  for (auto& [name, dst] : mine) dst.copy_from(*given[name]);
+}
+
+}  // namespace tapeformer

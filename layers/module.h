@@ -1,0 +1,79 @@
+// Module: named parameters, buffers and child modules, train/eval mode, and
+// state save/load by dotted name.
+//
+//   struct Mlp : Module {
+//     Mlp(int64_t c, Rng& rng) {
+//       fc = register_module("fc", std::make_shared<Linear>(c, 4 * c, true, rng));
+//       proj = register_module("proj", std::make_shared<Linear>(4 * c, c, true, rng));
+//     }
+//     Var forward(const Var& x) const { return proj->forward(gelu(fc->forward(x))); }
+//     std::shared_ptr<Linear> fc, proj;
+//   };
+//   mlp.named_parameters();   // {"fc.weight", ...}, {"fc.bias", ...}, {"proj.weight", ...}, ...
+//
+// Names are dotted paths ("blocks.0.attn.qkv.weight") in registration order:
+// a module's own parameters first, then each child's. They are the checkpoint
+// keys and select weight-decay groups. A parameter registered twice (weight
+// tying) is listed once, under its first name. Forward signatures are the
+// modules' own (no virtual forward).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/var.h"
+
+namespace tapeformer {
+
+using NamedVars = std::vector<std::pair<std::string, Var>>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  NamedVars named_parameters() const;
+  std::vector<Var> parameters() const;
+  NamedTensors named_buffers() const;
+  int64_t num_parameters() const;
+
+  // Switches this module and all children between training and evaluation
+  // (dropout is off in eval).
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Parameters and buffers by name (values, not copies: the tensors alias
+  // the module's storage).
+  NamedTensors state() const;
+  // Copies values into the module's parameters/buffers. Every name must be
+  // present with the same shape and no extra names are allowed; the error
+  // names the key and both shapes.
+  void load_state(const NamedTensors& state);
+
+ protected:
+  Var register_parameter(const std::string& name, Tensor value);
+  // Registers an existing Var (e.g. a tied weight owned by another module).
+  Var register_parameter(const std::string& name, const Var& var);
+  Tensor register_buffer(const std::string& name, Tensor value);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, NamedVars& params, NamedTensors& buffers) const;
+
+  NamedVars params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tapeformer

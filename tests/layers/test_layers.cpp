@@ -1,0 +1,180 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "core/error.h"
+#include "layers/transformer.h"
+
+using namespace tapeformer;
+
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  return c;
+}
+
+IndexTensor random_ids(int64_t B, int64_t T, int32_t V, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> v(B * T);
+  for (auto& x : v) x = static_cast<int32_t>(rng.below(V));
+  return IndexTensor({B, T}, v);
+}
+
+}  // namespace
+
+TEST_CASE("Module: dotted names in registration order, tied weights listed once") {
+  Rng rng(0);
+  TransformerLM model(tiny_config(), rng);
+  const auto params = model.named_parameters();
+  REQUIRE(params.size() > 4);
+  CHECK(params[0].first == "tok_emb.weight");
+  CHECK(params[1].first == "pos_emb.weight");
+  CHECK(params[2].first == "0.ln_1.weight");
+  bool has_qkv = false;
+  for (const auto& p : params) has_qkv = has_qkv || p.first == "1.attn.qkv.weight";
+  CHECK(has_qkv);
+  CHECK(params.back().first == "ln_f.bias");  // tied: no lm_head.weight
+  // parameters: emb 11*8 + pos 8*8 + per block (2 LN 32 + qkv 8*24+24 + proj 72 + fc 8*32+32 + proj 32*8+8) + ln_f 16
+  const int64_t per_block = 2 * 16 + (8 * 24 + 24) + (8 * 8 + 8) + (8 * 32 + 32) + (32 * 8 + 8);
+  CHECK(model.num_parameters() == 11 * 8 + 8 * 8 + 2 * per_block + 16);
+}
+
+TEST_CASE("Module: GPT-2 init statistics") {
+  ModelConfig c = tiny_config();
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.n_layer = 8;
+  Rng rng(1);
+  TransformerLM model(c, rng);
+  auto stdev = [](const Tensor& t) {
+    double s = 0, s2 = 0;
+    for (Scalar v : t.to_vector()) s += v, s2 += double(v) * v;
+    const double n = t.numel();
+    return std::sqrt(s2 / n - (s / n) * (s / n));
+  };
+  CHECK(stdev(model.blocks[0]->attn->qkv->weight.value()) == doctest::Approx(0.02).epsilon(0.05));
+  CHECK(stdev(model.blocks[0]->mlp->proj->weight.value()) ==
+        doctest::Approx(0.02 / std::sqrt(16.0)).epsilon(0.05));
+  CHECK(model.blocks[0]->ln_1->weight.value().to_vector() == std::vector<Scalar>(64, 1.0f));
+}
+
+TEST_CASE("Module: load_state round trip and errors name the key and shapes") {
+  Rng rng(2), rng2(3);
+  TransformerLM a(tiny_config(), rng), b(tiny_config(), rng2);
+  b.load_state(a.state());
+  const auto pa = a.named_parameters(), pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].second.value().to_vector() == pb[i].second.value().to_vector());
+
+  NamedTensors st = a.state();
+  st.pop_back();
+  CHECK_THROWS_WITH_AS(b.load_state(st), doctest::Contains("missing key 'ln_f.bias'"), Error);
+  st = a.state();
+  st[0].second = Tensor::zeros({3, 8});
+  CHECK_THROWS_WITH_AS(b.load_state(st), doctest::Contains("'tok_emb.weight' has shape [3, 8] but the model expects [11, 8]"),
+                       Error);
+  st = a.state();
+  st.emplace_back("extra.weight", Tensor::zeros({2}));
+  CHECK_THROWS_WITH_AS(b.load_state(st), doctest::Contains("unexpected key 'extra.weight'"), Error);
+}
+
+TEST_CASE("causality probe: changing token t leaves logits before t bitwise unchanged") {
+  Rng rng(4);
+  TransformerLM model(tiny_config(), rng);
+  const IndexTensor ids = random_ids(2, 8, 11, 5);
+  Rng r1(0), r2(0);
+  NoGradGuard no_grad;
+  const std::vector<Scalar> base = model.forward(ids, r1).value().to_vector();
+  for (int64_t t = 0; t < 8; ++t) {
+    IndexTensor changed = ids;
+    changed.data[t] = (changed.data[t] + 1) % 11;  // batch row 0, position t
+    const std::vector<Scalar> out = model.forward(changed, r2).value().to_vector();
+    bool before_same = true, at_t_differs = false;
+    for (int64_t s = 0; s < 8; ++s)
+      for (int64_t v = 0; v < 11; ++v) {
+        const size_t i = s * 11 + v;
+        if (s < t) before_same = before_same && out[i] == base[i];
+        if (s == t) at_t_differs = at_t_differs || out[i] != base[i];
+      }
+    CHECK_MESSAGE(before_same, "position ", t);
+    CHECK(at_t_differs);
+    // Batch row 1 is untouched entirely.
+    for (size_t i = 8 * 11; i < base.size(); ++i) REQUIRE(out[i] == base[i]);
+  }
+}
+
+TEST_CASE("sequences longer than the block size are rejected") {
+  Rng rng(6);
+  TransformerLM model(tiny_config(), rng);
+  CHECK_THROWS_WITH_AS(model.forward(random_ids(1, 9, 11, 1), rng),
+                       doctest::Contains("sequence length 9 exceeds the block size 8"), Error);
+}
+
+TEST_CASE("attention module gradchecks end to end (input and every parameter)") {
+  Rng rng(7);
+  MultiHeadAttention attn(6, 2, true, 0.0f, 0.3f, rng);
+  // Larger weights than the 0.02 init so the softmax is far from uniform.
+  for (auto& [name, p] : attn.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.5f);
+  Tensor xt = Tensor::empty({2, 5, 6});
+  rng.fill_normal(xt, 0, 1);
+  Var x(xt, true);
+  std::vector<Var> checked = attn.parameters();
+  checked.push_back(x);
+  const auto r = gradcheck_vars([&] { Rng r0(0); return attn.forward(x, r0); }, checked,
+                                {1e-3, 1e-3, 1e-2, 0, "MultiHeadAttention"});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(r.checked == 2 * 5 * 6 + 6 * 18 + 18 + 6 * 6 + 6);
+}
+
+TEST_CASE("scaled_dot_product_attention matches a naive loop (mask placement)") {
+  Rng rng(8);
+  const int64_t B = 1, H = 2, T = 4, D = 3;
+  Tensor q = Tensor::empty({B, H, T, D}), k = Tensor::empty({B, H, T, D}), v = Tensor::empty({B, H, T, D});
+  rng.fill_normal(q, 0, 1);
+  rng.fill_normal(k, 0, 1);
+  rng.fill_normal(v, 0, 1);
+  Var out = scaled_dot_product_attention(Var(q), Var(k), Var(v), true, 0.0f, nullptr);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> w(i + 1);
+      double m = -1e30, z = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += q.at({0, h, i, d}) * k.at({0, h, j, d});
+        w[j] = s / std::sqrt(double(D));
+        m = std::max(m, w[j]);
+      }
+      for (auto& x : w) z += (x = std::exp(x - m));
+      for (int64_t d = 0; d < D; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j <= i; ++j) o += w[j] / z * v.at({0, h, j, d});
+        CHECK(out.value().at({0, h, i, d}) == doctest::Approx(o).epsilon(1e-5));
+      }
+    }
+}
+
+TEST_CASE("TransformerLM gradchecks through every parameter (tied and untied head)") {
+  for (bool tie : {true, false}) {
+    ModelConfig c = tiny_config();
+    c.n_layer = 2;
+    c.n_embd = 4;
+    c.vocab_size = 5;
+    c.block_size = 3;
+    c.tie_weights = tie;
+    Rng rng(9);
+    TransformerLM model(c, rng);
+    for (auto& [name, p] : model.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.4f);
+    const IndexTensor ids = random_ids(2, 3, 5, 10), targets = random_ids(2, 3, 5, 11);
+    const auto r = gradcheck_vars(
+        [&] { Rng r0(0); return cross_entropy(model.forward(ids, r0), targets); },
+        model.parameters(), {1e-3, 1e-3, 1e-2, 0, tie ? "TransformerLM tied" : "TransformerLM untied"});
+    CHECK_MESSAGE(r.ok, r.message);
+    CHECK(r.checked == model.num_parameters());
+  }
+}
