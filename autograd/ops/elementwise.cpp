@@ -1,4 +1,5 @@
 // Elementwise ops: forward, then the backward closure right below it.
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/ops.h"
@@ -204,11 +205,21 @@ Var gelu(const Var& x) {
     array(o, n) = 0.5f * X * (1.0f + (kGeluK * (X + kGeluC * X.cube())).tanh());
   });
   Var out = unary_result(x, y, "gelu");
-  record_unary_backward(out, x, y, "gelu", [](const auto& X, const auto&) {
-    const eigen::Array t = (kGeluK * (X + kGeluC * X.cube())).tanh();
-    return (0.5f * (1.0f + t) +
-            0.5f * X * (1.0f - t.square()) * kGeluK * (1.0f + 3.0f * kGeluC * X.square()))
-        .eval();
+  record_backward(out, [x](const Tensor& g) {
+    accumulate_grad(x, map2(g, x.value(), [](const Scalar* gp, const Scalar* xp, Scalar* o, int64_t n) {
+                      // Fixed-size blocks keep the tanh temporary on the stack.
+                      constexpr int64_t kBlock = 256;
+                      Eigen::Array<Scalar, kBlock, 1> t;
+                      for (int64_t b = 0; b < n; b += kBlock) {
+                        const int64_t m = std::min(kBlock, n - b);
+                        auto X = array(xp + b, m);
+                        auto T = t.head(m);
+                        T = (kGeluK * (X + kGeluC * X.cube())).tanh();
+                        array(o + b, m) = array(gp + b, m) *
+                                          (0.5f * (1.0f + T) + 0.5f * X * (1.0f - T.square()) * kGeluK *
+                                                                   (1.0f + 3.0f * kGeluC * X.square()));
+                      }
+                    }), "gelu");
   });
   return out;
 }
