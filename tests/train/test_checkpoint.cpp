@@ -1,0 +1,113 @@
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+using namespace tapeformer;
+namespace fs = std::filesystem;
+
+namespace {
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("tapeformer-ckpt-" + std::to_string(::getpid()) + "-" +
+                                        std::to_string(Rng(reinterpret_cast<uintptr_t>(this)).next_u64() % 100000));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+Checkpoint sample_checkpoint() {
+  Checkpoint c;
+  c.config_json = "{\"a\": 1}";
+  c.tokenizer = std::string("tok\0bytes", 9);
+  c.model = {{"w", Tensor::from({2, 3}, {1, 2, 3, 4, 5, 6})}, {"b", Tensor::from({3}, {7, 8, 9})}};
+  c.optimizer = {{"exp_avg.w", Tensor::full({2, 3}, 0.5f)}};
+  c.optimizer_step = 41;
+  c.step = 42;
+  c.train_seconds = 1.25;
+  c.rng = Rng(5);
+  (void)c.rng.normal();
+  c.sampler = "sampler-state";
+  return c;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_all(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << s;
+}
+}  // namespace
+
+TEST_CASE("checkpoint: save/load round trip keeps every field") {
+  TempDir dir;
+  const std::string path = (dir.path / "checkpoint.bin").string();
+  const Checkpoint c = sample_checkpoint();
+  save_checkpoint(path, c);
+  const Checkpoint r = load_checkpoint(path);
+  CHECK(r.config_json == c.config_json);
+  CHECK(r.tokenizer == c.tokenizer);
+  REQUIRE(r.model.size() == 2);
+  CHECK(r.model[0].first == "w");
+  CHECK(r.model[0].second.shape() == Shape{2, 3});
+  CHECK(r.model[0].second.to_vector() == c.model[0].second.to_vector());
+  CHECK(r.optimizer[0].first == "exp_avg.w");
+  CHECK(r.optimizer_step == 41);
+  CHECK(r.step == 42);
+  CHECK(r.train_seconds == 1.25);
+  CHECK(r.rng == c.rng);
+  CHECK(r.sampler == "sampler-state");
+  // No temporary file is left behind.
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file();
+  CHECK(files == 1);
+}
+
+TEST_CASE("checkpoint: truncated, corrupted, foreign and missing files get one clear error each") {
+  TempDir dir;
+  const fs::path path = dir.path / "checkpoint.bin";
+  save_checkpoint(path.string(), sample_checkpoint());
+  const std::string good = read_all(path);
+
+  write_all(path, good.substr(0, good.size() - 10));
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("truncated"), Error);
+
+  std::string bad = good;
+  bad[bad.size() / 2] ^= 0x5a;
+  write_all(path, bad);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("corrupted (checksum mismatch)"), Error);
+
+  write_all(path, "hello, this is not a checkpoint at all");
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("not a tapeformer checkpoint"), Error);
+
+  write_all(path, "");
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("not a tapeformer checkpoint"), Error);
+
+  bad = good;
+  bad[8] = 9;  // format version
+  write_all(path, bad);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("format version 9 is not supported"), Error);
+
+  CHECK_THROWS_WITH_AS(load_checkpoint((dir.path / "nope.bin").string()), doctest::Contains("cannot open"), Error);
+}
+
+TEST_CASE("checkpoint: overwriting keeps the old file until the new one is complete") {
+  TempDir dir;
+  const fs::path path = dir.path / "checkpoint.bin";
+  Checkpoint c = sample_checkpoint();
+  save_checkpoint(path.string(), c);
+  c.step = 43;
+  save_checkpoint(path.string(), c);
+  CHECK(load_checkpoint(path.string()).step == 43);
+  // Writing into a directory that does not exist fails cleanly and names the file.
+  CHECK_THROWS_WITH_AS(save_checkpoint((dir.path / "missing" / "c.bin").string(), c),
+                       doctest::Contains("cannot write"), Error);
+}

@@ -1,0 +1,66 @@
+#include <doctest/doctest.h>
+
+#include "core/error.h"
+#include "train/config.h"
+
+using namespace tapeformer;
+
+namespace {
+std::string error_of(const std::string& json, const std::vector<std::string>& overrides = {}) {
+  try {
+    TrainConfig::parse(json, "test.json", overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("config: the shipped recipe parses and round-trips through to_json") {
+  const TrainConfig c = TrainConfig::load(std::string(TAPEFORMER_SOURCE_DIR) + "/configs/shakespeare_char_cpu.json");
+  CHECK(c.model.n_layer == 4);
+  CHECK(c.model.n_embd == 128);
+  CHECK(c.train.batch_size == 12);
+  CHECK(c.optimizer.betas[1] == 0.99);
+  CHECK(c.schedule.min_lr == doctest::Approx(1e-4));
+  const TrainConfig again = TrainConfig::parse(c.to_json(), "roundtrip");
+  CHECK(again.to_json() == c.to_json());
+}
+
+TEST_CASE("config: overrides use dotted keys and JSON values") {
+  const TrainConfig c = TrainConfig::parse("{}", "t", {"train.max_iters=7", "optimizer.name=sgd",
+                                                       "optimizer.betas=[0.8, 0.9]", "model.bias=false"});
+  CHECK(c.train.max_iters == 7);
+  CHECK(c.optimizer.name == "sgd");
+  CHECK(c.optimizer.betas[0] == 0.8);
+  CHECK_FALSE(c.model.bias);
+}
+
+TEST_CASE("config: unknown keys, wrong types and bad values are rejected with the key named") {
+  CHECK(error_of(R"({"model": {"n_layers": 4}})") ==
+        "config test.json: unknown key 'model.n_layers' (did you mean 'model.n_layer'?)");
+  CHECK(error_of(R"({"banana": 1})") == "config test.json: unknown key 'banana'");
+  CHECK(error_of(R"({"model": {"n_layer": "four"}})") == "config: 'model.n_layer' must be an integer, got \"four\"");
+  CHECK(error_of(R"({"model": {"n_layer": 2.5}})") == "config: 'model.n_layer' must be an integer, got 2.5");
+  CHECK(error_of(R"({"optimizer": {"lr": "fast"}})") == "config: 'optimizer.lr' must be a number, got \"fast\"");
+  CHECK(error_of(R"({"model": {"bias": 1}})") == "config: 'model.bias' must be true or false, got 1");
+  CHECK(error_of(R"({"optimizer": {"betas": [0.9]}})") ==
+        "config: 'optimizer.betas' must be an array of two numbers, got [0.9]");
+  CHECK(error_of(R"({"model": {"n_embd": 130}})") ==
+        "config: 'model.n_embd' (130) must be a multiple of 'model.n_head' (4)");
+  CHECK(error_of(R"({"train": {"batch_size": 0}})") == "config: 'train.batch_size' must be > 0, got 0");
+  CHECK(error_of(R"({"data": {"tokenizer": "bpe"}})") ==
+        "config: 'data.tokenizer' must be \"char\" or \"byte\", got \"bpe\"");
+  CHECK(error_of(R"({"model": {"activation": "swish"}})") ==
+        "config: 'model.activation' must be \"gelu\" or \"relu\", got \"swish\"");
+  CHECK(error_of("{\"model\": ") .find("config test.json: invalid JSON") == 0);
+  CHECK(error_of("[1, 2]") == "config test.json: top level must be a JSON object");
+  CHECK(error_of("{}", {"train.max_iters"}) == "--set: expected key=value, got 'train.max_iters'");
+  CHECK(error_of("{}", {"train.max_iter=3"}) ==
+        "config test.json: unknown key 'train.max_iter' (did you mean 'train.max_iters'?)");
+  CHECK(error_of(R"({"_comment": "ignored", "model": {"_note": 1}})").empty());
+}
+
+TEST_CASE("config: a missing file is named") {
+  CHECK_THROWS_WITH_AS(TrainConfig::load("/nonexistent/x.json"), "config: cannot open '/nonexistent/x.json'", Error);
+}

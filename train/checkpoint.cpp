@@ -1,0 +1,150 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cereal/archives/binary.hpp>
+#include <cereal/types/array.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/utility.hpp>
+#include <cereal/types/vector.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tapeformer {
+namespace {
+
+constexpr char kMagic[8] = {'T', 'F', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8;
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// Tensors travel as (name, dims, values): the one serialisation pattern for
+// tensor maps (model state, optimizer state).
+struct TensorRecord {
+  std::string name;
+  std::vector<int64_t> dims;
+  std::vector<float> values;
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(name, dims, values);
+  }
+};
+
+std::vector<TensorRecord> to_records(const NamedTensors& tensors) {
+  std::vector<TensorRecord> out;
+  for (const auto& [name, t] : tensors) out.push_back({name, t.shape().to_vector(), t.to_vector()});
+  return out;
+}
+
+NamedTensors from_records(const std::vector<TensorRecord>& records, const std::string& path) {
+  NamedTensors out;
+  for (const auto& r : records) {
+    Shape s(r.dims);
+    TAPEFORMER_CHECK(s.numel() == static_cast<int64_t>(r.values.size()), "checkpoint '", path,
+                     "': tensor '", r.name, "' has ", r.values.size(), " values for shape ", s);
+    out.emplace_back(r.name, Tensor::from(s, r.values));
+  }
+  return out;
+}
+
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <class T>
+T get(const std::string& in, size_t at) {
+  T v;
+  std::memcpy(&v, in.data() + at, sizeof v);
+  return v;
+}
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return;  // best effort for directories on odd filesystems
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    TAPEFORMER_CHECK(out.good(), "cannot write '", tmp, "': ", std::strerror(errno));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    TAPEFORMER_CHECK(out.good(), "writing '", tmp, "' failed: ", std::strerror(errno));
+  }
+  fsync_path(tmp, O_RDONLY);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    fail("cannot rename '", tmp, "' to '", path, "': ", why);
+  }
+  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  std::ostringstream payload_stream;
+  {
+    cereal::BinaryOutputArchive ar(payload_stream);
+    Rng rng = c.rng;
+    ar(c.config_json, c.tokenizer, to_records(c.model), to_records(c.optimizer), c.optimizer_step, c.step,
+       c.train_seconds, rng, c.sampler);
+  }
+  const std::string payload = payload_stream.str();
+  std::string file(kMagic, sizeof kMagic);
+  put<uint32_t>(file, kCheckpointVersion);
+  put<uint64_t>(file, payload.size());
+  put<uint64_t>(file, fnv1a64(payload));
+  file += payload;
+  write_file_atomic(path, file);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TAPEFORMER_CHECK(in.good(), "checkpoint '", path, "': cannot open (", std::strerror(errno), ")");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string file = buf.str();
+  TAPEFORMER_CHECK(file.size() >= kHeaderBytes && std::memcmp(file.data(), kMagic, sizeof kMagic) == 0,
+                   "checkpoint '", path, "': not a tapeformer checkpoint (bad header)");
+  const uint32_t version = get<uint32_t>(file, 8);
+  TAPEFORMER_CHECK(version == kCheckpointVersion, "checkpoint '", path, "': format version ", version,
+                   " is not supported (this build reads version ", kCheckpointVersion, ")");
+  const uint64_t length = get<uint64_t>(file, 12), checksum = get<uint64_t>(file, 20);
+  TAPEFORMER_CHECK(file.size() - kHeaderBytes == length, "checkpoint '", path, "': truncated (",
+                   file.size() - kHeaderBytes, " of ", length, " payload bytes)");
+  const std::string payload = file.substr(kHeaderBytes);
+  TAPEFORMER_CHECK(fnv1a64(payload) == checksum, "checkpoint '", path, "': corrupted (checksum mismatch)");
+
+  Checkpoint c;
+  std::vector<TensorRecord> model, optimizer;
+  try {
+    std::istringstream payload_stream(payload);
+    cereal::BinaryInputArchive ar(payload_stream);
+    ar(c.config_json, c.tokenizer, model, optimizer, c.optimizer_step, c.step, c.train_seconds, c.rng,
+       c.sampler);
+  } catch (const std::exception& e) {
+    fail("checkpoint '", path, "': cannot decode payload (", e.what(), ")");
+  }
+  c.model = from_records(model, path);
+  c.optimizer = from_records(optimizer, path);
+  return c;
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,42 @@
+// Checkpoints: everything needed to resume a run identically, or to sample.
+//
+//   save_checkpoint(out_dir + "/checkpoint.bin", ckpt);   // atomic
+//   Checkpoint c = load_checkpoint(path);                  // validated
+//
+// File layout: magic "TFCKPT01", format version (u32), payload length (u64),
+// FNV-1a 64 checksum of the payload (u64), then the payload as a cereal
+// binary archive. A truncated or corrupted file is rejected by the length and
+// checksum checks with an Error naming the path before anything is parsed.
+// Writes go to a temporary file in the same directory, are fsync'ed, renamed
+// over the target and the directory is fsync'ed: a crash leaves either the old
+// checkpoint or the new one, never half of one.
+#pragma once
+
+#include <string>
+
+#include "core/rng.h"
+#include "layers/module.h"
+
+namespace tapeformer {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+struct Checkpoint {
+  std::string config_json;     // TrainConfig::to_json() of the run
+  std::string tokenizer;       // the tokenizer, serialised (data/tokenizer.h)
+  NamedTensors model;          // Module::state()
+  NamedTensors optimizer;      // Optimizer::state_tensors()
+  int64_t optimizer_step = 0;  // Optimizer::step_count()
+  int64_t step = 0;            // completed training steps
+  double train_seconds = 0;    // training-loop wall time so far (eval excluded)
+  Rng rng;                     // dropout generator
+  std::string sampler;         // the train batch sampler's state, serialised
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
+Checkpoint load_checkpoint(const std::string& path);
+
+// Writes bytes to path atomically (temp file + fsync + rename + dir fsync).
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace tapeformer

@@ -1,0 +1,244 @@
+#include "train/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tapeformer {
+namespace {
+
+using json = nlohmann::json;
+
+// Every config field, once: (dotted key, member). Parsing, overrides, the
+// unknown-key check and serialisation all walk this list.
+template <class Cfg, class Visitor>
+void visit_fields(Cfg& c, Visitor&& v) {
+  v("model.n_layer", c.model.n_layer);
+  v("model.n_head", c.model.n_head);
+  v("model.n_embd", c.model.n_embd);
+  v("model.block_size", c.model.block_size);
+  v("model.dropout", c.model.dropout);
+  v("model.bias", c.model.bias);
+  v("model.tie_weights", c.model.tie_weights);
+  v("model.activation", c.model.activation);
+  v("data.path", c.data.path);
+  v("data.tokenizer", c.data.tokenizer);
+  v("data.val_fraction", c.data.val_fraction);
+  v("train.batch_size", c.train.batch_size);
+  v("train.grad_accum", c.train.grad_accum);
+  v("train.max_iters", c.train.max_iters);
+  v("train.seed", c.train.seed);
+  v("train.threads", c.train.threads);
+  v("optimizer.name", c.optimizer.name);
+  v("optimizer.lr", c.optimizer.lr);
+  v("optimizer.betas", c.optimizer.betas);
+  v("optimizer.eps", c.optimizer.eps);
+  v("optimizer.weight_decay", c.optimizer.weight_decay);
+  v("optimizer.momentum", c.optimizer.momentum);
+  v("optimizer.nesterov", c.optimizer.nesterov);
+  v("optimizer.grad_clip", c.optimizer.grad_clip);
+  v("schedule.name", c.schedule.name);
+  v("schedule.warmup_iters", c.schedule.warmup_iters);
+  v("schedule.decay_iters", c.schedule.decay_iters);
+  v("schedule.min_lr", c.schedule.min_lr);
+  v("eval.interval", c.eval.interval);
+  v("eval.iters", c.eval.iters);
+  v("eval.final_iters", c.eval.final_iters);
+  v("checkpoint.interval", c.checkpoint.interval);
+  v("log.interval", c.log.interval);
+}
+
+// ---- JSON <-> field conversions, with the key named in every error ----
+[[noreturn]] void type_error(const std::string& key, const char* want, const json& j) {
+  fail("config: '", key, "' must be ", want, ", got ", j.dump());
+}
+void read(const std::string& key, const json& j, int64_t& out) {
+  if (!j.is_number_integer()) type_error(key, "an integer", j);
+  out = j.get<int64_t>();
+}
+void read(const std::string& key, const json& j, double& out) {
+  if (!j.is_number()) type_error(key, "a number", j);
+  out = j.get<double>();
+}
+void read(const std::string& key, const json& j, float& out) {
+  double d;
+  read(key, j, d);
+  out = static_cast<float>(d);
+}
+void read(const std::string& key, const json& j, bool& out) {
+  if (!j.is_boolean()) type_error(key, "true or false", j);
+  out = j.get<bool>();
+}
+void read(const std::string& key, const json& j, std::string& out) {
+  if (!j.is_string()) type_error(key, "a string", j);
+  out = j.get<std::string>();
+}
+void read(const std::string& key, const json& j, std::array<double, 2>& out) {
+  if (!j.is_array() || j.size() != 2 || !j[0].is_number() || !j[1].is_number())
+    type_error(key, "an array of two numbers", j);
+  out = {j[0].get<double>(), j[1].get<double>()};
+}
+void read(const std::string& key, const json& j, Activation& out) {
+  std::string s;
+  read(key, j, s);
+  if (s == "gelu") out = Activation::Gelu;
+  else if (s == "relu") out = Activation::Relu;
+  else fail("config: '", key, "' must be \"gelu\" or \"relu\", got \"", s, "\"");
+}
+template <class T>
+json write(const T& v) { return json(v); }
+json write(const Activation& a) { return a == Activation::Gelu ? "gelu" : "relu"; }
+
+// Flattens nested objects into dotted keys; arrays and scalars are leaves.
+void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out,
+             const std::string& origin) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.key().empty() && it.key()[0] == '_') continue;  // comment
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) flatten(*it, key, out, origin);
+    else out[key] = *it;
+  }
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::vector<std::string> known_keys() {
+  std::vector<std::string> keys;
+  TrainConfig c;
+  visit_fields(c, [&](const std::string& k, auto&) { keys.push_back(k); });
+  return keys;
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& origin) {
+  std::string best;
+  size_t best_d = 4;  // suggest only close matches
+  for (const std::string& k : known_keys()) {
+    const size_t d = edit_distance(key, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  fail("config ", origin, ": unknown key '", key, "'",
+       best.empty() ? std::string() : " (did you mean '" + best + "'?)");
+}
+
+json parse_override_value(const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception&) {
+    return json(text);  // bare words are strings: --set optimizer.name=sgd
+  }
+}
+
+}  // namespace
+
+TrainConfig TrainConfig::parse(const std::string& text, const std::string& origin,
+                               const std::vector<std::string>& overrides) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail("config ", origin, ": invalid JSON: ", e.what());
+  }
+  TAPEFORMER_CHECK(root.is_object(), "config ", origin, ": top level must be a JSON object");
+  std::map<std::string, json> flat;
+  flatten(root, "", flat, origin);
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    TAPEFORMER_CHECK(eq != std::string::npos && eq > 0, "--set: expected key=value, got '", o, "'");
+    flat[o.substr(0, eq)] = parse_override_value(o.substr(eq + 1));
+  }
+  TrainConfig cfg;
+  visit_fields(cfg, [&](const std::string& key, auto& field) {
+    auto it = flat.find(key);
+    if (it == flat.end()) return;
+    read(key, it->second, field);
+    flat.erase(it);
+  });
+  if (!flat.empty()) unknown_key(flat.begin()->first, origin);
+  cfg.validate();
+  return cfg;
+}
+
+TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  TAPEFORMER_CHECK(in.good(), "config: cannot open '", path, "'");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return parse(buf.str(), "'" + path + "'", overrides);
+}
+
+std::string TrainConfig::to_json() const {
+  json root = json::object();
+  TrainConfig copy = *this;
+  visit_fields(copy, [&](const std::string& key, auto& field) {
+    root[json::json_pointer("/" + std::string(key).replace(key.find('.'), 1, "/"))] = write(field);
+  });
+  return root.dump(2);
+}
+
+void TrainConfig::validate() const {
+  const auto positive = [](const char* key, int64_t v) {
+    TAPEFORMER_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);
+  };
+  positive("model.n_layer", model.n_layer);
+  positive("model.n_head", model.n_head);
+  positive("model.n_embd", model.n_embd);
+  positive("model.block_size", model.block_size);
+  TAPEFORMER_CHECK(model.n_embd % model.n_head == 0, "config: 'model.n_embd' (", model.n_embd,
+                   ") must be a multiple of 'model.n_head' (", model.n_head, ")");
+  TAPEFORMER_CHECK(model.dropout >= 0 && model.dropout < 1, "config: 'model.dropout' must be in [0, 1), got ",
+                   model.dropout);
+  TAPEFORMER_CHECK(data.tokenizer == "char" || data.tokenizer == "byte",
+                   "config: 'data.tokenizer' must be \"char\" or \"byte\", got \"", data.tokenizer, "\"");
+  TAPEFORMER_CHECK(data.val_fraction > 0 && data.val_fraction < 1,
+                   "config: 'data.val_fraction' must be in (0, 1), got ", data.val_fraction);
+  positive("train.batch_size", train.batch_size);
+  positive("train.grad_accum", train.grad_accum);
+  positive("train.max_iters", train.max_iters);
+  TAPEFORMER_CHECK(train.seed >= 0, "config: 'train.seed' must be >= 0, got ", train.seed);
+  TAPEFORMER_CHECK(train.threads >= 0 && train.threads <= 1024, "config: 'train.threads' must be in [0, 1024], got ",
+                   train.threads);
+  TAPEFORMER_CHECK(optimizer.name == "adamw" || optimizer.name == "adam" || optimizer.name == "sgd",
+                   "config: 'optimizer.name' must be \"adamw\", \"adam\" or \"sgd\", got \"", optimizer.name, "\"");
+  TAPEFORMER_CHECK(optimizer.lr > 0, "config: 'optimizer.lr' must be > 0, got ", optimizer.lr);
+  for (double b : optimizer.betas)
+    TAPEFORMER_CHECK(b >= 0 && b < 1, "config: 'optimizer.betas' must be in [0, 1), got ", b);
+  TAPEFORMER_CHECK(optimizer.eps > 0, "config: 'optimizer.eps' must be > 0, got ", optimizer.eps);
+  TAPEFORMER_CHECK(optimizer.weight_decay >= 0, "config: 'optimizer.weight_decay' must be >= 0, got ",
+                   optimizer.weight_decay);
+  TAPEFORMER_CHECK(optimizer.momentum >= 0, "config: 'optimizer.momentum' must be >= 0, got ", optimizer.momentum);
+  TAPEFORMER_CHECK(optimizer.grad_clip >= 0, "config: 'optimizer.grad_clip' must be >= 0 (0 = off), got ",
+                   optimizer.grad_clip);
+  TAPEFORMER_CHECK(schedule.name == "constant" || schedule.name == "linear" || schedule.name == "cosine",
+                   "config: 'schedule.name' must be \"constant\", \"linear\" or \"cosine\", got \"",
+                   schedule.name, "\"");
+  TAPEFORMER_CHECK(schedule.warmup_iters >= 0, "config: 'schedule.warmup_iters' must be >= 0, got ",
+                   schedule.warmup_iters);
+  TAPEFORMER_CHECK(schedule.decay_iters >= schedule.warmup_iters, "config: 'schedule.decay_iters' (",
+                   schedule.decay_iters, ") must be >= 'schedule.warmup_iters' (", schedule.warmup_iters, ")");
+  TAPEFORMER_CHECK(schedule.min_lr >= 0 && schedule.min_lr <= optimizer.lr, "config: 'schedule.min_lr' (",
+                   schedule.min_lr, ") must be in [0, optimizer.lr = ", optimizer.lr, "]");
+  positive("eval.interval", eval.interval);
+  positive("eval.iters", eval.iters);
+  positive("eval.final_iters", eval.final_iters);
+  positive("checkpoint.interval", checkpoint.interval);
+  positive("log.interval", log.interval);
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,89 @@
+// TrainConfig: everything a training run needs, read from a JSON file.
+//
+//   TrainConfig cfg = TrainConfig::load("configs/shakespeare_char_cpu.json",
+//                                       {"train.max_iters=200", "model.dropout=0.1"});
+//
+// Parsing is strict: an unknown key ("model.n_layers"), a value of the wrong
+// type ("model.n_layer": "four") or an out-of-range value is rejected with an
+// Error naming the dotted key (and, for a misspelt key, the closest known one).
+// Keys starting with '_' are comments. `--set key=value` overrides use the same
+// dotted keys; the value is read as JSON when it parses (3, 0.1, true, [0.9, 0.99])
+// and as a string otherwise.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "layers/transformer.h"
+
+namespace tapeformer {
+
+struct DataConfig {
+  std::string path;               // empty: must come from --data
+  std::string tokenizer = "char"; // "char" | "byte"
+  double val_fraction = 0.1;      // last fraction of the tokens is validation
+};
+
+struct LoopConfig {
+  int64_t batch_size = 12;
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  int64_t max_iters = 2000;
+  int64_t seed = 1337;
+  int64_t threads = 0;  // 0 = all hardware threads
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";  // "adamw" | "adam" | "sgd"
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.99};
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double momentum = 0.9;  // sgd only
+  bool nesterov = false;  // sgd only
+  double grad_clip = 1.0;  // 0 = no clipping
+};
+
+struct ScheduleConfig {
+  std::string name = "cosine";  // "constant" | "linear" | "cosine"
+  int64_t warmup_iters = 100;
+  int64_t decay_iters = 2000;
+  double min_lr = 1e-4;
+};
+
+struct EvalConfig {
+  int64_t interval = 250;     // evaluate every N steps (and at the end)
+  int64_t iters = 20;         // val batches per periodic evaluation
+  int64_t final_iters = 200;  // val batches for the final evaluation
+};
+
+struct CheckpointConfig {
+  int64_t interval = 250;  // write OUT/checkpoint.bin every N steps (and at the end)
+};
+
+struct LogConfig {
+  int64_t interval = 10;  // metrics line every N steps
+};
+
+struct TrainConfig {
+  ModelConfig model;  // model.vocab_size comes from the tokenizer, not the file
+  DataConfig data;
+  LoopConfig train;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+
+  // Reads and validates a config file, applying `key=value` overrides.
+  static TrainConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
+  // Parses JSON text; `origin` names the source in errors.
+  static TrainConfig parse(const std::string& json_text, const std::string& origin,
+                           const std::vector<std::string>& overrides = {});
+  // Pretty JSON with every key (round-trips through parse).
+  std::string to_json() const;
+  // Throws Error naming the first invalid key.
+  void validate() const;
+};
+
+}  // namespace tapeformer

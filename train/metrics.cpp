@@ -1,0 +1,81 @@
+#include "train/metrics.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tapeformer {
+
+std::string MetricsRecord::to_json() const {
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["lr"] = lr;
+  j["train_loss"] = train_loss;
+  if (val_loss) j["val_loss"] = *val_loss;
+  j["grad_norm"] = grad_norm;
+  j["tokens_per_s"] = tokens_per_s;
+  j["elapsed_s"] = elapsed_s;
+  return j.dump();
+}
+
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
+  TAPEFORMER_CHECK(file_ != nullptr, "cannot open metrics file '", path, "': ", std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const MetricsRecord& r) {
+  const std::string line = r.to_json() + "\n";
+  TAPEFORMER_CHECK(std::fputs(line.c_str(), file_) >= 0 && std::fflush(file_) == 0,
+                   "writing metrics file '", path_, "' failed: ", std::strerror(errno));
+}
+
+namespace {
+std::string duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t % 3600 / 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", t);
+  return buf;
+}
+}  // namespace
+
+Progress::Progress(int64_t total) : total_(total), tty_(::isatty(STDERR_FILENO) == 1) {}
+
+void Progress::update(int64_t step, double loss, double tokens_per_s, double seconds_per_step) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | %.0f tok/s | ETA %s",
+                static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_s,
+                duration(seconds_per_step * static_cast<double>(total_ - step)).c_str());
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", buf);
+    line_open_ = true;
+  } else {
+    std::fprintf(stderr, "%s\n", buf);
+  }
+  std::fflush(stderr);
+}
+
+void Progress::note(const std::string& line) {
+  if (line_open_) std::fprintf(stderr, "\r\033[K");
+  std::fprintf(stderr, "%s\n", line.c_str());
+  line_open_ = false;
+  std::fflush(stderr);
+}
+
+void Progress::finish() {
+  if (line_open_) std::fprintf(stderr, "\n");
+  line_open_ = false;
+}
+
+}  // namespace tapeformer

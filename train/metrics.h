@@ -1,0 +1,57 @@
+// Metrics as JSON lines, and the one-line live progress display.
+//
+//   MetricsLog log(out_dir + "/metrics.jsonl", /*append=*/resuming);
+//   log.write({.step = 10, .lr = 1e-3, ...});
+//   Progress progress(total_steps);          // tty: one updating line; else plain lines
+//   progress.update(step, loss, tokens_per_s);
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+namespace tapeformer {
+
+struct MetricsRecord {
+  int64_t step = 0;
+  double lr = 0;
+  double train_loss = 0;
+  std::optional<double> val_loss;  // on evaluation steps only
+  double grad_norm = 0;
+  double tokens_per_s = 0;  // training tokens per second of training-loop time
+  double elapsed_s = 0;     // training-loop time so far (evaluation excluded)
+  std::string to_json() const;
+};
+
+// Appends one JSON object per line; each line is flushed as it is written.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, bool append);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const MetricsRecord& r);
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+// Progress on stderr: on a terminal, one line rewritten in place (step/total,
+// loss, tokens/s, ETA); otherwise a plain log line per update.
+class Progress {
+ public:
+  explicit Progress(int64_t total_steps);
+  void update(int64_t step, double loss, double tokens_per_s, double seconds_per_step);
+  // A message on its own line (evaluation results, checkpoint notes).
+  void note(const std::string& line);
+  void finish();
+
+ private:
+  int64_t total_;
+  bool tty_;
+  bool line_open_ = false;
+};
+
+}  // namespace tapeformer

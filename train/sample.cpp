@@ -1,0 +1,70 @@
+#include "train/sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tapeformer {
+
+void SampleOptions::validate() const {
+  TAPEFORMER_CHECK(tokens >= 0, "sample: tokens must be >= 0, got ", tokens);
+  TAPEFORMER_CHECK(temperature >= 0 && std::isfinite(temperature), "sample: temperature must be >= 0, got ",
+                   temperature);
+  TAPEFORMER_CHECK(top_k >= 0, "sample: top-k must be >= 0, got ", top_k);
+  TAPEFORMER_CHECK(top_p > 0 && top_p <= 1, "sample: top-p must be in (0, 1], got ", top_p);
+}
+
+int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng) {
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  // Most likely first; ties keep the lower id, so results do not depend on the sort.
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (opt.temperature == 0.0f) return order[0];
+  int64_t keep = opt.top_k > 0 ? std::min(opt.top_k, V) : V;
+  std::vector<double> p(keep);
+  const double m = logits[order[0]];
+  double z = 0;
+  for (int64_t i = 0; i < keep; ++i) z += p[i] = std::exp((logits[order[i]] - m) / opt.temperature);
+  if (opt.top_p < 1.0f) {
+    double cum = 0;
+    int64_t n = 0;
+    while (n < keep && cum < opt.top_p * z) cum += p[n++];
+    keep = std::max<int64_t>(n, 1);
+    z = std::accumulate(p.begin(), p.begin() + keep, 0.0);
+  }
+  double u = static_cast<double>(rng.uniform()) * z;
+  for (int64_t i = 0; i < keep; ++i) {
+    if (u < p[i]) return order[i];
+    u -= p[i];
+  }
+  return order[keep - 1];  // u landed on the rounding slack at the end
+}
+
+std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& prompt,
+                              const SampleOptions& opt, Rng& rng,
+                              const std::function<void(int32_t)>& on_token) {
+  opt.validate();
+  TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one token)");
+  const int64_t V = model.config().vocab_size, block = model.config().block_size;
+  for (int32_t id : prompt)
+    TAPEFORMER_CHECK(id >= 0 && id < V, "sample: prompt token ", id, " is outside the vocabulary of ", V);
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  std::vector<int32_t> seq = prompt;
+  Rng unused(0);  // dropout is off in eval mode
+  for (int64_t n = 0; n < opt.tokens; ++n) {
+    const int64_t T = std::min<int64_t>(block, static_cast<int64_t>(seq.size()));
+    IndexTensor ids({1, T}, std::vector<int32_t>(seq.end() - T, seq.end()));
+    const Tensor logits = model.forward(ids, unused).value();  // (1, T, V)
+    const int32_t next = sample_token(logits.data() + (T - 1) * V, V, opt, rng);
+    seq.push_back(next);
+    if (on_token) on_token(next);
+  }
+  model.train(was_training);
+  return seq;
+}
+
+}  // namespace tapeformer
