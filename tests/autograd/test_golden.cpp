@@ -1,0 +1,502 @@
+// Golden tests: forward values and gradients of the core ops checked against
+// PyTorch. The fixtures tests/fixtures/golden_<case>.txt are produced by
+// tests/fixtures/make_golden.py (run by hand with Debian's python3-torch); each
+// holds the inputs, a fixed upstream gradient R, the reference output `out`
+// and, for every float input NAME, the reference gradient `grad_NAME` of
+// L = sum(out * R). References are computed in float64 and stored as float32.
+//
+// Fixture format (line based; '#' lines and blank lines are ignored):
+//   tensor NAME d0 d1 ...    float tensor [d0, d1, ...] (no dims: rank 0); the
+//   v0 v1 ...                next line holds its numel values, row-major
+//   index NAME d0 d1 ...     int32 tensor; the next line holds its numel integers
+//   scalar NAME value        one number (eps, ignore_index, a scalar R)
+//
+// Every case runs three times: with contiguous inputs, with every rank >= 2
+// float input (and R) as a transposed view (storage holds the last two dims
+// swapped), and with every float input (and R) as a slice of a wider,
+// NaN-padded buffer. Values and gradients must match elementwise within
+// |a - b| <= 1e-5 * max(1, |b|).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/error.h"
+
+using namespace tapeformer;
+
+namespace {
+
+constexpr double kRelTol = 1e-5;  // |a - b| <= kRelTol * max(1, |b|)
+
+// ---- loader -----------------------------------------------------------------
+
+class GoldenError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Golden {
+  std::string path;
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, IndexTensor> indices;
+  std::map<std::string, double> scalars;
+
+  bool has_tensor(const std::string& name) const { return tensors.count(name) != 0; }
+  const Tensor& tensor(const std::string& name) const {
+    auto it = tensors.find(name);
+    if (it == tensors.end())
+      throw GoldenError("golden fixture '" + path + "': no tensor named '" + name + "'");
+    return it->second;
+  }
+  const IndexTensor& index(const std::string& name) const {
+    auto it = indices.find(name);
+    if (it == indices.end())
+      throw GoldenError("golden fixture '" + path + "': no index tensor named '" + name + "'");
+    return it->second;
+  }
+  double scalar(const std::string& name) const {
+    auto it = scalars.find(name);
+    if (it == scalars.end())
+      throw GoldenError("golden fixture '" + path + "': no scalar named '" + name + "'");
+    return it->second;
+  }
+};
+
+std::vector<std::string> split_ws(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string tok; in >> tok;) out.push_back(tok);
+  return out;
+}
+
+// Parses a whole token as a number; false on trailing garbage or overflow.
+bool parse_float(const std::string& tok, float* out) {
+  errno = 0;
+  char* end = nullptr;
+  *out = std::strtof(tok.c_str(), &end);
+  return end == tok.c_str() + tok.size() && !tok.empty() && errno == 0;
+}
+bool parse_double(const std::string& tok, double* out) {
+  errno = 0;
+  char* end = nullptr;
+  *out = std::strtod(tok.c_str(), &end);
+  return end == tok.c_str() + tok.size() && !tok.empty() && errno == 0;
+}
+bool parse_int(const std::string& tok, long long* out) {
+  errno = 0;
+  char* end = nullptr;
+  *out = std::strtoll(tok.c_str(), &end, 10);
+  return end == tok.c_str() + tok.size() && !tok.empty() && errno == 0;
+}
+
+Golden load_golden_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw GoldenError("golden fixture '" + path +
+                      "' is missing or unreadable (regenerate with /usr/bin/python3 "
+                      "tests/fixtures/make_golden.py)");
+  Golden g;
+  g.path = path;
+  int lineno = 0;
+  auto fail = [&](const std::string& what) -> GoldenError {
+    return GoldenError("golden fixture '" + path + "' line " + std::to_string(lineno) +
+                       ": malformed: " + what);
+  };
+  auto next_line = [&](std::string* line) {
+    while (std::getline(in, *line)) {
+      ++lineno;
+      if (!line->empty() && line->back() == '\r') line->pop_back();
+      const auto first = line->find_first_not_of(" \t");
+      if (first == std::string::npos || (*line)[first] == '#') continue;
+      return true;
+    }
+    return false;
+  };
+  std::string line;
+  while (next_line(&line)) {
+    const std::vector<std::string> head = split_ws(line);
+    const std::string& kind = head[0];
+    if (head.size() < 2) throw fail("expected '" + kind + " NAME ...', got '" + line + "'");
+    const std::string& name = head[1];
+    if (g.tensors.count(name) || g.indices.count(name) || g.scalars.count(name))
+      throw fail("duplicate name '" + name + "'");
+    if (kind == "scalar") {
+      double v = 0;
+      if (head.size() != 3 || !parse_double(head[2], &v))
+        throw fail("expected 'scalar NAME value', got '" + line + "'");
+      g.scalars[name] = v;
+      continue;
+    }
+    if (kind != "tensor" && kind != "index")
+      throw fail("unknown entry kind '" + kind + "' (expected tensor, index or scalar)");
+    std::vector<int64_t> dims;
+    for (size_t i = 2; i < head.size(); ++i) {
+      long long d = 0;
+      if (!parse_int(head[i], &d) || d < 0)
+        throw fail("bad dim '" + head[i] + "' for '" + name + "'");
+      dims.push_back(d);
+    }
+    if (static_cast<int>(dims.size()) > kMaxRank) throw fail("rank too high for '" + name + "'");
+    const Shape shape(dims);
+    const int header_line = lineno;
+    if (!next_line(&line))
+      throw fail("'" + name + "' (declared on line " + std::to_string(header_line) +
+                 ") has no value line");
+    const std::vector<std::string> toks = split_ws(line);
+    if (static_cast<int64_t>(toks.size()) != shape.numel())
+      throw fail("'" + name + "' of shape " + shape.str() + " needs " +
+                 std::to_string(shape.numel()) + " values, found " + std::to_string(toks.size()));
+    if (kind == "tensor") {
+      std::vector<Scalar> values(toks.size());
+      for (size_t i = 0; i < toks.size(); ++i)
+        if (!parse_float(toks[i], &values[i]))
+          throw fail("bad value '" + toks[i] + "' at position " + std::to_string(i) + " of '" +
+                     name + "'");
+      g.tensors[name] = Tensor::from(shape, values);
+    } else {
+      std::vector<int32_t> values(toks.size());
+      for (size_t i = 0; i < toks.size(); ++i) {
+        long long v = 0;
+        if (!parse_int(toks[i], &v) || v < std::numeric_limits<int32_t>::min() ||
+            v > std::numeric_limits<int32_t>::max())
+          throw fail("bad integer '" + toks[i] + "' at position " + std::to_string(i) + " of '" +
+                     name + "'");
+        values[i] = static_cast<int32_t>(v);
+      }
+      g.indices[name] = IndexTensor(shape, values);
+    }
+  }
+  return g;
+}
+
+std::string fixture_path(const std::string& case_name) {
+  return std::string(TAPEFORMER_FIXTURE_DIR) + "/golden_" + case_name + ".txt";
+}
+
+// ---- comparison ---------------------------------------------------------------
+
+std::string index_string(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.rank());
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    idx[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < idx.size(); ++i) out << (i ? ", " : "") << idx[i];
+  out << "]";
+  return out.str();
+}
+
+// Empty when actual matches expected within tolerance; otherwise a message
+// naming `what`, the number of bad elements and the worst one with its index.
+std::optional<std::string> compare(const Tensor& actual, const Tensor& expected,
+                                   const std::string& what) {
+  std::ostringstream msg;
+  msg.precision(9);
+  if (!actual.defined()) return what + ": result is undefined";
+  if (actual.shape() != expected.shape()) {
+    msg << what << ": shape " << actual.shape() << " but expected " << expected.shape();
+    return msg.str();
+  }
+  const std::vector<Scalar> a = actual.to_vector(), b = expected.to_vector();
+  int64_t bad = 0, worst = -1;
+  double worst_ratio = -1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i], y = b[i];
+    const double bound = kRelTol * std::max(1.0, std::abs(y));
+    const double err = std::abs(x - y);
+    const double ratio = std::isnan(err) ? std::numeric_limits<double>::infinity() : err / bound;
+    if (!(err <= bound)) ++bad;  // NaN counts as bad
+    if (ratio > worst_ratio) worst_ratio = ratio, worst = static_cast<int64_t>(i);
+  }
+  if (bad == 0) return std::nullopt;
+  msg << what << ": " << bad << " of " << a.size()
+      << " elements differ beyond |a - b| <= " << kRelTol << " * max(1, |b|); worst at "
+      << index_string(worst, expected.shape()) << ": got " << a[worst] << ", expected "
+      << b[worst] << " (|a - b| = " << std::abs(static_cast<double>(a[worst]) - b[worst])
+      << ", " << worst_ratio << "x the bound)";
+  return msg.str();
+}
+
+void check_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  if (auto failure = compare(actual, expected, what)) FAIL_CHECK(*failure);
+}
+
+// ---- layouts --------------------------------------------------------------------
+
+enum class Layout { Contiguous, Transposed, Sliced };
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::Contiguous: return "contiguous";
+    case Layout::Transposed: return "transposed views";
+    case Layout::Sliced: return "sliced views";
+  }
+  return "?";
+}
+
+// The same logical values as t, stored per `layout`.
+Tensor with_layout(const Tensor& t, Layout layout) {
+  if (layout == Layout::Transposed && t.rank() >= 2) {
+    Tensor v = t.transpose(-1, -2).contiguous().transpose(-1, -2);
+    REQUIRE_FALSE(v.is_contiguous());
+    return v;
+  }
+  if (layout == Layout::Sliced && t.rank() >= 1) {
+    Shape wide = t.shape();
+    wide[-1] += 3;
+    // NaN padding: a kernel that reads outside the view poisons its result.
+    Tensor v = Tensor::full(wide, std::numeric_limits<Scalar>::quiet_NaN()).slice(-1, 1, 1 + t.dim(-1));
+    v.copy_from(t);
+    if (t.rank() >= 2 && t.dim(-2) > 1) REQUIRE_FALSE(v.is_contiguous());
+    return v;
+  }
+  return t;
+}
+
+// ---- the runner -------------------------------------------------------------------
+
+using Vars = std::map<std::string, Var>;
+using Build = std::function<Var(const Golden&, const Vars&)>;
+
+Golden load_or_fail(const std::string& case_name) {
+  try {
+    return load_golden_file(fixture_path(case_name));
+  } catch (const GoldenError& e) {
+    FAIL(e.what());
+  }
+  return {};
+}
+
+// Loads golden_<case_name>.txt, builds each float input in `inputs` as a Var
+// with requires_grad, runs `build`, seeds backward with R and compares `out`
+// and every `grad_<input>` with the fixture, once per layout.
+void run_golden(const std::string& case_name, const std::vector<std::string>& inputs,
+                const Build& build) {
+  const Golden g = load_or_fail(case_name);
+  for (Layout layout : {Layout::Contiguous, Layout::Transposed, Layout::Sliced}) {
+    const std::string where = g.path + " (" + layout_name(layout) + ")";
+    INFO(where);
+    try {
+      TapeScope scope;  // a fresh tape, so a failed run leaves nothing behind
+      Vars vars;
+      for (const std::string& name : inputs)
+        vars[name] = Var(with_layout(g.tensor(name), layout), /*requires_grad=*/true, name);
+      const Var out = build(g, vars);
+      check_close(out.value(), g.tensor("out"), where + ": out");
+      const Tensor seed = g.has_tensor("R") ? with_layout(g.tensor("R"), layout)
+                                            : Tensor::scalar(static_cast<Scalar>(g.scalar("R")));
+      backward(out, seed);
+      for (const std::string& name : inputs) {
+        const Var& v = vars.at(name);
+        if (!v.has_grad()) {
+          FAIL_CHECK(where << ": input '" << name << "' received no gradient");
+          continue;
+        }
+        check_close(v.grad(), g.tensor("grad_" + name), where + ": grad_" + name);
+      }
+    } catch (const GoldenError& e) {
+      FAIL_CHECK(e.what());
+    } catch (const Error& e) {
+      FAIL_CHECK(where << ": tapeformer::Error: " << e.what());
+    }
+  }
+}
+
+Var in(const Vars& v, const char* name) { return v.at(name); }
+
+}  // namespace
+
+// ---- matmul -----------------------------------------------------------------------
+
+TEST_CASE("golden: matmul 2-D [3,4] x [4,5]") {
+  run_golden("matmul_2d", {"a", "b"},
+             [](const Golden&, const Vars& v) { return matmul(in(v, "a"), in(v, "b")); });
+}
+
+TEST_CASE("golden: matmul 2-D with rhs a transposed view of a stored [5,4] tensor") {
+  const Golden g = load_or_fail("matmul_2d");
+  TapeScope scope;
+  const Tensor stored = g.tensor("b").transpose(0, 1).contiguous();  // [5, 4] in memory
+  REQUIRE(stored.shape() == Shape{5, 4});
+  Var a(g.tensor("a"), true, "a");
+  Var b(stored.transpose(0, 1), true, "b");  // [4, 5] view, strides {1, 4}
+  REQUIRE_FALSE(b.value().is_contiguous());
+  REQUIRE(b.value().shares_storage(stored));
+  const Var out = matmul(a, b);
+  check_close(out.value(), g.tensor("out"), g.path + " (rhs transposed view): out");
+  backward(out, g.tensor("R"));
+  REQUIRE(a.has_grad());
+  REQUIRE(b.has_grad());
+  check_close(a.grad(), g.tensor("grad_a"), g.path + " (rhs transposed view): grad_a");
+  check_close(b.grad(), g.tensor("grad_b"), g.path + " (rhs transposed view): grad_b");
+}
+
+TEST_CASE("golden: matmul batched [2,3,4,5] x [3,5,6]") {
+  run_golden("matmul_batched", {"a", "b"},
+             [](const Golden&, const Vars& v) { return matmul(in(v, "a"), in(v, "b")); });
+}
+
+TEST_CASE("golden: matmul broadcast [2,1,4,5] x [3,5,6]") {
+  run_golden("matmul_broadcast", {"a", "b"},
+             [](const Golden&, const Vars& v) { return matmul(in(v, "a"), in(v, "b")); });
+}
+
+TEST_CASE("golden: matmul [2,3,4] x 2-D [4,5]") {
+  run_golden("matmul_3d_2d", {"a", "b"},
+             [](const Golden&, const Vars& v) { return matmul(in(v, "a"), in(v, "b")); });
+}
+
+// ---- neural-network ops --------------------------------------------------------------
+
+TEST_CASE("golden: softmax [3,4,5]") {
+  run_golden("softmax", {"x"}, [](const Golden&, const Vars& v) { return softmax(in(v, "x")); });
+}
+
+TEST_CASE("golden: log_softmax [3,4,5]") {
+  run_golden("log_softmax", {"x"},
+             [](const Golden&, const Vars& v) { return log_softmax(in(v, "x")); });
+}
+
+TEST_CASE("golden: layer_norm [3,4,5] with weight and bias") {
+  run_golden("layer_norm", {"x", "weight", "bias"}, [](const Golden& g, const Vars& v) {
+    return layer_norm(in(v, "x"), in(v, "weight"), in(v, "bias"),
+                      static_cast<Scalar>(g.scalar("eps")));
+  });
+}
+
+TEST_CASE("golden: rms_norm [3,4,5] with weight") {
+  run_golden("rms_norm", {"x", "weight"}, [](const Golden& g, const Vars& v) {
+    return rms_norm(in(v, "x"), in(v, "weight"), static_cast<Scalar>(g.scalar("eps")));
+  });
+}
+
+TEST_CASE("golden: cross_entropy [3,4,7] with ignore_index") {
+  run_golden("cross_entropy", {"logits"}, [](const Golden& g, const Vars& v) {
+    return cross_entropy(in(v, "logits"), g.index("targets"),
+                         static_cast<int32_t>(g.scalar("ignore_index")));
+  });
+}
+
+TEST_CASE("golden: gelu (tanh approximation) [3,4,5]") {
+  run_golden("gelu", {"x"}, [](const Golden&, const Vars& v) { return gelu(in(v, "x")); });
+}
+
+TEST_CASE("golden: embedding [7,5] with repeated ids [3,4]") {
+  run_golden("embedding", {"weight"},
+             [](const Golden& g, const Vars& v) { return embedding(in(v, "weight"), g.index("ids")); });
+}
+
+// ---- the harness itself can fail ---------------------------------------------------------
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_golden_file(path);
+  } catch (const GoldenError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("golden harness: missing and malformed fixtures fail naming the file") {
+  const std::string missing = fixture_path("no_such_case");
+  const std::string e0 = load_error(missing);
+  CHECK(e0.find(missing) != std::string::npos);
+  CHECK(e0.find("missing") != std::string::npos);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"tensor x 2 3\n1 2 3 4 5\n", "needs 6 values, found 5"},
+      {"tensor x 2\n1 oops\n", "bad value 'oops'"},
+      {"tensor x 2\n", "has no value line"},
+      {"tensor x 2 -1\n1\n", "bad dim '-1'"},
+      {"index t 2\n1 2.5\n", "bad integer '2.5'"},
+      {"scalar eps\n", "expected 'scalar NAME value'"},
+      {"blob x 1\n1\n", "unknown entry kind 'blob'"},
+      {"scalar e 1\nscalar e 2\n", "duplicate name 'e'"},
+  };
+  int n = 0;
+  for (const auto& [text, expect] : bad) {
+    const std::string path = write_temp("tapeformer_golden_bad_" + std::to_string(n++) + ".txt",
+                                        "# malformed on purpose\n" + text);
+    const std::string e = load_error(path);
+    CAPTURE(text);
+    CHECK(e.find(path) != std::string::npos);
+    CHECK(e.find(expect) != std::string::npos);
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("golden harness: a perturbed reference value is reported with its index") {
+  // Copy golden_matmul_2d.txt, nudge out[1, 3] by 1e-3 (100x the tolerance)
+  // and check that the comparison names exactly that element.
+  const std::string original = fixture_path("matmul_2d");
+  std::istringstream lines(read_all(original));
+  std::ostringstream copy;
+  bool in_out = false, perturbed = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (in_out) {
+      std::vector<std::string> toks = split_ws(line);
+      REQUIRE(toks.size() == 15);
+      const int flat = 1 * 5 + 3;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.9g", std::strtod(toks[flat].c_str(), nullptr) + 1e-3);
+      toks[flat] = buf;
+      line.clear();
+      for (size_t i = 0; i < toks.size(); ++i) line += (i ? " " : "") + toks[i];
+      in_out = false;
+      perturbed = true;
+    } else if (line.rfind("tensor out ", 0) == 0) {
+      in_out = true;
+    }
+    copy << line << "\n";
+  }
+  REQUIRE(perturbed);
+  const std::string path = write_temp("tapeformer_golden_perturbed.txt", copy.str());
+  const Golden good = load_golden_file(original);
+  const Golden bad = load_golden_file(path);
+  std::remove(path.c_str());
+
+  TapeScope scope;
+  NoGradGuard no_grad;
+  const Var out = matmul(Var(good.tensor("a")), Var(good.tensor("b")));
+  CHECK_FALSE(compare(out.value(), good.tensor("out"), "out").has_value());
+  const std::optional<std::string> failure = compare(out.value(), bad.tensor("out"), "out");
+  REQUIRE(failure.has_value());
+  CAPTURE(*failure);
+  CHECK(failure->find("1 of 15 elements") != std::string::npos);
+  CHECK(failure->find("worst at [1, 3]") != std::string::npos);
+}
