@@ -11,7 +11,11 @@ packages=(
   libtbb-dev                        # all parallelism
   libcereal-dev                     # checkpoints
   doctest-dev                       # tests
+  nlohmann-json3-dev                # JSON configs and metrics lines
+  libcli11-dev                      # the tapeformer command's flags
 )
+# Extra packages a caller needs, e.g. `bash scripts/setup.sh fortunes`.
+packages+=("$@")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -12,7 +12,7 @@ build_dir=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
 start=$(date +%s)
 # shellcheck disable=SC2086
-cmake -S . -B "$build_dir" -G Ninja ${CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$build_dir" -G Ninja -DTAPEFORMER_BUILD_TESTS=ON ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j "$jobs"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
 echo "test.sh: build + tests took $(( $(date +%s) - start )) s"
