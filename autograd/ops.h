@@ -108,6 +108,12 @@ Var rms_norm(const Var& x, const Var& weight, Scalar eps = 1e-5f);
 // logits' shape without V. Rows whose target is ignore_index do not count (an
 // all-ignored batch gives loss 0).   dlogits = (softmax(z) - onehot(t)) g / n
 Var cross_entropy(const Var& logits, const IndexTensor& targets, int32_t ignore_index = -100);
+// Fused causal multi-head self-attention on a packed projection qkv (B, T, 3C)
+// with columns [q | k | v] and head h owning columns [h*D, (h+1)*D) of each:
+// y = concat_h softmax(q_h k_h^T / sqrt(D) + causal mask) v_h -> (B, T, C).
+// Optional dropout on the probabilities draws its mask from rng.
+//   dv = P^T g, dP = g v^T, dS = P (dP - rowsum(P dP)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)
+Var causal_attention(const Var& qkv, int64_t n_head, Scalar dropout_p = 0, Rng* rng = nullptr);
 // Rows of weight [V, C] picked by ids [...] -> [..., C]   dweight[id] += g (scatter-add)
 Var embedding(const Var& weight, const IndexTensor& ids);
 

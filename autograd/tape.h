@@ -76,7 +76,9 @@ class TapeScope {
 };
 
 // Seeds d loss = 1 and runs the current tape backward. loss must hold one
-// element; otherwise pass a seed gradient of the output's shape.
+// element; otherwise pass a seed gradient of the output's shape. The whole
+// tape runs and is cleared: to differentiate two computations separately,
+// record each under its own TapeScope (or add their losses).
 void backward(const Var& loss);
 void backward(const Var& output, const Tensor& seed);
 // Several outputs at once (e.g. a block's two streams in a custom backward).

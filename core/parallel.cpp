@@ -4,6 +4,7 @@
 #include <tbb/global_control.h>
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_invoke.h>
 #include <tbb/partitioner.h>
 
 #include <algorithm>
@@ -46,6 +47,14 @@ void apply(State& s, int n) {
       tbb::global_control::max_allowed_parallelism, static_cast<size_t>(s.threads));
 }
 
+// Depth of parallel regions on this thread: nested regions run serially.
+thread_local int t_depth = 0;
+
+struct Region {
+  Region() { ++t_depth; }
+  ~Region() { --t_depth; }
+};
+
 }  // namespace
 
 void set_num_threads(int n) {
@@ -70,7 +79,7 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   // depend on scheduling.
   const int64_t max_chunks = threads == 1 ? 1 : int64_t{4} * threads;
   const int64_t chunks = std::min<int64_t>(max_chunks, (n + grain - 1) / grain);
-  if (chunks <= 1) {
+  if (chunks <= 1 || t_depth > 0) {
     fn(0, n);
     return;
   }
@@ -78,12 +87,30 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   tbb::parallel_for(
       tbb::blocked_range<int64_t>(0, chunks, 1),
       [&](const tbb::blocked_range<int64_t>& r) {
+        Region region;
         for (int64_t c = r.begin(); c != r.end(); ++c) {
           const int64_t b = c * step, e = std::min(n, b + step);
           if (b < e) fn(b, e);
         }
       },
       tbb::simple_partitioner());
+}
+
+void invoke(const std::function<void()>& a, const std::function<void()>& b) {
+  if (t_depth > 0 || num_threads() == 1) {
+    a();
+    b();
+    return;
+  }
+  tbb::parallel_invoke(
+      [&] {
+        Region region;
+        a();
+      },
+      [&] {
+        Region region;
+        b();
+      });
 }
 
 }  // namespace tapeformer::parallel

@@ -22,6 +22,13 @@ int num_threads();
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n), each at least
 // `grain` long (except the last), in parallel when there is more than one chunk.
+// Inside a parallel region (a chunk, or an invoke branch) it runs serially:
+// the outer level already occupies the threads.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// Runs a and b concurrently (serially inside a parallel region or with one
+// thread). Use it for independent pieces of work, e.g. the two GEMMs of a
+// linear layer's backward, each of which then runs unsplit.
+void invoke(const std::function<void()>& a, const std::function<void()>& b);
 
 }  // namespace tapeformer::parallel

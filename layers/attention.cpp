@@ -38,6 +38,19 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool 
   return matmul(att, v);  // (B, H, Tq, D)
 }
 
+Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropout_p, Rng* rng) {
+  TAPEFORMER_CHECK(qkv.rank() == 3 && qkv.dim(2) % (3 * n_head) == 0, "composed_attention: qkv ", qkv.shape(),
+                   " must be (B, T, 3C) with C divisible by n_head ", n_head);
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = n_head, D = C / n_head;
+  // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v as strided views, no copies.
+  Var heads = permute(reshape(qkv, {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+  Var q = reshape(slice(heads, 0, 0, 1), {B, H, T, D});
+  Var k = reshape(slice(heads, 0, 1, 2), {B, H, T, D});
+  Var v = reshape(slice(heads, 0, 2, 3), {B, H, T, D});
+  Var y = scaled_dot_product_attention(q, k, v, causal, dropout_p, rng);  // (B, H, T, D)
+  return reshape(permute(y, {0, 2, 1, 3}), {B, T, C});                    // (B, T, C)
+}
+
 MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
                                        float proj_init_std, Rng& rng, bool causal_)
     : n_embd(n_embd_), n_head(n_head_), dropout_p(dropout), causal(causal_) {
@@ -51,15 +64,9 @@ MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bi
 Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "MultiHeadAttention: input ", x.shape(),
                    " must be (B, T, ", n_embd, ")");
-  const int64_t B = x.dim(0), T = x.dim(1), H = n_head, D = n_embd / n_head;
-  // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v as strided views, no copies.
-  Var heads = permute(reshape(qkv->forward(x), {B, T, 3, H, D}), {2, 0, 3, 1, 4});
-  Var q = reshape(slice(heads, 0, 0, 1), {B, H, T, D});
-  Var k = reshape(slice(heads, 0, 1, 2), {B, H, T, D});
-  Var v = reshape(slice(heads, 0, 2, 3), {B, H, T, D});
   const float p = is_training() ? dropout_p : 0.0f;
-  Var y = scaled_dot_product_attention(q, k, v, causal, p, &rng);  // (B, H, T, D)
-  y = reshape(permute(y, {0, 2, 1, 3}), {B, T, n_embd});           // (B, T, C)
+  Var y = causal ? causal_attention(qkv->forward(x), n_head, p, &rng)  // fused kernel, (B, T, C)
+                 : composed_attention(qkv->forward(x), n_head, false, p, &rng);
   return resid_drop->forward(proj->forward(y), rng);
 }
 

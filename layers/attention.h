@@ -7,8 +7,10 @@
 // q, k, v come from one fused [C, 3C] projection; head h owns columns
 // [h*D, (h+1)*D) of each of q, k, v. Scores are scaled by 1/sqrt(D) and the
 // causal mask sets key j > query i to -inf before the softmax, so a token
-// sees itself and the past only. The attention kernel is composed from
-// autograd ops here; a fused kernel will plug in behind the same module.
+// sees itself and the past only. Causal attention runs the fused kernel
+// (autograd `causal_attention`); `composed_attention` is the same math built
+// from primitive ops, kept as its reference (tests compare the two) and used
+// for non-causal attention.
 #pragma once
 
 #include <memory>
@@ -21,6 +23,9 @@ namespace tapeformer {
 // q, k, v: (B, H, T, D) (views are fine). Returns (B, H, T, D).
 Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool causal,
                                  float dropout_p, Rng* rng);
+
+// The composition of primitives that causal_attention fuses: qkv (B, T, 3C) -> (B, T, C).
+Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropout_p, Rng* rng);
 
 class MultiHeadAttention : public Module {
  public:

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/kernels/matmul.h"
 #include "core/kernels/reduce.h"
+#include "core/parallel.h"
 
 namespace tapeformer {
 namespace {
@@ -77,11 +78,17 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
   Var out = make_result(y.reshape(out_shape), {&x, &weight, &bias});
   record_backward(out, [x, weight, bias, x2, K, N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
-    if (x.requires_grad())  // dx = g W^T
-      accumulate_grad(x, product(g2, weight.value().transpose(0, 1), {g2.dim(0), K}).reshape(x.shape()),
-                      "linear");
-    if (weight.requires_grad())  // dW = x^T g
-      accumulate_grad(weight, product(x2.transpose(0, 1), g2, {K, N}), "linear");
+    Tensor dx, dw;
+    // The two GEMMs are independent: run them side by side, each unsplit.
+    parallel::invoke(
+        [&] {  // dx = g W^T
+          if (x.requires_grad()) dx = product(g2, weight.value().transpose(0, 1), {g2.dim(0), K});
+        },
+        [&] {  // dW = x^T g
+          if (weight.requires_grad()) dw = product(x2.transpose(0, 1), g2, {K, N});
+        });
+    if (dx.defined()) accumulate_grad(x, dx.reshape(x.shape()), "linear");
+    if (dw.defined()) accumulate_grad(weight, dw, "linear");
     if (bias.requires_grad())  // db = sum over rows of g
       accumulate_grad(bias, kernels::sum_axis(g2, 0).reshape({N}), "linear");
   });

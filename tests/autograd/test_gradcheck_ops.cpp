@@ -157,6 +157,11 @@ const std::vector<Row>& table() {
                               ids({3, 4}, {0, 6, 3, -100, 2, 2, 5, 1, -100, 4, 0, 6}));
        }},
       {"cross_entropy 2-D", {transposed({5, 6})}, [](V v) { return cross_entropy(v[0], ids({5}, {5, 0, 3, 3, 1})); }},
+      {"causal_attention 2 heads", {any({2, 5, 12})}, [](V v) { return causal_attention(mul_scalar(v[0], 2.0f), 2); }},
+      {"causal_attention with dropout, sliced", {sliced({2, 4, 6})}, [](V v) {
+         Rng rng(3);
+         return causal_attention(v[0], 1, 0.3f, &rng);
+       }},
       {"embedding repeated ids", {any({7, 5})}, [](V v) { return embedding(v[0], ids({3, 4}, {1, 6, 1, 0, 3, 3, 3, 2, 6, 5, 4, 1})); }},
   };
   return rows;

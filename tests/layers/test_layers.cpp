@@ -159,6 +159,32 @@ TEST_CASE("scaled_dot_product_attention matches a naive loop (mask placement)") 
     }
 }
 
+TEST_CASE("fused causal_attention equals the composition of primitives (values and gradients)") {
+  for (float p : {0.0f, 0.25f}) {
+    Rng rng(12);
+    Tensor qkv_t = Tensor::empty({3, 7, 24});  // B=3, T=7, C=8, 2 heads of 4
+    rng.fill_normal(qkv_t, 0, 1);
+    Tensor upstream = Tensor::empty({3, 7, 8});
+    rng.fill_normal(upstream, 0, 1);
+    Var a(qkv_t.clone(), true), b(qkv_t.clone(), true), fused, composed;
+    Rng ra(99), rb(99);  // same seed: same dropout masks
+    {
+      TapeScope tape;  // backward() runs a whole tape: one tape per computation
+      fused = causal_attention(a, 2, p, &ra);
+      backward(fused, upstream);
+    }
+    {
+      TapeScope tape;
+      composed = composed_attention(b, 2, true, p, &rb);
+      backward(composed, upstream);
+    }
+    const auto fv = fused.value().to_vector(), cv = composed.value().to_vector();
+    const auto fg = a.grad().to_vector(), cg = b.grad().to_vector();
+    for (size_t i = 0; i < fv.size(); ++i) REQUIRE(fv[i] == doctest::Approx(cv[i]).epsilon(1e-5).scale(1));
+    for (size_t i = 0; i < fg.size(); ++i) REQUIRE(fg[i] == doctest::Approx(cg[i]).epsilon(1e-5).scale(1));
+  }
+}
+
 TEST_CASE("TransformerLM gradchecks through every parameter (tied and untied head)") {
   for (bool tie : {true, false}) {
     ModelConfig c = tiny_config();

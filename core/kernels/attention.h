@@ -1,0 +1,31 @@
+// Fused causal multi-head attention over a packed qkv buffer (SPEC §1).
+//
+// qkv is (B, T, 3C) with columns [q | k | v], head h owning columns
+// [h*D, (h+1)*D) of each part; the output y is (B, T, C) with heads merged
+// the same way. Work is parallel over (b, h); every (b, h) writes disjoint
+// columns, so results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "core/storage.h"
+
+namespace tapeformer::kernels {
+
+struct AttentionShape {
+  int64_t B, T, H, D;  // C = H * D
+};
+
+// P = softmax(scale * Q K^T + causal mask) per (b, h), saved to probs
+// (B, H, T, T; entries j > i are 0). If keep is non-null (B, H, T, T, values
+// 0 or 1/(1-p)), O = (P * keep) V, else O = P V.
+void causal_attention_forward(const Scalar* qkv, Scalar* y, Scalar* probs, const Scalar* keep,
+                              const AttentionShape& s);
+
+// Given dy (B, T, C), writes dqkv (B, T, 3C):
+//   dV = P~^T dO, dP~ = dO V^T, dP = dP~ * keep, dS = P * (dP - rowsum(P * dP)),
+//   dQ = scale dS K, dK = scale dS^T Q.
+void causal_attention_backward(const Scalar* qkv, const Scalar* probs, const Scalar* keep,
+                               const Scalar* dy, Scalar* dqkv, const AttentionShape& s);
+
+}  // namespace tapeformer::kernels
