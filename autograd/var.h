@@ -8,6 +8,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -50,5 +52,9 @@ class Var {
  private:
   std::shared_ptr<Node> node_;
 };
+
+// Named collections: parameters and state by dotted name ("blocks.0.attn.qkv.weight").
+using NamedVars = std::vector<std::pair<std::string, Var>>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 }  // namespace tapeformer

@@ -28,9 +28,6 @@
 
 namespace tapeformer {
 
-using NamedVars = std::vector<std::pair<std::string, Var>>;
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-
 class Module {
  public:
   virtual ~Module() = default;
