@@ -192,6 +192,13 @@ std::string TrainConfig::to_json() const {
   return root.dump(2);
 }
 
+std::vector<std::pair<std::string, std::string>> TrainConfig::fields() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  TrainConfig copy = *this;
+  visit_fields(copy, [&](const std::string& key, auto& field) { out.emplace_back(key, write(field).dump()); });
+  return out;
+}
+
 void TrainConfig::validate() const {
   const auto positive = [](const char* key, int64_t v) {
     TAPEFORMER_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);

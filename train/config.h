@@ -82,6 +82,8 @@ struct TrainConfig {
                            const std::vector<std::string>& overrides = {});
   // Pretty JSON with every key (round-trips through parse).
   std::string to_json() const;
+  // Every (dotted key, value as compact JSON), in a fixed order.
+  std::vector<std::pair<std::string, std::string>> fields() const;
   // Throws Error naming the first invalid key.
   void validate() const;
 };

@@ -1,0 +1,81 @@
+// The `tapeformer` command: train, sample, eval.
+//
+//   tapeformer train --config configs/shakespeare_char_cpu.json --data input.txt --out out/run
+//   tapeformer train --out out/run --resume              # continue after an interruption
+//   tapeformer sample --checkpoint out/run --prompt "ROMEO:" --tokens 300 --temperature 0.8
+//   tapeformer eval --checkpoint out/run --data other.txt
+//
+// Errors print one line ("tapeformer: error: ...") and exit with status 1
+// (2 for command-line mistakes). Progress goes to stderr; `train` prints one
+// JSON line with the final figures on stdout.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "train/commands.h"
+
+using namespace tapeformer;
+
+int main(int argc, char** argv) {
+  CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
+  app.require_subcommand(1);
+  // Command-line mistakes get one line, like every other error.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("tapeformer: error: ") + e.what() + " (see --help)\n";
+  });
+
+  TrainArgs train;
+  auto* t = app.add_subcommand("train", "train a model from a JSON config");
+  t->add_option("--config", train.config, "JSON config (configs/*.json); optional with --resume");
+  t->add_option("--data", train.data, "text file to train on (overrides data.path)");
+  t->add_option("--out", train.out, "output directory for checkpoint.bin and metrics.jsonl")->capture_default_str();
+  t->add_option("--set", train.overrides, "override a config value: --set train.max_iters=500 (repeatable)");
+  t->add_flag("--resume", train.resume, "continue the run saved in --out");
+
+  SampleArgs sample;
+  auto* s = app.add_subcommand("sample", "generate text from a checkpoint");
+  s->add_option("--checkpoint", sample.checkpoint, "run directory (or checkpoint.bin)")->required();
+  s->add_option("--prompt", sample.prompt, "text to continue")->capture_default_str();
+  s->add_option("--tokens", sample.options.tokens, "tokens to generate")->capture_default_str();
+  s->add_option("--temperature", sample.options.temperature, "softmax temperature (0 = greedy)")->capture_default_str();
+  s->add_option("--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
+  s->add_option("--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
+  s->add_option("--seed", sample.options.seed, "random seed")->capture_default_str();
+
+  EvalArgs eval;
+  auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");
+  e->add_option("--checkpoint", eval.checkpoint, "run directory (or checkpoint.bin)")->required();
+  e->add_option("--data", eval.data, "text file to evaluate on")->required();
+
+  int threads = -1;
+  app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)");
+
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval") {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample or eval; see --help)\n",
+                 argv[1]);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    return app.exit(err);
+  }
+  try {
+    if (threads >= 0) {
+      parallel::set_num_threads(threads);
+      train.overrides.push_back("train.threads=" + std::to_string(threads));
+    }
+    if (*t) return run_train(train);
+    if (*s) return run_sample(sample);
+    if (*e) return run_eval(eval);
+  } catch (const std::exception& err) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\ntapeformer: error: %s\n", err.what());
+    return 1;
+  }
+  return 0;
+}

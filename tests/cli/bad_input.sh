@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Bad input gets one error line and a non-zero exit from the real binary, and
+# never leaves a half-written file. Usage: bad_input.sh path/to/tapeformer
+set -u
+bin=${1:?usage: bad_input.sh TAPEFORMER_BINARY}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+checks=0
+
+# expect_error NAME EXPECTED_SUBSTRING -- command...
+expect_error() {
+  local name=$1 want=$2
+  shift 3
+  checks=$((checks + 1))
+  local out err status
+  out=$("$@" 2>"$work/stderr")
+  status=$?
+  err=$(grep -v '^$' "$work/stderr")
+  if [ $status -eq 0 ] || [ $status -ge 128 ]; then
+    echo "FAIL [$name]: exit status $status (want 1 or 2, no crash)"; failures=$((failures + 1)); return
+  fi
+  if [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ]; then
+    echo "FAIL [$name]: want exactly one error line, got:"; printf '%s\n' "$err" | sed 's/^/    /'
+    failures=$((failures + 1)); return
+  fi
+  if ! printf '%s' "$err" | grep -qF -- "$want"; then
+    echo "FAIL [$name]: error '$err' does not contain '$want'"; failures=$((failures + 1)); return
+  fi
+  if [ -n "$out" ]; then
+    echo "FAIL [$name]: unexpected stdout: $out"; failures=$((failures + 1)); return
+  fi
+  echo "ok   [$name] $err"
+}
+
+# A tiny config so the successful run below takes a second.
+cat > "$work/tiny.json" <<'JSON'
+{"model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+ "train": {"batch_size": 4, "max_iters": 20}, "schedule": {"warmup_iters": 2, "decay_iters": 20},
+ "eval": {"interval": 10, "iters": 2, "final_iters": 2}, "checkpoint": {"interval": 10}, "log": {"interval": 5}}
+JSON
+for i in $(seq 40); do echo "The quick brown fox jumps over the lazy dog, line $i."; done > "$work/text.txt"
+tf() { "$bin" "$@"; }
+
+# Data files.
+expect_error "missing data file" "'$work/nope.txt': cannot open" -- tf train --config "$work/tiny.json" --data "$work/nope.txt" --out "$work/o1"
+: > "$work/empty.txt"
+expect_error "empty data file" "is empty" -- tf train --config "$work/tiny.json" --data "$work/empty.txt" --out "$work/o2"
+head -c 3000 /dev/urandom > "$work/binary.bin"; printf '\0' >> "$work/binary.bin"
+expect_error "binary data file" "binary" -- tf train --config "$work/tiny.json" --data "$work/binary.bin" --out "$work/o3"
+printf 'caf\xe9 au lait\n' > "$work/latin1.txt"
+expect_error "non-UTF-8 data file" "UTF-8" -- tf train --config "$work/tiny.json" --data "$work/latin1.txt" --out "$work/o4"
+expect_error "data is a directory" "$work" -- tf train --config "$work/tiny.json" --data "$work" --out "$work/o5"
+
+# Configs.
+echo '{"model": {"n_layers": 2}}' > "$work/unknown.json"
+expect_error "unknown config key" "unknown key 'model.n_layers' (did you mean 'model.n_layer'?)" -- tf train --config "$work/unknown.json" --data "$work/text.txt" --out "$work/o6"
+echo '{"train": {"batch_size": "twelve"}}' > "$work/type.json"
+expect_error "wrong value type" "'train.batch_size' must be an integer" -- tf train --config "$work/type.json" --data "$work/text.txt" --out "$work/o7"
+expect_error "bad --set" "unknown key 'train.iters'" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o8" --set train.iters=3
+expect_error "invalid JSON" "invalid JSON" -- tf train --config "$work/text.txt" --data "$work/text.txt" --out "$work/o9"
+expect_error "block size larger than the data" "block size 4096" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o10" --set model.block_size=4096
+
+# A real run to get a checkpoint, then damaged copies of it.
+if ! "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run" > "$work/run.json" 2> "$work/run.log"; then
+  echo "FAIL: the tiny training run did not succeed:"; cat "$work/run.log"; exit 1
+fi
+ckpt="$work/run/checkpoint.bin"
+mkdir -p "$work/trunc" "$work/corrupt"
+head -c $(( $(stat -c %s "$ckpt") / 2 )) "$ckpt" > "$work/trunc/checkpoint.bin"
+expect_error "truncated checkpoint" "truncated" -- tf sample --checkpoint "$work/trunc" --tokens 5
+cp "$ckpt" "$work/corrupt/checkpoint.bin"
+printf '\xff\xff\xff\xff' | dd of="$work/corrupt/checkpoint.bin" bs=1 seek=200 conv=notrunc status=none
+expect_error "corrupted checkpoint" "corrupted" -- tf sample --checkpoint "$work/corrupt" --tokens 5
+expect_error "missing checkpoint" "cannot open" -- tf sample --checkpoint "$work/nothing" --tokens 5
+cp -r "$work/run" "$work/resume"
+expect_error "checkpoint from an incompatible config" "model.n_embd" -- tf train --config "$work/tiny.json" --set model.n_embd=32 --data "$work/text.txt" --out "$work/resume" --resume
+expect_error "prompt outside the vocabulary" "not in the vocabulary" -- tf sample --checkpoint "$work/run" --prompt "Zebra§" --tokens 5
+echo "Zebras § unknown" > "$work/other.txt"
+expect_error "eval on text outside the vocabulary" "not in the vocabulary" -- tf eval --checkpoint "$work/run" --data "$work/other.txt"
+expect_error "eval on non-UTF-8 text" "not valid UTF-8" -- tf eval --checkpoint "$work/run" --data "$work/latin1.txt"
+expect_error "train over an existing run without --resume" "already holds a checkpoint" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run"
+expect_error "unknown subcommand" "frobnicate" -- tf frobnicate
+expect_error "bad flag value" "--tokens" -- tf sample --checkpoint "$work/run" --tokens many
+
+# Nothing half-written: every checkpoint.bin that exists loads, and no temp files are left.
+checks=$((checks + 1))
+if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
+  echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
+fi
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10; do
+  if [ -e "$work/$d/checkpoint.bin" ]; then echo "FAIL: $d has a checkpoint from a failed run"; failures=$((failures + 1)); fi
+done
+
+echo "$((checks - failures)) passed, $failures failed"
+[ $failures -eq 0 ]

@@ -1,0 +1,140 @@
+#include "train/commands.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/corpus.h"
+#include "data/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace tapeformer {
+namespace fs = std::filesystem;
+namespace {
+
+std::string checkpoint_file(const std::string& path) {
+  return fs::is_directory(path) ? (fs::path(path) / "checkpoint.bin").string() : path;
+}
+
+// A checkpoint's model and tokenizer, ready for inference.
+struct Loaded {
+  TrainConfig cfg;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<TransformerLM> model;
+};
+
+Loaded load_model(const std::string& checkpoint) {
+  const std::string path = checkpoint_file(checkpoint);
+  const Checkpoint c = load_checkpoint(path);
+  Loaded l;
+  l.cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + path + "'");
+  l.tokenizer = load_tokenizer(c.tokenizer);
+  l.cfg.model.vocab_size = l.tokenizer->vocab_size();
+  Rng unused(0);
+  l.model = std::make_unique<TransformerLM>(l.cfg.model, unused);
+  try {
+    l.model->load_state(c.model);
+  } catch (const Error& e) {
+    fail("checkpoint '", path, "' does not match its own config: ", e.what());
+  }
+  l.model->eval();
+  return l;
+}
+
+}  // namespace
+
+bool key_may_change_on_resume(const std::string& key) {
+  return key == "train.max_iters" || key == "train.threads" || key == "data.path" ||
+         key.rfind("eval.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("log.", 0) == 0;
+}
+
+int run_train(const TrainArgs& args) {
+  const std::string ckpt = (fs::path(args.out) / "checkpoint.bin").string();
+  std::unique_ptr<Trainer> trainer;
+  if (args.resume) {
+    TAPEFORMER_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
+    trainer = Trainer::resume(args.out, [&](TrainConfig& saved) {
+      TrainConfig wanted = args.config.empty() ? TrainConfig::parse(saved.to_json(), "of the checkpoint", args.overrides)
+                                               : TrainConfig::load(args.config, args.overrides);
+      if (!args.data.empty()) wanted.data.path = args.data;
+      if (wanted.data.path.empty()) wanted.data.path = saved.data.path;
+      const auto was = saved.fields(), now = wanted.fields();
+      for (size_t i = 0; i < was.size(); ++i) {
+        if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
+          fail("cannot resume '", args.out, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
+               " but the config asks for ", now[i].second,
+               " (only train.max_iters, train.threads, data.path, eval.*, checkpoint.* and log.* may change)");
+      }
+      wanted.model.vocab_size = saved.model.vocab_size;
+      saved = wanted;
+    });
+  } else {
+    TAPEFORMER_CHECK(!args.config.empty(), "train: --config is required (or --resume to continue a run)");
+    TAPEFORMER_CHECK(!fs::exists(ckpt), "'", args.out,
+                     "' already holds a checkpoint: continue it with --resume, or choose another --out");
+    TrainConfig cfg = TrainConfig::load(args.config, args.overrides);
+    if (!args.data.empty()) cfg.data.path = args.data;
+    trainer = std::make_unique<Trainer>(cfg, args.out);
+  }
+  const TrainResult r = trainer->run();
+  std::printf("%s\n", r.to_json().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+int run_sample(const SampleArgs& args) {
+  Loaded l = load_model(args.checkpoint);
+  std::vector<int32_t> prompt;
+  try {
+    prompt = l.tokenizer->encode(args.prompt);
+  } catch (const Error& e) {
+    fail("prompt: ", e.what());
+  }
+  Rng rng(args.options.seed);
+  std::fputs(args.prompt.c_str(), stdout);
+  generate(*l.model, prompt, args.options, rng, [&](int32_t id) {
+    std::fputs(l.tokenizer->decode({id}).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path) {
+  Loaded l = load_model(checkpoint);
+  const std::string text = read_text_file(data_path);
+  std::vector<int32_t> ids;
+  try {
+    ids = l.tokenizer->encode(text);
+  } catch (const Error& e) {
+    fail("data file '", data_path, "': ", e.what());
+  }
+  TAPEFORMER_CHECK(ids.size() >= 2, "data file '", data_path, "' has fewer than 2 tokens");
+  const int64_t T = l.cfg.model.block_size, n = static_cast<int64_t>(ids.size());
+  NoGradGuard no_grad;
+  Rng unused(0);
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t start = 0; start + 1 < n; start += T) {
+    const int64_t len = std::min(T, n - 1 - start);
+    IndexTensor x({1, len}, std::vector<int32_t>(ids.begin() + start, ids.begin() + start + len));
+    IndexTensor y({1, len}, std::vector<int32_t>(ids.begin() + start + 1, ids.begin() + start + len + 1));
+    total += cross_entropy(l.model->forward(x, unused), y).item() * static_cast<double>(len);
+    counted += len;
+  }
+  return {total / static_cast<double>(counted), counted};
+}
+
+double EvalResult::bpc() const { return loss / std::log(2.0); }
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+int run_eval(const EvalArgs& args) {
+  const EvalResult r = evaluate_file(args.checkpoint, args.data);
+  std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %.4f, \"tokens\": %lld}\n", r.loss, r.bpc(),
+              r.perplexity(), static_cast<long long>(r.tokens));
+  return 0;
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,53 @@
+// The bodies of the `tapeformer` subcommands, callable in-process (tests use
+// them directly; cli/main.cpp only parses flags).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "train/sample.h"
+
+namespace tapeformer {
+
+struct TrainArgs {
+  std::string config;                  // JSON config; optional with resume
+  std::string data;                    // overrides data.path when set
+  std::string out = "out";             // run directory
+  std::vector<std::string> overrides;  // key=value
+  bool resume = false;
+};
+
+struct SampleArgs {
+  std::string checkpoint;  // run directory or checkpoint file
+  std::string prompt = "\n";
+  SampleOptions options;
+};
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::string data;
+};
+
+struct EvalResult {
+  double loss = 0;  // mean NLL in nats per token
+  int64_t tokens = 0;
+  double bpc() const;         // loss / ln 2
+  double perplexity() const;  // e^loss
+};
+
+// Loss of a checkpoint's model on a whole text file, in consecutive windows of
+// the block size: every token after the first is predicted exactly once.
+EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path);
+
+// Trains (or resumes); prints the final TrainResult JSON line on stdout.
+int run_train(const TrainArgs& args);
+// Prints the prompt followed by the generated text on stdout.
+int run_sample(const SampleArgs& args);
+// Prints {"loss", "bpc", "perplexity", "tokens"} as one JSON line on stdout.
+int run_eval(const EvalArgs& args);
+
+// Keys that may differ between a checkpoint's config and the one given with
+// --resume (they change how long and how verbosely a run goes, not its math).
+bool key_may_change_on_resume(const std::string& key);
+
+}  // namespace tapeformer

@@ -1,0 +1,273 @@
+#include "train/trainer.h"
+
+#include <cereal/archives/binary.hpp>
+#include <cereal/types/array.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "data/corpus.h"
+#include "data/sampler.h"
+#include "data/tokenizer.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+namespace tapeformer {
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------
+// Adapters to data/ and optim/: the only place the trainer names their types.
+
+namespace {
+
+template <class T>
+std::string serialize_to_bytes(T& value) {
+  std::ostringstream out;
+  {
+    cereal::BinaryOutputArchive ar(out);
+    ar(value);
+  }
+  return out.str();
+}
+
+template <class T>
+void deserialize_from_bytes(const std::string& bytes, T& value, const char* what, const std::string& origin) {
+  try {
+    std::istringstream in(bytes);
+    cereal::BinaryInputArchive ar(in);
+    ar(value);
+  } catch (const std::exception& e) {
+    fail("checkpoint '", origin, "': cannot decode the ", what, " (", e.what(), ")");
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params) {
+  const float lr = static_cast<float>(c.lr), wd = static_cast<float>(c.weight_decay);
+  if (c.name == "sgd")
+    return std::make_unique<SGD>(decay_groups(params, lr, wd), static_cast<float>(c.momentum), 0.0f, c.nesterov);
+  const auto b1 = static_cast<float>(c.betas[0]), b2 = static_cast<float>(c.betas[1]), eps = static_cast<float>(c.eps);
+  if (c.name == "adam") return std::make_unique<Adam>(decay_groups(params, lr, wd), b1, b2, eps);
+  return std::make_unique<AdamW>(decay_groups(params, lr, wd), b1, b2, eps);
+}
+
+std::unique_ptr<Schedule> make_schedule(const TrainConfig& c) {
+  const auto lr = static_cast<float>(c.optimizer.lr), min_lr = static_cast<float>(c.schedule.min_lr);
+  if (c.schedule.name == "constant") return std::make_unique<ConstantSchedule>(lr);
+  if (c.schedule.name == "linear")
+    return std::make_unique<LinearSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
+  return std::make_unique<CosineSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Seeds of the independent random streams of a run, all derived from train.seed.
+uint64_t stream_seed(int64_t seed, uint64_t stream) { return static_cast<uint64_t>(seed) * 1000003ULL + stream; }
+enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches = 3, kFinalBatches = 4 };
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+struct Trainer::State {
+  TrainConfig cfg;
+  std::string out_dir;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<TextCorpus> corpus;
+  std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Schedule> schedule;
+  std::unique_ptr<RandomWindowSampler> train_batches;
+  std::vector<Batch> val_batches, final_batches;
+  Rng dropout_rng;
+  int64_t step = 0;
+  double train_seconds = 0;
+  bool resumed = false;
+
+  std::string checkpoint_path() const { return out_dir + "/checkpoint.bin"; }
+  std::string metrics_path() const { return out_dir + "/metrics.jsonl"; }
+
+  // Builds everything from cfg (and a tokenizer, when resuming).
+  void build(std::unique_ptr<Tokenizer> tok) {
+    parallel::set_num_threads(static_cast<int>(cfg.train.threads));
+    Storage::keep_freed_memory_mapped();
+    TAPEFORMER_CHECK(!cfg.data.path.empty(), "no data file: set data.path in the config or pass --data FILE");
+    const std::string text = read_text_file(cfg.data.path);
+    const std::string origin = "data file '" + cfg.data.path + "'";
+    tokenizer = tok ? std::move(tok) : make_tokenizer(cfg.data.tokenizer, text, origin);
+    corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);
+    cfg.model.vocab_size = tokenizer->vocab_size();
+    Rng init(stream_seed(cfg.train.seed, kInit));
+    model = std::make_unique<TransformerLM>(cfg.model, init);
+    optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
+    schedule = make_schedule(cfg);
+    const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
+    train_batches = std::make_unique<RandomWindowSampler>(corpus->train(), B, T,
+                                                          stream_seed(cfg.train.seed, kTrainBatches), "train split");
+    RandomWindowSampler val(corpus->val(), B, T, stream_seed(cfg.train.seed, kValBatches), "val split");
+    for (int64_t i = 0; i < cfg.eval.iters; ++i) val_batches.push_back(val.next());
+    RandomWindowSampler fin(corpus->val(), B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
+    for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
+    dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
+  }
+
+  double evaluate(const std::vector<Batch>& batches) {
+    model->eval();
+    NoGradGuard no_grad;
+    double total = 0;
+    for (const Batch& b : batches) total += cross_entropy(model->forward(b.inputs, dropout_rng), b.targets).item();
+    model->train();
+    return total / static_cast<double>(batches.size());
+  }
+
+  void save() {
+    Checkpoint c;
+    c.config_json = cfg.to_json();
+    c.tokenizer = save_tokenizer(*tokenizer);
+    c.model = model->state();
+    c.optimizer = optimizer->state_tensors();
+    c.optimizer_step = optimizer->step_count();
+    c.step = step;
+    c.train_seconds = train_seconds;
+    c.rng = dropout_rng;
+    c.sampler = serialize_to_bytes(*train_batches);
+    save_checkpoint(checkpoint_path(), c);
+  }
+
+  // On resume, metrics written after the checkpoint by the interrupted run are
+  // dropped, so metrics.jsonl describes one continuous run.
+  void trim_metrics_after(int64_t last_step) {
+    std::ifstream in(metrics_path());
+    if (!in.good()) return;
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      const size_t at = line.find("\"step\":");
+      if (at == std::string::npos) continue;
+      if (std::stoll(line.substr(at + 7)) <= last_step) kept += line + "\n";
+    }
+    write_file_atomic(metrics_path(), kept);
+  }
+};
+
+Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<State>()) {
+  cfg.validate();
+  s_->cfg = std::move(cfg);
+  s_->out_dir = std::move(out_dir);
+  std::error_code ec;
+  fs::create_directories(s_->out_dir, ec);
+  TAPEFORMER_CHECK(fs::is_directory(s_->out_dir), "cannot create output directory '", s_->out_dir, "'",
+                   ec ? ": " + ec.message() : "");
+  s_->build(nullptr);
+}
+
+Trainer::~Trainer() = default;
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::function<void(TrainConfig&)>& adjust) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->s_ = std::make_unique<State>();
+  State& s = *t->s_;
+  s.out_dir = out_dir;
+  const Checkpoint c = load_checkpoint(s.checkpoint_path());
+  s.cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + s.checkpoint_path() + "'");
+  if (adjust) adjust(s.cfg);
+  s.build(load_tokenizer(c.tokenizer));
+  s.model->load_state(c.model);
+  s.optimizer->load_state(c.optimizer, c.optimizer_step);
+  deserialize_from_bytes(c.sampler, *s.train_batches, "batch sampler", s.checkpoint_path());
+  s.dropout_rng = c.rng;
+  s.step = c.step;
+  s.train_seconds = c.train_seconds;
+  s.resumed = true;
+  s.trim_metrics_after(s.step);
+  return t;
+}
+
+const TrainConfig& Trainer::config() const { return s_->cfg; }
+
+TrainResult Trainer::run() {
+  State& s = *s_;
+  const TrainConfig& c = s.cfg;
+  const int64_t tokens_per_step = c.train.batch_size * c.model.block_size * c.train.grad_accum;
+  MetricsLog metrics(s.metrics_path(), /*append=*/s.resumed);
+  Progress progress(c.train.max_iters);
+  if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.checkpoint_path());
+  s.model->train();
+  double last_loss = 0, last_norm = 0;
+
+  while (s.step < c.train.max_iters) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const float lr = s.schedule->lr_at(s.step);
+    s.optimizer->set_lr(lr);
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
+      const Batch b = s.train_batches->next();
+      Var loss = cross_entropy(s.model->forward(b.inputs, s.dropout_rng), b.targets);
+      loss_sum += loss.item();
+      backward(mul_scalar(loss, 1.0f / static_cast<float>(c.train.grad_accum)));
+    }
+    last_loss = loss_sum / static_cast<double>(c.train.grad_accum);
+    if (!std::isfinite(last_loss))
+      fail("training diverged: loss is ", last_loss, " at step ", s.step + 1, " (lr ", lr,
+           "); the last checkpoint '", s.checkpoint_path(), "' is untouched");
+    const std::vector<Var> params = s.model->parameters();
+    last_norm = clip_grad_norm(params, c.optimizer.grad_clip > 0 ? static_cast<float>(c.optimizer.grad_clip)
+                                                                 : INFINITY);
+    s.optimizer->step();
+    s.optimizer->zero_grad();
+    ++s.step;
+    const double step_seconds = seconds_since(t0);
+    s.train_seconds += step_seconds;
+
+    const bool last = s.step == c.train.max_iters;
+    const bool eval_now = s.step % c.eval.interval == 0 || last;
+    if (s.step % c.log.interval == 0 || eval_now) {
+      MetricsRecord r;
+      r.step = s.step;
+      r.lr = lr;
+      r.train_loss = last_loss;
+      r.grad_norm = last_norm;
+      r.tokens_per_s = static_cast<double>(tokens_per_step) * s.step / s.train_seconds;
+      r.elapsed_s = s.train_seconds;
+      if (eval_now) r.val_loss = s.evaluate(s.val_batches);
+      metrics.write(r);
+      progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);
+      if (r.val_loss) {
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "step %lld: train loss %.4f, val loss %.4f", static_cast<long long>(s.step),
+                      last_loss, *r.val_loss);
+        progress.note(buf);
+      }
+    }
+    if (s.step % c.checkpoint.interval == 0 || last) s.save();
+  }
+  progress.finish();
+
+  TrainResult result;
+  result.steps = s.step;
+  result.train_loss = last_loss;
+  result.val_loss = s.evaluate(s.final_batches);
+  result.train_seconds = s.train_seconds;
+  result.tokens_per_s = s.train_seconds > 0 ? static_cast<double>(tokens_per_step) * s.step / s.train_seconds : 0;
+  result.parameters = s.model->num_parameters();
+  return result;
+}
+
+std::string TrainResult::to_json() const {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
+                "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"params\": %lld}",
+                static_cast<long long>(steps), train_loss, val_loss, train_seconds, tokens_per_s,
+                parallel::num_threads(), static_cast<long long>(parameters));
+  return buf;
+}
+
+}  // namespace tapeformer

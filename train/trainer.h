@@ -1,0 +1,57 @@
+// Trainer: config -> tokenizer + model + optimizer + data, then the loop.
+//
+//   TrainConfig cfg = TrainConfig::load("configs/shakespeare_char_cpu.json");
+//   cfg.data.path = "input.txt";
+//   Trainer trainer(cfg, "out/run1");          // or Trainer::resume("out/run1")
+//   TrainResult r = trainer.run();             // r.val_loss, r.tokens_per_s, ...
+//
+// Each step: lr from the schedule; grad_accum micro-batches of forward,
+// cross-entropy, backward (loss / grad_accum); global-norm clipping; optimizer
+// step; zero-grad. Every log.interval steps a line goes to OUT/metrics.jsonl
+// and the progress display; every eval.interval steps (and at the end) the
+// model is evaluated on a fixed set of validation batches; every
+// checkpoint.interval steps (and at the end) OUT/checkpoint.bin is written
+// atomically. A non-finite loss stops the run with an Error; the last
+// checkpoint is untouched. Resuming restores model, optimizer, step, dropout
+// RNG and sampler position, so the curve continues exactly (same threads).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "train/config.h"
+
+namespace tapeformer {
+
+struct TrainResult {
+  int64_t steps = 0;
+  double train_loss = 0;     // mean loss of the last step
+  double val_loss = 0;       // final evaluation (eval.final_iters batches)
+  double train_seconds = 0;  // training-loop wall time, evaluation excluded
+  double tokens_per_s = 0;   // batch * block * grad_accum * steps / train_seconds
+  int64_t parameters = 0;
+  std::string to_json() const;  // one line
+};
+
+class Trainer {
+ public:
+  // A fresh run writing into out_dir (created if missing).
+  Trainer(TrainConfig cfg, std::string out_dir);
+  // Continues the run saved in out_dir/checkpoint.bin. `adjust`, when set,
+  // receives the checkpoint's config and may change it (and reject changes)
+  // before anything is built.
+  static std::unique_ptr<Trainer> resume(const std::string& out_dir,
+                                         const std::function<void(TrainConfig&)>& adjust = {});
+  ~Trainer();
+
+  TrainResult run();
+  const TrainConfig& config() const;
+
+ private:
+  Trainer() = default;
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace tapeformer
