@@ -11,13 +11,16 @@ namespace tapeformer::kernels {
 namespace {
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(C, 1)); }
 
-// Parameter gradients sum over rows; a serial ordered loop keeps them
-// deterministic and costs only rows * C adds.
+// Parameter gradients sum over rows. Threads split the columns and each sums
+// its columns over all rows in order: deterministic for any thread count.
+// term(r, c0, n) is row r's contribution to columns [c0, c0 + n).
 template <class Term>
 void accumulate_rows(Scalar* acc, int64_t rows, int64_t C, Term&& term) {
   if (!acc) return;
-  auto a = eigen::array(acc, C);
-  for (int64_t r = 0; r < rows; ++r) a += term(r);
+  parallel::parallel_for(C, 32, [&](int64_t c0, int64_t c1) {
+    auto a = eigen::array(acc + c0, c1 - c0);
+    for (int64_t r = 0; r < rows; ++r) a += term(r, c0, c1 - c0);
+  });
 }
 }  // namespace
 
@@ -53,10 +56,10 @@ void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* g
       eigen::array(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
     }
   });
-  accumulate_rows(dgamma, rows, C, [&](int64_t r) {
-    return eigen::array(dy + r * C, C) * ((eigen::array(x + r * C, C) - mean[r]) * rstd[r]);
+  accumulate_rows(dgamma, rows, C, [&](int64_t r, int64_t c0, int64_t n) {
+    return eigen::array(dy + r * C + c0, n) * ((eigen::array(x + r * C + c0, n) - mean[r]) * rstd[r]);
   });
-  accumulate_rows(dbeta, rows, C, [&](int64_t r) { return eigen::array(dy + r * C, C); });
+  accumulate_rows(dbeta, rows, C, [&](int64_t r, int64_t c0, int64_t n) { return eigen::array(dy + r * C + c0, n); });
 }
 
 void rms_norm_rows(const Scalar* x, const Scalar* gamma, Scalar* y, Scalar* rstd, int64_t rows,
@@ -85,8 +88,8 @@ void rms_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gam
       eigen::array(dx + r * C, C) = rstd[r] * (g - xhat * (g * xhat).mean());
     }
   });
-  accumulate_rows(dgamma, rows, C, [&](int64_t r) {
-    return eigen::array(dy + r * C, C) * (eigen::array(x + r * C, C) * rstd[r]);
+  accumulate_rows(dgamma, rows, C, [&](int64_t r, int64_t c0, int64_t n) {
+    return eigen::array(dy + r * C + c0, n) * (eigen::array(x + r * C + c0, n) * rstd[r]);
   });
 }
 

@@ -38,6 +38,14 @@ Tensor sum_axis(const Tensor& x_in, int axis) {
   Scalar* op = out.data();
   // Accumulate rows of length `inner` in order, so every output element sums
   // its terms in the same order whatever the thread count.
+  if (l.outer == 1 && l.inner >= 256) {
+    // A column sum (e.g. a bias gradient over B*T rows): split the columns.
+    parallel::parallel_for(l.inner, 64, [&](int64_t c0, int64_t c1) {
+      auto acc = eigen::array(op + c0, c1 - c0);
+      for (int64_t k = 0; k < l.n; ++k) acc += eigen::array(xp + k * l.inner + c0, c1 - c0);
+    });
+    return out;
+  }
   parallel::parallel_for(l.outer, 1, [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       auto acc = eigen::array(op + o * l.inner, l.inner);
