@@ -22,6 +22,7 @@ using namespace tapeformer;
 int main(int argc, char** argv) {
   CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
   app.require_subcommand(1);
+  app.fallthrough();  // --threads works before or after the subcommand
   // Command-line mistakes get one line, like every other error.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return std::string("tapeformer: error: ") + e.what() + " (see --help)\n";

@@ -1,0 +1,188 @@
+"""PyTorch reference of tapeformer's char-LM recipe, for bench/charlm_vs_pytorch.sh.
+
+Same config file, same architecture and init (nanoGPT's GPT: pre-LN blocks, fused
+qkv, tanh-GELU MLP, tied head), same AdamW groups, nanoGPT's warmup+cosine
+schedule, gradient clipping, data split and random-window batches, and the same
+evaluation protocol (eval.iters val batches at each eval, eval.final_iters at the
+end). Prints one JSON line on stdout; progress goes to stderr.
+
+  /usr/bin/python3 bench/charlm_reference.py --config configs/shakespeare_char_cpu.json \
+      --data input.txt [--threads N] [--set train.max_iters=200 ...]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def load_config(path, overrides):
+    with open(path) as f:
+        cfg = json.load(f)
+    for item in overrides:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        if section not in cfg or name not in cfg[section]:
+            sys.exit("charlm_reference.py: unknown key '%s'" % key)
+        try:
+            cfg[section][name] = json.loads(value)
+        except json.JSONDecodeError:
+            cfg[section][name] = value
+    return cfg
+
+
+class Block(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        C, bias = m["n_embd"], m["bias"]
+        self.n_head = m["n_head"]
+        self.ln_1 = nn.LayerNorm(C)
+        self.qkv = nn.Linear(C, 3 * C, bias=bias)
+        self.proj = nn.Linear(C, C, bias=bias)
+        self.ln_2 = nn.LayerNorm(C)
+        self.fc = nn.Linear(C, 4 * C, bias=bias)
+        self.fc_proj = nn.Linear(4 * C, C, bias=bias)
+        self.act = m["activation"]
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
+        H = self.n_head
+        q = q.view(B, T, H, C // H).transpose(1, 2)
+        k = k.view(B, T, H, C // H).transpose(1, 2)
+        v = v.view(B, T, H, C // H).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.proj(y)
+        h = self.fc(self.ln_2(x))
+        h = F.gelu(h, approximate="tanh") if self.act == "gelu" else F.relu(h)
+        return x + self.fc_proj(h)
+
+
+class GPT(nn.Module):
+    def __init__(self, m, vocab):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab, m["n_embd"])
+        self.pos_emb = nn.Embedding(m["block_size"], m["n_embd"])
+        self.blocks = nn.ModuleList([Block(m) for _ in range(m["n_layer"])])
+        self.ln_f = nn.LayerNorm(m["n_embd"])
+        self.lm_head = None if m["tie_weights"] else nn.Linear(m["n_embd"], vocab, bias=False)
+        for mod in self.modules():  # GPT-2 init, as tapeformer's layers/transformer.cpp
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(mod.weight, 0.0, 0.02)
+            if isinstance(mod, nn.Linear) and mod.bias is not None:
+                nn.init.zeros_(mod.bias)
+        for blk in self.blocks:
+            for lin in (blk.proj, blk.fc_proj):
+                nn.init.normal_(lin.weight, 0.0, 0.02 / math.sqrt(2 * m["n_layer"]))
+        if not m["bias"]:  # LayerNorm without bias (torch 1.13 has no bias flag)
+            for mod in self.modules():
+                if isinstance(mod, nn.LayerNorm):
+                    mod.bias.requires_grad_(False)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(T))
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.ln_f(x)
+        logits = self.lm_head(x) if self.lm_head is not None else x @ self.tok_emb.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def get_lr(it, o, s):  # nanoGPT train.py
+    if s["name"] == "constant":
+        return o["lr"]
+    if it < s["warmup_iters"]:
+        return o["lr"] * (it + 1) / (s["warmup_iters"] + 1)
+    if it > s["decay_iters"]:
+        return s["min_lr"]
+    span = s["decay_iters"] - s["warmup_iters"]
+    ratio = (it - s["warmup_iters"]) / span if span > 0 else 1.0
+    coeff = 0.5 * (1.0 + math.cos(math.pi * ratio)) if s["name"] == "cosine" else 1.0 - ratio
+    return s["min_lr"] + coeff * (o["lr"] - s["min_lr"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--set", action="append", default=[])
+    args = ap.parse_args()
+    cfg = load_config(args.config, args.set)
+    m, t, o, s, e = cfg["model"], cfg["train"], cfg["optimizer"], cfg["schedule"], cfg["eval"]
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(t["seed"])
+
+    with open(args.data, encoding="utf-8") as f:
+        text = f.read()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    n = int(len(data) * (1 - cfg["data"]["val_fraction"]))
+    train, val = data[:n], data[n:]
+    B, T = t["batch_size"], m["block_size"]
+
+    def batch(d, gen):
+        ix = torch.randint(len(d) - T, (B,), generator=gen)
+        return torch.stack([d[i:i + T] for i in ix]), torch.stack([d[i + 1:i + 1 + T] for i in ix])
+
+    g_train = torch.Generator().manual_seed(t["seed"] + 1)
+    gv = torch.Generator().manual_seed(t["seed"] + 2)
+    val_batches = [batch(val, gv) for _ in range(e["iters"])]
+    gf = torch.Generator().manual_seed(t["seed"] + 3)
+    final_batches = [batch(val, gf) for _ in range(e["final_iters"])]
+
+    model = GPT(m, len(chars))
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt_cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[o["name"]]
+    opt = opt_cls([{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+                  lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+
+    @torch.no_grad()
+    def evaluate(batches):
+        model.eval()
+        loss = sum(model(x, y).item() for x, y in batches) / len(batches)
+        model.train()
+        return loss
+
+    train_seconds = 0.0
+    for it in range(t["max_iters"]):
+        t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = get_lr(it, o, s)
+        for _ in range(t["grad_accum"]):
+            x, y = batch(train, g_train)
+            loss = model(x, y)
+            (loss / t["grad_accum"]).backward()
+        if o["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(params, o["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        train_seconds += time.perf_counter() - t0
+        step = it + 1
+        if step % e["interval"] == 0 or step == t["max_iters"]:
+            print("step %d: train loss %.4f, val loss %.4f, %.0f tok/s" % (
+                step, loss.item(), evaluate(val_batches), B * T * t["grad_accum"] * step / train_seconds),
+                file=sys.stderr, flush=True)
+    result = {
+        "impl": "pytorch", "torch": torch.__version__, "steps": t["max_iters"], "train_loss": loss.item(),
+        "val_loss": evaluate(final_batches), "train_seconds": round(train_seconds, 3),
+        "tokens_per_s": round(B * T * t["grad_accum"] * t["max_iters"] / train_seconds, 1),
+        "threads": torch.get_num_threads(), "params": sum(p.numel() for p in params),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

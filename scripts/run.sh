@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The main job: build tapeformer, train a small character-level GPT, print a sample.
+#
+#   bash scripts/run.sh                     # trains on Debian's fortunes (installed if missing)
+#   bash scripts/run.sh --data FILE         # trains on any UTF-8 text file instead
+#   OUT=out/mine CONFIG=configs/shakespeare_char_cpu.json bash scripts/run.sh --data input.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+data=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) data=${2:?--data needs a file}; shift 2 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (use --data FILE)" >&2; exit 2 ;;
+  esac
+done
+
+config=${CONFIG:-configs/quickstart.json}
+out=${OUT:-out/quickstart}
+mkdir -p "$out"
+
+if [ -z "$data" ]; then
+  bash scripts/setup.sh fortunes
+  # The fortunes package ships plain-text files next to binary .dat indexes;
+  # join the text ones (regular files only, not the .dat/.u8 or symlinks).
+  data="$out/fortunes.txt"
+  find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 \
+    | sort -z | xargs -0 cat > "$data"
+  echo "run.sh: training on Debian's fortunes ($(wc -c < "$data") bytes, $data)" >&2
+else
+  bash scripts/setup.sh
+fi
+
+echo "run.sh: building (Release)..." >&2
+cmake -S . -B build -G Ninja >/dev/null
+cmake --build build -j "$(nproc)" --target tapeformer >/dev/null
+
+build/cli/tapeformer train --config "$config" --data "$data" --out "$out"
+echo "run.sh: sample from $out:" >&2
+build/cli/tapeformer sample --checkpoint "$out" --prompt "${PROMPT:-The }" --tokens "${TOKENS:-400}" \
+  --temperature 0.8 --top-k 40 --seed 1
