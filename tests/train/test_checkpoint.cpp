@@ -6,22 +6,13 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "temp_dir.h"
 #include "train/checkpoint.h"
 
 using namespace tapeformer;
 namespace fs = std::filesystem;
 
 namespace {
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("tapeformer-ckpt-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(Rng(reinterpret_cast<uintptr_t>(this)).next_u64() % 100000));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 Checkpoint sample_checkpoint() {
   Checkpoint c;
   c.config_json = "{\"a\": 1}";
@@ -48,7 +39,7 @@ void write_all(const fs::path& p, const std::string& s) {
 }  // namespace
 
 TEST_CASE("checkpoint: save/load round trip keeps every field") {
-  TempDir dir;
+  TempDir dir("ckpt-roundtrip");
   const std::string path = (dir.path / "checkpoint.bin").string();
   const Checkpoint c = sample_checkpoint();
   save_checkpoint(path, c);
@@ -72,7 +63,7 @@ TEST_CASE("checkpoint: save/load round trip keeps every field") {
 }
 
 TEST_CASE("checkpoint: truncated, corrupted, foreign and missing files get one clear error each") {
-  TempDir dir;
+  TempDir dir("ckpt-damaged");
   const fs::path path = dir.path / "checkpoint.bin";
   save_checkpoint(path.string(), sample_checkpoint());
   const std::string good = read_all(path);
@@ -100,7 +91,7 @@ TEST_CASE("checkpoint: truncated, corrupted, foreign and missing files get one c
 }
 
 TEST_CASE("checkpoint: overwriting keeps the old file until the new one is complete") {
-  TempDir dir;
+  TempDir dir("ckpt-overwrite");
   const fs::path path = dir.path / "checkpoint.bin";
   Checkpoint c = sample_checkpoint();
   save_checkpoint(path.string(), c);

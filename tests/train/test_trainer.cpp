@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -15,16 +16,6 @@ using namespace tapeformer;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("tapeformer-trainer-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 TrainConfig tiny(const std::string& data, int64_t steps) {
   TrainConfig c = TrainConfig::parse(R"({
@@ -63,7 +54,7 @@ std::string without_timing(const std::string& jsonl) {
 }  // namespace
 
 TEST_CASE("a tiny GPT overfits a 200-character string to near-zero loss") {
-  TempDir dir("overfit");
+  TempDir dir("trainer-overfit");
   std::string text;
   const std::string words = "the cat sat on the mat; a dog ran far. ";
   while (text.size() < 200) text += words;
@@ -87,7 +78,7 @@ TEST_CASE("a tiny GPT overfits a 200-character string to near-zero loss") {
 }
 
 TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's curve exactly") {
-  TempDir dir("resume");
+  TempDir dir("trainer-resume");
   std::string text;
   for (int i = 0; i < 80; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
   const std::string data = write_text(dir.path, text);
@@ -122,7 +113,7 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
 }
 
 TEST_CASE("a diverging run stops with an error and leaves the last checkpoint intact") {
-  TempDir dir("nan");
+  TempDir dir("trainer-nan");
   std::string text;
   for (int i = 0; i < 60; ++i) text += "abcdefghij klmnop qrstuv wxyz\n";
   TrainConfig c = tiny(write_text(dir.path, text), 40);
