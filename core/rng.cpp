@@ -86,4 +86,10 @@ void Rng::fill_bernoulli(Tensor& t, float p) {
   fill_each(t, [&] { return uniform() < p ? 1.0f : 0.0f; });
 }
 
+void Rng::fill_dropout_mask(Tensor& t, float p) {
+  TAPEFORMER_CHECK(p >= 0 && p < 1, "Rng::fill_dropout_mask: p = ", p, " is not in [0, 1)");
+  const float keep = 1.0f - p, scale = 1.0f / keep;
+  fill_each(t, [&] { return uniform() < keep ? scale : 0.0f; });
+}
+
 }  // namespace tapeformer

@@ -35,6 +35,8 @@ class Rng {
   void fill_normal(Tensor& t, float mean, float std);
   // 1 with probability p, else 0.
   void fill_bernoulli(Tensor& t, float p);
+  // Inverted-dropout mask: 1 / (1 - p) with probability 1 - p, else 0.
+  void fill_dropout_mask(Tensor& t, float p);
 
   bool operator==(const Rng& o) const {
     return s_ == o.s_ && has_spare_ == o.has_spare_ && spare_ == o.spare_;

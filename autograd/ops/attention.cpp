@@ -26,9 +26,7 @@ class CausalAttention : public Function {
     Tensor keep;
     if (p_ > 0) {
       keep = Tensor::empty(probs.shape());  // 0 or 1 / (1 - p)
-      rng_->fill_bernoulli(keep, 1 - p_);
-      Scalar* kp = keep.data();
-      for (int64_t i = 0, n = keep.numel(); i < n; ++i) kp[i] /= (1 - p_);
+      rng_->fill_dropout_mask(keep, p_);
     }
     Tensor y = Tensor::empty({shape_.B, shape_.T, C});  // (B, T, C)
     kernels::causal_attention_forward(qkv.data(), y.data(), probs.data(), keep.defined() ? keep.data() : nullptr,

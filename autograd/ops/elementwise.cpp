@@ -283,10 +283,7 @@ Var dropout(const Var& x, Scalar p, Rng& rng) {
   TAPEFORMER_CHECK(p >= 0.0f && p < 1.0f, "dropout: probability ", p, " is not in [0, 1)");
   if (p == 0.0f) return x;
   Tensor mask = Tensor::empty(x.shape());  // m / (1 - p), so backward is one multiply
-  rng.fill_bernoulli(mask, 1.0f - p);
-  const Scalar scale = 1.0f / (1.0f - p);
-  Scalar* mp = mask.data();
-  for (int64_t i = 0, n = mask.numel(); i < n; ++i) mp[i] *= scale;
+  rng.fill_dropout_mask(mask, p);
   const auto times = [](const Scalar* a, const Scalar* b, Scalar* o, int64_t n) {
     array(o, n) = array(a, n) * array(b, n);
   };
