@@ -1,31 +1,64 @@
-// Text corpora: read a file, encode it once, split train/val.
+// Text corpora: read a file once, encode it once, split it into train / val.
 //
-//   std::string text = read_text_file("input.txt");   // clear errors for bad files
-//   auto tok = make_tokenizer("char", text, "'input.txt'");
-//   TextCorpus corpus(text, *tok, /*val_fraction=*/0.1, "'input.txt'");
-//   corpus.train();   // first 90% of the tokens (nanoGPT's split), corpus.val() the rest
+//   LoadedCorpus data = load_corpus("input.txt", "char", /*val_fraction=*/0.1);
+//   data.tokenizer->vocab_size();   // 65 for tiny Shakespeare
+//   data.corpus.train();            // first 90% of the token ids, data.corpus.val() the rest
+//
+// Step by step (when the tokenizer comes from a checkpoint, say):
+//   TextCorpus corpus = TextCorpus::from_file("input.txt", *tok, 0.1);
+//   TextCorpus small("hello world", *tok, 0.1);      // in memory, for tests
+//
+// The split follows nanoGPT's prepare.py for shakespeare_char: encode the
+// whole text, then train = ids[:int(n * (1 - val_fraction))], val = the rest
+// (for 0.1, 1 - 0.1 is exactly the double 0.9, so the sizes match
+// int(n * 0.9) in Python for every n). Every error is one line that names the
+// file or the `origin` given for in-memory text.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/tokenizer.h"
 
 namespace tapeformer {
 
-// The file's bytes. Throws Error naming the path when it is missing,
-// unreadable, a directory, empty, or binary (contains a NUL byte).
+// The bytes of a file that is meant to be text: throws Error naming the path
+// when it is missing, unreadable, a directory, empty, or "looks binary" (has
+// a NUL byte). UTF-8 is not checked here (CharTokenizer checks it).
 std::string read_text_file(const std::string& path);
+
+// The bytes of a corpus for a tokenizer of `tokenizer_kind`:
+//   "char": as read_text_file, and the file must be valid UTF-8 (the error
+//           names the offset of the first bad byte);
+//   "byte": any non-empty file (NUL bytes and invalid UTF-8 included).
+// Throws Error for another kind.
+std::string read_corpus_file(const std::string& path, const std::string& tokenizer_kind);
 
 class TextCorpus {
  public:
-  // Encodes text with tok and splits at floor(n * (1 - val_fraction)).
-  TextCorpus(const std::string& text, const Tokenizer& tok, double val_fraction, const std::string& origin);
+  // Encodes text with tok and splits it (see the top of this header).
+  // Throws Error unless 0 < val_fraction < 1 and both splits are non-empty;
+  // encoding errors are prefixed with `origin`.
+  TextCorpus(std::string_view text, const Tokenizer& tok, double val_fraction, const std::string& origin = "text");
+  // Reads path with read_corpus_file(path, tok.kind()), then as above.
+  static TextCorpus from_file(const std::string& path, const Tokenizer& tok, double val_fraction);
+
   const std::vector<int32_t>& train() const { return train_; }
   const std::vector<int32_t>& val() const { return val_; }
+  int64_t num_tokens() const { return static_cast<int64_t>(train_.size() + val_.size()); }
 
  private:
   std::vector<int32_t> train_, val_;
 };
+
+// A fresh run's data: the file, a tokenizer of `kind` built from it (a char
+// vocabulary is the file's distinct characters) and the split corpus.
+struct LoadedCorpus {
+  std::unique_ptr<Tokenizer> tokenizer;
+  TextCorpus corpus;
+};
+LoadedCorpus load_corpus(const std::string& path, const std::string& kind, double val_fraction);
 
 }  // namespace tapeformer

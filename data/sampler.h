@@ -1,32 +1,48 @@
 // RandomWindowSampler: GPT-style batches of random windows (nanoGPT get_batch).
 //
 //   RandomWindowSampler s(corpus.train(), /*B=*/12, /*T=*/64, /*seed=*/1, "train split");
-//   Batch b = s.next();   // b.inputs (B, T) = x[i, i+T), b.targets (B, T) = x[i+1, i+T]
+//   Batch b = s.next();   // b.inputs (B, T) = x[s, s+T), b.targets (B, T) = x[s+1, s+T]
 //
-// Start offsets are uniform over every window of T+1 tokens. The state (its
-// own Rng and the number of batches drawn) serialises with cereal, so a
-// restored sampler continues with exactly the same batches.
+// Each call draws B start offsets s independently and uniformly from
+// [0, n - T - 1], i.e. every window of T + 1 tokens that fits in the n tokens
+// (nanoGPT: torch.randint(len(data) - block_size, (batch_size,))). Offsets
+// come from the sampler's own Rng, so batches depend only on the seed and on
+// how many batches were drawn before.
+//
+// Persistence: `serialize` stores (Rng state, batches drawn) with any cereal
+// archive; a sampler restored into one built over the same tokens, B and T
+// continues with exactly the batches the original would have drawn next.
 #pragma once
 
+#include <cereal/types/array.hpp>  // Rng's state words, so callers need no extra include
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
+#include "core/tensor.h"
 
 namespace tapeformer {
 
 struct Batch {
-  IndexTensor inputs;   // (B, T)
-  IndexTensor targets;  // (B, T)
+  IndexTensor inputs;   // (B, T) token ids
+  IndexTensor targets;  // (B, T) the next token after each input position
 };
 
 class RandomWindowSampler {
  public:
-  // tokens must outlive the sampler; `what` names the data in errors.
+  // `tokens` must outlive the sampler; `what` names them in errors. Throws
+  // Error unless batch >= 1, block >= 1 and tokens.size() >= block + 1:
+  //   block size 64 needs at least 65 tokens, but the val split has 40 (...)
   RandomWindowSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, uint64_t seed,
                       const std::string& what);
+
   Batch next();
-  int64_t drawn() const { return drawn_; }
+  int64_t drawn() const { return drawn_; }  // batches returned by next() so far
+  int64_t batch_size() const { return batch_; }
+  int64_t block_size() const { return block_; }
+  // Number of distinct start offsets: n - T.
+  int64_t num_windows() const { return static_cast<int64_t>(tokens_->size()) - block_; }
 
   template <class Archive>
   void serialize(Archive& ar) {

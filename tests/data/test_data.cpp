@@ -1,9 +1,9 @@
+// data/: tokenizers and strict UTF-8, corpus files and the split, the window sampler.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <cereal/archives/binary.hpp>
-#include <cereal/types/array.hpp>
-#include <filesystem>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,134 +12,264 @@
 #include "data/corpus.h"
 #include "data/sampler.h"
 #include "data/tokenizer.h"
+#include "temp_dir.h"
 
 using namespace tapeformer;
-namespace fs = std::filesystem;
+using doctest::Contains;
+
+namespace {
+
+template <class T>
+std::string to_binary(const T& value) {
+  std::ostringstream out;
+  {
+    cereal::BinaryOutputArchive ar(out);
+    ar(value);
+  }
+  return out.str();
+}
+
+template <class T>
+void from_binary(const std::string& bytes, T& value) {
+  std::istringstream in(bytes);
+  cereal::BinaryInputArchive ar(in);
+  ar(value);
+}
+
+std::string write_file(const TempDir& dir, const std::string& name, const std::string& content) {
+  const std::string path = (dir.path / name).string();
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+std::vector<int32_t> iota_tokens(int n) {
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = i;
+  return tokens;
+}
+
+}  // namespace
 
 TEST_CASE("CharTokenizer: sorted code-point vocabulary, exact round trip on multi-byte UTF-8") {
   const std::string text = "héllo — 世界 héllo\n";
   CharTokenizer tok(text);
-  const auto& v = tok.vocab();
-  CHECK(std::is_sorted(v.begin(), v.end()));
-  CHECK(tok.vocab_size() == 9);  // \n, space, h, é, l, o, —, 世, 界
-  std::set<uint32_t> distinct;
-  for (uint32_t c : utf8_decode(text)) distinct.insert(c);
-  CHECK(static_cast<size_t>(tok.vocab_size()) == distinct.size());
+  // \n, space, h, l, o, é, —, 世, 界 in code point order: ids are ranks.
+  CHECK(tok.vocab() == std::vector<uint32_t>{0x0A, 0x20, 0x68, 0x6C, 0x6F, 0xE9, 0x2014, 0x4E16, 0x754C});
   const auto ids = tok.encode(text);
-  CHECK(ids.size() == utf8_decode(text).size());
+  CHECK(ids.size() == 17);  // characters, not bytes
+  CHECK(ids[1] == 5);       // 'é'
   CHECK(tok.decode(ids) == text);
-  CHECK(tok.encode("\n")[0] == 0);  // '\n' is the smallest code point
+  CHECK(tok.decode(tok.encode("世界 — hé")) == "世界 — hé");
+  CHECK(CharTokenizer("\n界hé ol世—").vocab() == tok.vocab());  // same characters in another order
+  CharTokenizer astral("a😀b");                                    // a 4-byte sequence is one character
+  CHECK(astral.vocab_size() == 3);
+  CHECK(astral.decode(astral.encode("😀a")) == "😀a");
 }
 
 TEST_CASE("CharTokenizer: characters outside the vocabulary are named with code and offset") {
   CharTokenizer tok(std::string("abc"));
   CHECK_THROWS_WITH_AS(tok.encode("abz"), "character 'z' (U+007A) at byte offset 2 is not in the vocabulary (3 characters)",
                        Error);
-  CHECK_THROWS_WITH_AS(tok.encode("a\xc3\xa9"), doctest::Contains("'é' (U+00E9) at byte offset 1"), Error);
+  CHECK_THROWS_WITH_AS(tok.encode("a\xc3\xa9"), Contains("'é' (U+00E9) at byte offset 1 is not"), Error);
+  CHECK_THROWS_WITH_AS(tok.encode("ab\x01"), Contains("character U+0001 at byte offset 2"), Error);
+  CHECK_THROWS_WITH_AS(tok.encode("a\n"), Contains("character '\\n' (U+000A) at byte offset 1"), Error);
+  CHECK_THROWS_WITH_AS(tok.encode("ab\xff"), "text is not valid UTF-8 (bad byte 0xFF at offset 2)", Error);
   CHECK_THROWS_WITH_AS(tok.decode({3}), "decode: token 3 is outside the vocabulary of 3", Error);
+  CHECK_THROWS_WITH_AS(tok.decode({-1}), Contains("token -1 is outside"), Error);
+  CHECK_THROWS_WITH_AS(CharTokenizer(std::string()), Contains("text is empty"), Error);
 }
 
 TEST_CASE("strict UTF-8: overlong, surrogate, out of range, truncated and stray bytes are rejected") {
-  CHECK(utf8_error_offset("plain ascii") == std::string::npos);
-  CHECK(utf8_error_offset("ok \xe4\xb8\x96") == std::string::npos);
-  CHECK(utf8_error_offset("ab\xc0\xaf") == 2);          // overlong '/'
-  CHECK(utf8_error_offset("\xed\xa0\x80") == 0);        // surrogate U+D800
-  CHECK(utf8_error_offset("x\xf4\x90\x80\x80") == 1);   // > U+10FFFF
-  CHECK(utf8_error_offset("abc\xe4\xb8") == 3);         // truncated
-  CHECK(utf8_error_offset("a\x80") == 1);               // stray continuation
-  CHECK(utf8_error_offset("caf\xe9 au lait") == 3);     // Latin-1
+  const auto npos = std::string_view::npos;
+  CHECK(utf8_error_offset("plain ascii") == npos);
+  CHECK(utf8_error_offset("ok \xe4\xb8\x96 \xf0\x9f\x98\x80") == npos);  // 世 and 😀
+  CHECK(utf8_error_offset("\xef\xbf\xbf\xf4\x8f\xbf\xbf") == npos);     // U+FFFF and U+10FFFF
+  CHECK(utf8_error_offset("ab\xc0\xaf") == 2);                          // overlong '/' (2 bytes)
+  CHECK(utf8_error_offset("\xe0\x80\xaf") == 0);                        // overlong '/' (3 bytes)
+  CHECK(utf8_error_offset("\xf0\x80\x80\xaf") == 0);                    // overlong '/' (4 bytes)
+  CHECK(utf8_error_offset("\xed\xa0\x80") == 0);                        // surrogate U+D800
+  CHECK(utf8_error_offset("ok\xed\xbf\xbf") == 2);                      // surrogate U+DFFF
+  CHECK(utf8_error_offset("x\xf4\x90\x80\x80") == 1);                   // U+110000
+  CHECK(utf8_error_offset("x\xf5\x80\x80\x80") == 1);                   // lead byte F5
+  CHECK(utf8_error_offset("abc\xe4\xb8") == 3);                         // truncated at the end
+  CHECK(utf8_error_offset("abc\xe4x\x96") == 3);                        // truncated by 'x'
+  CHECK(utf8_error_offset("a\x80") == 1);                               // stray continuation
+  CHECK(utf8_error_offset("caf\xe9 au lait") == 3);                     // Latin-1
+  CHECK_THROWS_WITH_AS(utf8_decode("ab\xc0\xaf"), "invalid UTF-8 at byte offset 2 (byte 0xC0)", Error);
   CHECK_THROWS_WITH_AS(CharTokenizer(std::string("caf\xe9"), "data file 'x.txt'"),
-                       doctest::Contains("data file 'x.txt' is not valid UTF-8 (bad byte 0xE9 at offset 3)"), Error);
+                       Contains("data file 'x.txt' is not valid UTF-8 (bad byte 0xE9 at offset 3)"), Error);
+  std::string s;
+  for (uint32_t cp : {0x7Fu, 0x80u, 0x7FFu, 0x800u, 0xFFFFu, 0x10000u, 0x10FFFFu}) utf8_append(s, cp);
+  CHECK(utf8_decode(s) == std::vector<uint32_t>{0x7F, 0x80, 0x7FF, 0x800, 0xFFFF, 0x10000, 0x10FFFF});
+  CHECK_THROWS_WITH_AS(utf8_append(s, 0xD800), "utf8_append: U+D800 is not a Unicode scalar value", Error);
 }
 
-TEST_CASE("ByteTokenizer round-trips arbitrary bytes; tokenizers survive save/load") {
+TEST_CASE("ByteTokenizer round-trips arbitrary bytes") {
   std::string bytes;
-  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(255 - i);
+  bytes += std::string("\0\xff\xc0\xaf", 4);
   ByteTokenizer b;
-  CHECK(b.decode(b.encode(bytes)) == bytes);
-  const auto back = load_tokenizer(save_tokenizer(b));
-  CHECK(back->kind() == "byte");
-  CharTokenizer c(std::string("hello world"));
-  const auto back_c = load_tokenizer(save_tokenizer(c));
-  CHECK(back_c->kind() == "char");
-  CHECK(back_c->encode("world") == c.encode("world"));
-  CHECK_THROWS_WITH_AS(load_tokenizer("garbage"), doctest::Contains("tokenizer: cannot decode"), Error);
+  const auto ids = b.encode(bytes);
+  CHECK(ids[0] == 255);
+  CHECK(ids[256] == 0);
+  CHECK(b.decode(ids) == bytes);
+  CHECK_THROWS_WITH_AS(b.decode({256}), "decode: token 256 is not a byte (0..255)", Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer("bpe", "text"), "unknown tokenizer 'bpe' (expected \"char\" or \"byte\")", Error);
 }
 
-namespace {
-struct TempFile {
-  fs::path path;
-  explicit TempFile(const std::string& content, const std::string& name = "data.txt") {
-    path = fs::temp_directory_path() / ("tapeformer-data-" + std::to_string(::getpid()) + "-" + name);
-    std::ofstream(path, std::ios::binary) << content;
-  }
-  ~TempFile() { fs::remove(path); }
-};
-}  // namespace
+TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blob") {
+  CharTokenizer c("héllo — 世界");
+  TokenizerState loaded;
+  from_binary(to_binary(c.state()), loaded);
+  const auto back = make_tokenizer(loaded);
+  CHECK(back->kind() == "char");
+  CHECK(dynamic_cast<const CharTokenizer&>(*back).vocab() == c.vocab());
+  CHECK(back->encode("世界 héllo") == c.encode("世界 héllo"));
 
-TEST_CASE("read_text_file: missing, directory, empty and binary files get one clear error each") {
+  const auto blob_back = load_tokenizer(save_tokenizer(c));
+  CHECK(blob_back->decode(c.encode("— l")) == "— l");
+  CHECK(save_tokenizer(*blob_back) == save_tokenizer(c));
+  const auto byte_back = load_tokenizer(save_tokenizer(ByteTokenizer()));
+  CHECK(byte_back->kind() == "byte");
+  CHECK(byte_back->vocab_size() == 256);
+
+  // A future format version is refused by name, not misread.
+  std::ostringstream future;
+  {
+    cereal::BinaryOutputArchive ar(future);
+    ar(uint32_t{2}, std::string("char"), std::vector<uint32_t>{97});
+  }
+  TokenizerState s;
+  CHECK_THROWS_WITH_AS(from_binary(future.str(), s),
+                       "tokenizer state: format version 2 is not supported (this build reads version 1)", Error);
+  CHECK_THROWS_WITH_AS(load_tokenizer(future.str()), Contains("format version 2 is not supported"), Error);
+  CHECK_THROWS_WITH_AS(load_tokenizer("gar"), Contains("tokenizer: cannot decode"), Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {98, 97}}),
+                       Contains("sorted and distinct (entry 1 'a' (U+0061) follows 'b' (U+0062))"), Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {0xD800}}), Contains("U+D800) is not a Unicode"), Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"wordpiece", {}}), Contains("unknown kind 'wordpiece'"), Error);
+}
+
+TEST_CASE("corpus files: missing, unreadable, directory, empty, binary and non-UTF-8 files get one clear error each") {
+  TempDir dir("data");
   CHECK_THROWS_WITH_AS(read_text_file("/no/such/file.txt"), "data file '/no/such/file.txt': cannot open (no such file)",
                        Error);
-  CHECK_THROWS_WITH_AS(read_text_file(fs::temp_directory_path().string()), doctest::Contains("is a directory"), Error);
-  TempFile empty("", "empty.txt");
-  CHECK_THROWS_WITH_AS(read_text_file(empty.path.string()), doctest::Contains("is empty"), Error);
-  TempFile binary(std::string("abc\0def", 7), "bin.txt");
-  CHECK_THROWS_WITH_AS(read_text_file(binary.path.string()), doctest::Contains("looks binary (NUL byte at offset 3)"),
+  const std::string is_dir = "data file '" + dir.path.string() + "' is a directory, not a text file";
+  CHECK_THROWS_WITH_AS(read_corpus_file(dir.path.string(), "char"), is_dir.c_str(), Error);
+  const std::string empty = write_file(dir, "empty.txt", "");
+  CHECK_THROWS_WITH_AS(read_corpus_file(empty, "char"), ("data file '" + empty + "' is empty").c_str(), Error);
+  CHECK_THROWS_WITH_AS(read_corpus_file(empty, "byte"), Contains("is empty"), Error);
+  const std::string binary = write_file(dir, "bin.txt", std::string("abc\0def", 7));
+  const std::string looks_binary = "data file '" + binary + "' looks binary (NUL byte at offset 3), not text";
+  CHECK_THROWS_WITH_AS(read_text_file(binary), looks_binary.c_str(), Error);
+  CHECK_THROWS_WITH_AS(read_corpus_file(binary, "char"), Contains("looks binary"), Error);
+  CHECK(read_corpus_file(binary, "byte").size() == 7);  // the byte tokenizer takes anything non-empty
+  const std::string latin1 = write_file(dir, "latin1.txt", "caf\xe9\n");
+  const std::string not_utf8 =
+      "data file '" + latin1 + "' is not valid UTF-8 (bad byte 0xE9 at offset 3); the byte tokenizer accepts arbitrary bytes";
+  CHECK_THROWS_WITH_AS(read_corpus_file(latin1, "char"), not_utf8.c_str(), Error);
+  CHECK(read_corpus_file(latin1, "byte") == "caf\xe9\n");
+  CHECK(read_text_file(latin1) == "caf\xe9\n");  // UTF-8 is the char tokenizer's check
+  CHECK_THROWS_WITH_AS(read_corpus_file(latin1, "bpe"), Contains("unknown tokenizer 'bpe'"), Error);
+  // Unreadable: /proc/self/mem opens but reading offset 0 fails (works as root, unlike chmod 000).
+  if (std::ifstream("/proc/self/mem").good())
+    CHECK_THROWS_WITH_AS(read_text_file("/proc/self/mem"), Contains("data file '/proc/self/mem': cannot read ("), Error);
+  if (::geteuid() != 0) {
+    const std::string locked = write_file(dir, "locked.txt", "secret");
+    std::filesystem::permissions(locked, std::filesystem::perms::none);
+    CHECK_THROWS_WITH_AS(read_text_file(locked), Contains("': cannot open (Permission denied)"), Error);
+  }
+  CHECK(read_corpus_file(write_file(dir, "good.txt", "héllo\n"), "char") == "héllo\n");
+}
+
+TEST_CASE("TextCorpus: nanoGPT's split at int(n * 0.9), checked fractions, file loading") {
+  CharTokenizer tok(std::string("abcdefghijklmnopqrstuvwxyz"));
+  for (int n : {2, 9, 10, 11, 19, 97, 997, 1000, 12345}) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += static_cast<char>('a' + i % 26);
+    TextCorpus corpus(text, tok, 0.1);
+    const auto expected = static_cast<size_t>(n * 0.9);  // Python: int(n * 0.9)
+    CAPTURE(n);
+    CHECK(corpus.train().size() == expected);
+    CHECK(corpus.val().size() == n - expected);
+    CHECK(corpus.num_tokens() == n);
+    CHECK(corpus.val().front() == (static_cast<int>(expected) % 26));  // the split is contiguous, in order
+  }
+  CHECK_THROWS_WITH_AS(TextCorpus("a", tok, 0.1, "tiny"),
+                       "tiny has 1 tokens: too few to split at val_fraction 0.1 (train would get 0, val 1; both need at "
+                       "least 1)", Error);
+  CHECK_THROWS_WITH_AS(TextCorpus("abcde", tok, 1e-17), Contains("train would get 5, val 0"), Error);
+  for (double bad : {0.0, 1.0, -0.5, 1.5, std::nan("")})
+    CHECK_THROWS_WITH_AS(TextCorpus("abcdef", tok, bad), Contains("TextCorpus: val_fraction must be in (0, 1), got"), Error);
+  CHECK_THROWS_WITH_AS(TextCorpus("ab!", tok, 0.1, "data file 'p.txt'"),
+                       "data file 'p.txt': character '!' (U+0021) at byte offset 2 is not in the vocabulary (26 characters)",
                        Error);
-  TempFile good("hello\n");
-  CHECK(read_text_file(good.path.string()) == "hello\n");
+
+  TempDir dir("corpus");
+  const std::string path = write_file(dir, "shakespeare.txt", "First Citizen:\nBefore we proceed any further, hear me speak.\n");
+  LoadedCorpus data = load_corpus(path, "char", 0.1);
+  CHECK(data.tokenizer->kind() == "char");
+  CHECK(data.tokenizer->vocab_size() == 27);
+  CHECK(data.corpus.num_tokens() == 61);
+  CHECK(data.corpus.train().size() == 54);  // int(61 * 0.9)
+  CHECK(TextCorpus::from_file(path, *data.tokenizer, 0.1).val() == data.corpus.val());
+  const std::string bin = write_file(dir, "bin.dat", std::string("\0\1\2\3\4\5\6\7\x80\xff", 10));
+  LoadedCorpus bytes = load_corpus(bin, "byte", 0.2);
+  CHECK(bytes.corpus.train() == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(bytes.corpus.val() == std::vector<int32_t>{128, 255});
+  CHECK_THROWS_WITH_AS(TextCorpus::from_file(bin, *data.tokenizer, 0.1), Contains("looks binary"), Error);
 }
 
-TEST_CASE("TextCorpus: nanoGPT's split at int(n * 0.9)") {
-  std::string text;
-  for (int i = 0; i < 997; ++i) text += static_cast<char>('a' + i % 26);
-  CharTokenizer tok(text);
-  TextCorpus corpus(text, tok, 0.1, "t");
-  CHECK(corpus.train().size() == 897);  // int(997 * 0.9)
-  CHECK(corpus.val().size() == 100);
-  CHECK(corpus.train()[0] == 0);
-  CHECK(corpus.val()[0] == tok.encode(std::string(1, text[897]))[0]);
-  CHECK_THROWS_WITH_AS(TextCorpus("a", tok, 0.1, "tiny"), doctest::Contains("tiny has 1 tokens: too few"), Error);
-}
-
-TEST_CASE("RandomWindowSampler: targets are inputs shifted by one, every start reachable, deterministic") {
-  std::vector<int32_t> tokens(20);
-  for (int i = 0; i < 20; ++i) tokens[i] = i;
-  RandomWindowSampler a(tokens, 4, 5, 7, "t"), b(tokens, 4, 5, 7, "t");
+TEST_CASE("RandomWindowSampler: targets are inputs shifted by one, offsets in range, every start reachable") {
+  const std::vector<int32_t> tokens = iota_tokens(20);
+  const int64_t B = 4, T = 5;
+  RandomWindowSampler a(tokens, B, T, 7, "t"), b(tokens, B, T, 7, "t"), other(tokens, B, T, 8, "t");
+  CHECK(a.num_windows() == 15);
   std::set<int32_t> starts;
+  bool differs = false;
   for (int n = 0; n < 200; ++n) {
     const Batch x = a.next(), y = b.next();
-    REQUIRE(x.inputs.data == y.inputs.data);
-    for (int r = 0; r < 4; ++r) {
-      const int32_t s = x.inputs.data[r * 5];
+    REQUIRE(x.inputs.shape == Shape{B, T});
+    REQUIRE(x.targets.shape == Shape{B, T});
+    REQUIRE(x.inputs.data == y.inputs.data);  // same seed, same batches
+    REQUIRE(x.targets.data == y.targets.data);
+    differs = differs || other.next().inputs.data != x.inputs.data;
+    for (int r = 0; r < B; ++r) {
+      const int32_t s = x.inputs.data[r * T];
+      REQUIRE((s >= 0 && s <= 20 - T - 1));
       starts.insert(s);
-      for (int t = 0; t < 5; ++t) {
-        REQUIRE(x.inputs.data[r * 5 + t] == s + t);
-        REQUIRE(x.targets.data[r * 5 + t] == s + t + 1);
+      for (int t = 0; t < T; ++t) {
+        REQUIRE(x.inputs.data[r * T + t] == s + t);
+        REQUIRE(x.targets.data[r * T + t] == s + t + 1);
       }
     }
   }
+  CHECK(differs);
+  CHECK(a.drawn() == 200);
   CHECK(starts.size() == 15);  // starts 0..14: every window of 6 tokens in 20
   CHECK(*starts.rbegin() == 14);
-  CHECK_THROWS_WITH_AS(RandomWindowSampler(tokens, 2, 20, 1, "val split"),
-                       doctest::Contains("block size 20 needs at least 21 tokens, but the val split has 20"), Error);
+
+  RandomWindowSampler exact(tokens, 3, 19, 1, "t");  // n = T + 1: the only window is the whole array
+  CHECK(exact.next().targets.data[3 * 19 - 1] == 19);
+  CHECK_THROWS_WITH_AS(RandomWindowSampler(iota_tokens(40), 2, 64, 1, "val split"),
+                       "block size 64 needs at least 65 tokens, but the val split has 40 (use a smaller block size or "
+                       "more data)", Error);
+  CHECK_THROWS_WITH_AS(RandomWindowSampler(tokens, 0, 4, 1, "t"), Contains("batch size must be >= 1, got 0"), Error);
+  CHECK_THROWS_WITH_AS(RandomWindowSampler(tokens, 2, -1, 1, "t"), Contains("block size must be >= 1, got -1"), Error);
 }
 
 TEST_CASE("RandomWindowSampler: state round-trips through cereal and continues identically") {
-  std::vector<int32_t> tokens(100);
-  for (int i = 0; i < 100; ++i) tokens[i] = i;
+  const std::vector<int32_t> tokens = iota_tokens(100);
   RandomWindowSampler s(tokens, 3, 8, 11, "t");
   for (int i = 0; i < 5; ++i) s.next();
-  std::stringstream buf;
-  {
-    cereal::BinaryOutputArchive ar(buf);
-    ar(s);
-  }
+  const std::string saved = to_binary(s);
   RandomWindowSampler r(tokens, 3, 8, 999, "t");
-  {
-    cereal::BinaryInputArchive ar(buf);
-    ar(r);
-  }
+  from_binary(saved, r);
   CHECK(r.drawn() == 5);
-  for (int i = 0; i < 5; ++i) CHECK(r.next().inputs.data == s.next().inputs.data);
+  for (int i = 0; i < 10; ++i) {
+    const Batch expected = s.next(), got = r.next();
+    CHECK(got.inputs.data == expected.inputs.data);
+    CHECK(got.targets.data == expected.targets.data);
+  }
+  CHECK(to_binary(r) == to_binary(s));
 }

@@ -1,0 +1,102 @@
+#include "data/utf8.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace tapeformer {
+namespace {
+
+std::string code_point_code(uint32_t cp) {
+  char code[16];
+  std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(cp));
+  return code;
+}
+
+}  // namespace
+
+size_t utf8_decode_one(std::string_view text, size_t i, uint32_t* cp) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  if (b0 < 0x80) return *cp = b0, 1;
+  size_t len;
+  uint32_t min, v;
+  if ((b0 & 0xE0) == 0xC0) len = 2, min = 0x80, v = b0 & 0x1F;
+  else if ((b0 & 0xF0) == 0xE0) len = 3, min = 0x800, v = b0 & 0x0F;
+  else if ((b0 & 0xF8) == 0xF0) len = 4, min = 0x10000, v = b0 & 0x07;
+  else return 0;  // a continuation byte where a sequence should start, or F8..FF
+  if (len > text.size() - i) return 0;  // truncated by the end of the text
+  for (size_t k = 1; k < len; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;  // truncated by a non-continuation byte
+    v = (v << 6) | (byte(i + k) & 0x3F);
+  }
+  // Checking the decoded value (rather than the lead byte ranges of table 3-7)
+  // rejects the same sequences: overlongs decode below `min`, F4 90.. and
+  // F5..F7 decode above U+10FFFF, ED A0..ED BF decode to surrogates.
+  if (v < min || !is_scalar_value(v)) return 0;
+  *cp = v;
+  return len;
+}
+
+size_t utf8_error_offset(std::string_view text) {
+  uint32_t cp;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_decode_one(text, i, &cp);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+std::vector<uint32_t> utf8_decode(std::string_view text, std::vector<size_t>* offsets) {
+  std::vector<uint32_t> out;
+  out.reserve(text.size());
+  uint32_t cp;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_decode_one(text, i, &cp);
+    TAPEFORMER_CHECK(n != 0, "invalid UTF-8 at byte offset ", i, " (byte ",
+                     hex_byte(static_cast<unsigned char>(text[i])), ")");
+    out.push_back(cp);
+    if (offsets) offsets->push_back(i);
+    i += n;
+  }
+  return out;
+}
+
+void utf8_append(std::string& out, uint32_t cp) {
+  TAPEFORMER_CHECK(is_scalar_value(cp), "utf8_append: ", code_point_code(cp), " is not a Unicode scalar value");
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::string describe_code_point(uint32_t cp) {
+  const std::string code = code_point_code(cp);
+  std::string shown;
+  if (cp == '\n') shown = "\\n";
+  else if (cp == '\t') shown = "\\t";
+  else if (cp == '\r') shown = "\\r";
+  // C0 controls, DEL and C1 controls would garble the message; name them by code only.
+  else if (cp >= 0x20 && !(cp >= 0x7F && cp <= 0x9F) && is_scalar_value(cp)) utf8_append(shown, cp);
+  return shown.empty() ? code : "'" + shown + "' (" + code + ")";
+}
+
+std::string hex_byte(unsigned char byte) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(byte));
+  return hex;
+}
+
+}  // namespace tapeformer

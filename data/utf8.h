@@ -1,0 +1,48 @@
+// Strict UTF-8: decoding, validation and encoding of Unicode code points.
+//
+//   size_t bad = utf8_error_offset(text);            // npos when valid
+//   std::vector<size_t> at;
+//   std::vector<uint32_t> cps = utf8_decode(text, &at);  // code points + byte offsets
+//   std::string s;  utf8_append(s, 0x4E16);          // "世"
+//
+// "Strict" means exactly the well-formed sequences of Unicode 15, table 3-7:
+// overlong forms (C0 AF for '/'), UTF-16 surrogates (U+D800..U+DFFF), code
+// points above U+10FFFF, truncated sequences, stray continuation bytes and the
+// bytes F5..FF are all rejected. The offset reported is that of the first byte
+// of the offending sequence.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tapeformer {
+
+// Decodes the sequence starting at text[offset] into *code_point and returns
+// its length in bytes (1..4), or 0 when it is not well-formed UTF-8.
+// Contract: offset < text.size().
+size_t utf8_decode_one(std::string_view text, size_t offset, uint32_t* code_point);
+
+// Byte offset of the first ill-formed sequence, or std::string_view::npos.
+size_t utf8_error_offset(std::string_view text);
+
+// Code points of text and, optionally, the byte offset where each starts.
+// Throws Error "invalid UTF-8 at byte offset N (byte 0xXX)" on ill-formed input.
+std::vector<uint32_t> utf8_decode(std::string_view text, std::vector<size_t>* offsets = nullptr);
+
+// Appends the UTF-8 encoding of code_point (must be a Unicode scalar value:
+// <= U+10FFFF and not a surrogate; throws Error otherwise).
+void utf8_append(std::string& out, uint32_t code_point);
+
+// True for code points that are Unicode scalar values (encodable in UTF-8).
+inline bool is_scalar_value(uint32_t cp) { return cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF); }
+
+// How a code point is named in error messages: "'é' (U+00E9)" for printable
+// characters, "'\n' (U+000A)" for common escapes, "U+0001" for other controls.
+std::string describe_code_point(uint32_t code_point);
+
+// "0xE9": one byte in hex, for error messages.
+std::string hex_byte(unsigned char byte);
+
+}  // namespace tapeformer
