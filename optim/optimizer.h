@@ -1,16 +1,39 @@
-// Optimizers over parameter groups, with PyTorch's update rules.
+// Optimizers over parameter groups, with PyTorch's update rules (torch.optim
+// 1.13, single-tensor path): SGD (momentum, dampening, Nesterov), Adam (L2
+// decay added to the gradient), AdamW (decoupled decay).
 //
 //   AdamW opt(decay_groups(model.named_parameters(), /*lr=*/1e-3f, /*weight_decay=*/0.1f),
 //             /*beta1=*/0.9f, /*beta2=*/0.99f, /*eps=*/1e-8f);
-//   backward(loss);  opt.step();  opt.zero_grad();
+//   for (int64_t it = 0; it < max_iters; ++it) {
+//     opt.set_lr(schedule.lr_at(it));
+//     backward(loss(...));
+//     clip_grad_norm(model.parameters(), 1.0f);
+//     opt.step();
+//     opt.zero_grad();
+//   }
 //
-// Each group has its own lr and weight decay; set_lr() sets every group's lr
-// (schedules call it each step). Parameters without a gradient are skipped.
-// Each update is one vectorised loop per parameter (parallel over chunks).
-// state_tensors() / load_state() carry the moment buffers by parameter name
-// ("exp_avg.blocks.0.attn.qkv.weight") so checkpoints resume exactly.
+// Contract
+// - Each group has its own lr and weight decay; set_lr() sets every group's lr.
+// - step() updates every parameter that has a gradient; parameters without one
+//   are untouched and their state does not advance (as in PyTorch, where a
+//   parameter's state, including its step count, only moves when it has a
+//   .grad). Gradients must have the parameter's shape; parameter values must
+//   be contiguous (checked, Error naming the parameter).
+// - Each update is one pass over the parameter's contiguous buffer in blocks
+//   of kBlock elements (parallel over blocks, so results do not depend on the
+//   thread count).
+// - State for checkpoints: state_tensors() lists, per parameter in group order,
+//   "step.<name>" (rank-0, the number of updates that parameter received, as
+//   PyTorch's state['step']) followed by the optimizer's buffers
+//   ("momentum_buffer.<name>", or "exp_avg.<name>" and "exp_avg_sq.<name>").
+//   Buffer entries alias the live state (clone to snapshot). load_state()
+//   validates every name, shape and step before copying anything.
+// - Constructors validate hyperparameters and parameters and throw Error
+//   naming the field: "AdamW: beta2 must be in [0, 1), got 1".
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,76 +42,111 @@
 namespace tapeformer {
 
 struct ParamGroup {
-  NamedVars params;
+  NamedVars params;  // dotted names are the state keys; each Var at most once
   float lr = 1e-3f;
   float weight_decay = 0.0f;
 };
 
-// nanoGPT's grouping: parameters of rank >= 2 (matrices, embeddings) decay,
-// rank < 2 (biases, norm gains) do not.
+// nanoGPT's configure_optimizers grouping: parameters that require grad and
+// have rank >= 2 (matrices, embeddings) get weight_decay; rank < 2 (biases,
+// norm gains) get 0. Returns [decay, no_decay], omitting an empty group.
+//
+//   decay_groups({{"fc.weight", w}, {"fc.bias", b}}, 1e-3f, 0.1f)
+//     == {{{"fc.weight", w}}, 1e-3f, 0.1f}, {{{"fc.bias", b}}, 1e-3f, 0.0f}}
 std::vector<ParamGroup> decay_groups(const NamedVars& params, float lr, float weight_decay);
 
 class Optimizer {
  public:
+  static constexpr int64_t kBlock = 2048;  // elements per update call (L1-sized)
+  static constexpr int kMaxBuffers = 2;
+
   virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient; step_count() += 1.
   void step();
+  // Drops every parameter's gradient (Var::zero_grad).
   void zero_grad();
+  // Sets every group's lr (finite, >= 0).
   void set_lr(float lr);
+  // The first group's lr.
   float lr() const;
+  // Number of step() calls (restored by load_state).
   int64_t step_count() const { return steps_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
+  const std::string& name() const { return name_; }
 
   NamedTensors state_tensors() const;
-  // Validates names and shapes (errors name the missing/extra key and shapes).
+  // Restores state saved by state_tensors() of an optimizer of the same kind
+  // over parameters of the same names and shapes. Throws Error naming the
+  // missing / unexpected / duplicate key or the shapes
+  // ("AdamW optimizer state: 'exp_avg.w' has shape [4, 3] vs parameter [3, 4]").
   void load_state(const NamedTensors& state, int64_t step_count);
 
  protected:
-  // `buffers` names the per-parameter state ("exp_avg", ...), zero-initialised.
-  Optimizer(std::vector<ParamGroup> groups, std::vector<std::string> buffers, const char* name);
-  // Updates p (contiguous, n elements) from g; state points at its buffers.
-  virtual void update(const ParamGroup& group, Scalar* p, const Scalar* g, std::vector<Scalar*>& state,
-                      int64_t n) = 0;
-  const char* name_;
+  // A block of one parameter: n contiguous elements of the value, its
+  // gradient and its buffers (buffers[b] for buffer_names[b]).
+  struct Block {
+    Scalar* param;
+    const Scalar* grad;
+    std::array<Scalar*, kMaxBuffers> buffers;
+    int64_t n;
+  };
+
+  // `buffer_names` are the per-parameter state tensors, zero-initialised.
+  Optimizer(std::string name, std::vector<ParamGroup> groups, std::vector<std::string> buffer_names);
+  // Applies one update to a block; `step` is this parameter's update count,
+  // already incremented (1 on its first update).
+  virtual void update(const ParamGroup& group, int64_t step, const Block& block) const = 0;
 
  private:
+  struct ParamState {
+    int64_t step = 0;
+    std::vector<Tensor> buffers;
+  };
+  void check_ready() const;
+
+  std::string name_;
   std::vector<ParamGroup> groups_;
   std::vector<std::string> buffer_names_;
-  std::vector<std::vector<std::vector<Tensor>>> state_;  // [group][param][buffer]
+  std::vector<std::vector<ParamState>> state_;  // [group][param]
   int64_t steps_ = 0;
 };
 
-// p -= lr * d, d = g + wd p, with momentum: buf = mu buf + (1 - dampening) d
-// (buf = d on the first step), d = nesterov ? d + mu buf : buf.
+// torch.optim.SGD: d = g + wd p; with momentum, buf = d on a parameter's first
+// update, else buf = mu buf + (1 - dampening) d; then d = nesterov ? d + mu buf
+// : buf; p -= lr d. Buffer: "momentum_buffer" (only when momentum > 0).
 class SGD : public Optimizer {
  public:
-  SGD(std::vector<ParamGroup> groups, float momentum = 0, float dampening = 0, bool nesterov = false);
+  explicit SGD(std::vector<ParamGroup> groups, float momentum = 0, float dampening = 0, bool nesterov = false);
 
  private:
-  void update(const ParamGroup& g, Scalar* p, const Scalar* grad, std::vector<Scalar*>& st, int64_t n) override;
+  void update(const ParamGroup& group, int64_t step, const Block& block) const override;
   float momentum_, dampening_;
   bool nesterov_;
 };
 
-// Adam with L2 decay added to the gradient (torch.optim.Adam):
-// m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
-// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+// torch.optim.Adam: d = g + wd p (L2), m = b1 m + (1-b1) d, v = b2 v + (1-b2) d^2,
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), t = the
+// parameter's step. Buffers: "exp_avg", "exp_avg_sq".
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<ParamGroup> groups, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
+  explicit Adam(std::vector<ParamGroup> groups, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
 
  protected:
-  Adam(std::vector<ParamGroup> groups, float beta1, float beta2, float eps, bool decoupled, const char* name);
+  Adam(std::string name, bool decoupled, std::vector<ParamGroup> groups, float beta1, float beta2, float eps);
 
  private:
-  void update(const ParamGroup& g, Scalar* p, const Scalar* grad, std::vector<Scalar*>& st, int64_t n) override;
+  void update(const ParamGroup& group, int64_t step, const Block& block) const override;
   float beta1_, beta2_, eps_;
   bool decoupled_;
 };
 
-// AdamW (torch.optim.AdamW): p *= 1 - lr * wd, then the Adam update without L2.
+// torch.optim.AdamW: p *= 1 - lr wd, then the Adam update with d = g.
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<ParamGroup> groups, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
+  explicit AdamW(std::vector<ParamGroup> groups, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
 };
 
 }  // namespace tapeformer

@@ -5,25 +5,44 @@
 #include "core/error.h"
 
 namespace tapeformer {
+namespace {
 
-ConstantSchedule::ConstantSchedule(float lr) : lr_(lr) {
-  TAPEFORMER_CHECK(lr >= 0, "ConstantSchedule: lr must be >= 0, got ", lr);
+constexpr double kPi = 3.14159265358979323846;
+
+void check_step(const char* name, int64_t step) {
+  TAPEFORMER_CHECK(step >= 0, name, ": step must be >= 0, got ", step);
 }
 
-WarmupDecaySchedule::WarmupDecaySchedule(Shape shape, float lr, int64_t warmup, int64_t decay_iters, float min_lr)
-    : shape_(shape), lr_(lr), min_lr_(min_lr), warmup_(warmup), decay_iters_(decay_iters) {
-  TAPEFORMER_CHECK(lr >= 0 && min_lr >= 0 && min_lr <= lr, "schedule: need 0 <= min_lr <= lr, got min_lr ",
-                   min_lr, ", lr ", lr);
-  TAPEFORMER_CHECK(warmup >= 0 && decay_iters >= warmup, "schedule: need 0 <= warmup (", warmup,
-                   ") <= decay_iters (", decay_iters, ")");
+}  // namespace
+
+ConstantSchedule::ConstantSchedule(float lr) : lr_(lr) {
+  TAPEFORMER_CHECK(std::isfinite(lr) && lr >= 0, "ConstantSchedule: lr must be finite and >= 0, got ", lr);
+}
+
+float ConstantSchedule::lr_at(int64_t step) const {
+  check_step("ConstantSchedule", step);
+  return lr_;
+}
+
+WarmupDecaySchedule::WarmupDecaySchedule(Shape shape, float lr, int64_t warmup_iters, int64_t decay_iters,
+                                         float min_lr)
+    : shape_(shape), lr_(lr), min_lr_(min_lr), warmup_(warmup_iters), decay_iters_(decay_iters) {
+  const char* name = shape == Shape::Cosine ? "CosineSchedule" : "LinearSchedule";
+  TAPEFORMER_CHECK(std::isfinite(lr) && lr >= 0, name, ": lr must be finite and >= 0, got ", lr);
+  TAPEFORMER_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, name, ": min_lr (", min_lr,
+                   ") must be in [0, lr (", lr, ")]");
+  TAPEFORMER_CHECK(warmup_iters >= 0, name, ": warmup_iters must be >= 0, got ", warmup_iters);
+  TAPEFORMER_CHECK(warmup_iters <= decay_iters, name, ": warmup_iters (", warmup_iters,
+                   ") must be <= decay_iters (", decay_iters, ")");
 }
 
 float WarmupDecaySchedule::lr_at(int64_t step) const {
-  if (step < warmup_) return lr_ * static_cast<float>(step + 1) / static_cast<float>(warmup_ + 1);
-  if (step > decay_iters_) return min_lr_;
+  check_step(shape_ == Shape::Cosine ? "CosineSchedule" : "LinearSchedule", step);
+  if (step < warmup_) return static_cast<float>(lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_ + 1));
+  if (step > decay_iters_) return static_cast<float>(min_lr_);
   const double span = static_cast<double>(decay_iters_ - warmup_);
   const double ratio = span > 0 ? static_cast<double>(step - warmup_) / span : 1.0;
-  const double coeff = shape_ == Shape::Cosine ? 0.5 * (1.0 + std::cos(M_PI * ratio)) : 1.0 - ratio;
+  const double coeff = shape_ == Shape::Cosine ? 0.5 * (1.0 + std::cos(kPi * ratio)) : 1.0 - ratio;
   return static_cast<float>(min_lr_ + coeff * (lr_ - min_lr_));
 }
 
