@@ -1,5 +1,6 @@
 #include "layers/module.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -103,6 +104,36 @@ void Module::load_state(const NamedTensors& state) {
     TAPEFORMER_CHECK(known, "load_state: unexpected key '", name, "' (shape ", t.shape(), ")");
   }
   for (auto& [name, dst] : mine) dst.copy_from(*given[name]);
+}
+
+void Module::alias_parameters(const Module& source) {
+  TAPEFORMER_CHECK(&source != this, "alias_parameters: a module cannot alias itself");
+  const NamedVars mine = named_parameters(), theirs = source.named_parameters();
+  for (size_t i = 0; i < std::max(mine.size(), theirs.size()); ++i) {
+    TAPEFORMER_CHECK(i < mine.size() && i < theirs.size() && mine[i].first == theirs[i].first,
+                     "alias_parameters: parameter ", i, " is '", i < mine.size() ? mine[i].first : "(none)",
+                     "' here but '", i < theirs.size() ? theirs[i].first : "(none)", "' in the source");
+    TAPEFORMER_CHECK(mine[i].second.shape() == theirs[i].second.shape(), "alias_parameters: '", mine[i].first,
+                     "' has shape ", mine[i].second.shape(), " here but ", theirs[i].second.shape(),
+                     " in the source");
+  }
+  const NamedTensors my_buffers = named_buffers(), their_buffers = source.named_buffers();
+  TAPEFORMER_CHECK(my_buffers.size() == their_buffers.size(), "alias_parameters: ", my_buffers.size(),
+                   " buffers here but ", their_buffers.size(), " in the source");
+  for (size_t i = 0; i < my_buffers.size(); ++i)
+    TAPEFORMER_CHECK(my_buffers[i].first == their_buffers[i].first &&
+                         my_buffers[i].second.shape() == their_buffers[i].second.shape(),
+                     "alias_parameters: buffer '", my_buffers[i].first, "' does not match the source's '",
+                     their_buffers[i].first, "'");
+  for (size_t i = 0; i < mine.size(); ++i) {
+    Node* n = mine[i].second.node();
+    n->value = theirs[i].second.value();
+    n->grad = Tensor();
+  }
+  for (size_t i = 0; i < my_buffers.size(); ++i) {
+    Tensor dst = my_buffers[i].second;
+    dst.copy_from(their_buffers[i].second);
+  }
 }
 
 }  // namespace tapeformer

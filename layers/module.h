@@ -51,6 +51,15 @@ class Module {
   // names the key and both shapes.
   void load_state(const NamedTensors& state);
 
+  // Makes this module a replica of `source` (same architecture): each of its
+  // parameters now reads and writes the source's parameter value (same
+  // storage, so optimizer updates of the source are seen at once), while
+  // keeping its own node and gradient. Buffers are copied. Replicas let
+  // several threads run forward + backward on different data at the same time
+  // (train/data_parallel.h). Names and shapes must match; the error names the
+  // first mismatch.
+  void alias_parameters(const Module& source);
+
  protected:
   Var register_parameter(const std::string& name, Tensor value);
   // Registers an existing Var (e.g. a tied weight owned by another module).

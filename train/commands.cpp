@@ -46,7 +46,7 @@ Loaded load_model(const std::string& checkpoint) {
 }  // namespace
 
 bool key_may_change_on_resume(const std::string& key) {
-  return key == "train.max_iters" || key == "train.threads" || key == "data.path" ||
+  return key == "train.max_iters" || key == "train.threads" || key == "train.shards" || key == "data.path" ||
          key.rfind("eval.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("log.", 0) == 0;
 }
 
@@ -65,7 +65,7 @@ int run_train(const TrainArgs& args) {
         if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
           fail("cannot resume '", args.out, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
                " but the config asks for ", now[i].second,
-               " (only train.max_iters, train.threads, data.path, eval.*, checkpoint.* and log.* may change)");
+               " (only train.max_iters, train.threads, train.shards, data.path, eval.*, checkpoint.* and log.* may change)");
       }
       wanted.model.vocab_size = saved.model.vocab_size;
       saved = wanted;

@@ -33,6 +33,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("train.max_iters", c.train.max_iters);
   v("train.seed", c.train.seed);
   v("train.threads", c.train.threads);
+  v("train.shards", c.train.shards);
   v("optimizer.name", c.optimizer.name);
   v("optimizer.lr", c.optimizer.lr);
   v("optimizer.betas", c.optimizer.betas);
@@ -221,6 +222,8 @@ void TrainConfig::validate() const {
   TAPEFORMER_CHECK(train.seed >= 0, "config: 'train.seed' must be >= 0, got ", train.seed);
   TAPEFORMER_CHECK(train.threads >= 0 && train.threads <= 1024, "config: 'train.threads' must be in [0, 1024], got ",
                    train.threads);
+  TAPEFORMER_CHECK(train.shards >= 0 && train.shards <= 1024, "config: 'train.shards' must be in [0, 1024], got ",
+                   train.shards);
   TAPEFORMER_CHECK(optimizer.name == "adamw" || optimizer.name == "adam" || optimizer.name == "sgd",
                    "config: 'optimizer.name' must be \"adamw\", \"adam\" or \"sgd\", got \"", optimizer.name, "\"");
   TAPEFORMER_CHECK(optimizer.lr > 0, "config: 'optimizer.lr' must be > 0, got ", optimizer.lr);

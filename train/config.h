@@ -31,6 +31,10 @@ struct LoopConfig {
   int64_t max_iters = 2000;
   int64_t seed = 1337;
   int64_t threads = 0;  // 0 = all hardware threads
+  // Batch shards run concurrently, one per thread (train/data_parallel.h).
+  // 0 = one per thread. Results depend on the shard count (by rounding), not
+  // on the thread count: set it to reproduce a run on another machine.
+  int64_t shards = 0;
 };
 
 struct OptimizerConfig {

@@ -17,6 +17,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/metrics.h"
 
 namespace tapeformer {
@@ -83,6 +84,7 @@ struct Trainer::State {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TextCorpus> corpus;
   std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<DataParallel> shards;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Schedule> schedule;
   std::unique_ptr<RandomWindowSampler> train_batches;
@@ -108,6 +110,8 @@ struct Trainer::State {
     Rng init(stream_seed(cfg.train.seed, kInit));
     model = std::make_unique<TransformerLM>(cfg.model, init);
     optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
+    const int64_t wanted = cfg.train.shards > 0 ? cfg.train.shards : parallel::num_threads();
+    shards = std::make_unique<DataParallel>(*model, static_cast<int>(std::min(wanted, cfg.train.batch_size)));
     schedule = make_schedule(cfg);
     const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
     train_batches = std::make_unique<RandomWindowSampler>(corpus->train(), B, T,
@@ -121,9 +125,8 @@ struct Trainer::State {
 
   double evaluate(const std::vector<Batch>& batches) {
     model->eval();
-    NoGradGuard no_grad;
     double total = 0;
-    for (const Batch& b : batches) total += cross_entropy(model->forward(b.inputs, dropout_rng), b.targets).item();
+    for (double loss : shards->losses(batches, dropout_rng)) total += loss;  // in batch order
     model->train();
     return total / static_cast<double>(batches.size());
   }
@@ -208,10 +211,8 @@ TrainResult Trainer::run() {
     s.optimizer->set_lr(lr);
     double loss_sum = 0;
     for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-      const Batch b = s.train_batches->next();
-      Var loss = cross_entropy(s.model->forward(b.inputs, s.dropout_rng), b.targets);
-      loss_sum += loss.item();
-      backward(mul_scalar(loss, 1.0f / static_cast<float>(c.train.grad_accum)));
+      loss_sum += s.shards->train_batch(s.train_batches->next(), 1.0f / static_cast<float>(c.train.grad_accum),
+                                        s.dropout_rng);
     }
     last_loss = loss_sum / static_cast<double>(c.train.grad_accum);
     if (!std::isfinite(last_loss))
@@ -257,6 +258,7 @@ TrainResult Trainer::run() {
   result.train_seconds = s.train_seconds;
   result.tokens_per_s = s.train_seconds > 0 ? static_cast<double>(tokens_per_step) * s.step / s.train_seconds : 0;
   result.parameters = s.model->num_parameters();
+  result.shards = s.shards->shards();
   return result;
 }
 
@@ -264,9 +266,9 @@ std::string TrainResult::to_json() const {
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
-                "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"params\": %lld}",
+                "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"shards\": %d, \"params\": %lld}",
                 static_cast<long long>(steps), train_loss, val_loss, train_seconds, tokens_per_s,
-                parallel::num_threads(), static_cast<long long>(parameters));
+                parallel::num_threads(), shards, static_cast<long long>(parameters));
   return buf;
 }
 

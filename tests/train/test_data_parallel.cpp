@@ -1,0 +1,161 @@
+// DataParallel: sharded forward + backward gives the unsharded gradients, and
+// the result does not depend on the thread count.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "train/data_parallel.h"
+
+using namespace tapeformer;
+
+namespace {
+
+ModelConfig small_config(float dropout = 0.0f) {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.dropout = dropout;
+  return c;
+}
+
+Batch random_batch(int64_t B, int64_t T, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (auto& v : x) v = static_cast<int32_t>(rng.below(11));
+  for (auto& v : y) v = static_cast<int32_t>(rng.below(11));
+  return {IndexTensor({B, T}, x), IndexTensor({B, T}, y)};
+}
+
+// Gradients of scale * loss(batch) computed with `shards` shards.
+std::pair<double, NamedTensors> sharded_grads(int shards, const Batch& batch, float scale = 1.0f) {
+  Rng init(3);
+  TransformerLM model(small_config(), init);
+  DataParallel dp(model, shards);
+  Rng dropout(9);
+  const double loss = dp.train_batch(batch, scale, dropout);
+  NamedTensors grads;
+  for (const auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().clone());
+  return {loss, grads};
+}
+
+void check_close(const NamedTensors& a, const NamedTensors& b, float tol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto x = a[i].second.to_vector(), y = b[i].second.to_vector();
+    REQUIRE(x.size() == y.size());
+    float worst = 0, scale = 0;
+    for (size_t j = 0; j < x.size(); ++j) {
+      worst = std::max(worst, std::abs(x[j] - y[j]));
+      scale = std::max(scale, std::abs(y[j]));
+    }
+    INFO(a[i].first << ": max |diff| " << worst << " vs max |grad| " << scale);
+    CHECK(worst <= tol * scale);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("DataParallel: 2 and 3 shards give the unsharded loss and gradients (uneven split too)") {
+  const Batch batch = random_batch(5, 8, 1);
+  const auto [loss1, g1] = sharded_grads(1, batch, 0.5f);
+  for (int shards : {2, 3, 5}) {
+    CAPTURE(shards);
+    const auto [loss, g] = sharded_grads(shards, batch, 0.5f);
+    CHECK(loss == doctest::Approx(loss1).epsilon(1e-6));
+    check_close(g, g1, 1e-5f);
+  }
+}
+
+TEST_CASE("DataParallel: the gradient scale is applied exactly (halving the scale halves every gradient)") {
+  const Batch batch = random_batch(4, 8, 2);
+  const auto [l1, g_full] = sharded_grads(2, batch, 1.0f);
+  const auto [l2, g_half] = sharded_grads(2, batch, 0.5f);
+  size_t off = 0;
+  for (size_t i = 0; i < g_full.size(); ++i) {
+    const auto a = g_full[i].second.to_vector(), b = g_half[i].second.to_vector();
+    for (size_t j = 0; j < a.size(); ++j) off += std::abs(a[j] - 2 * b[j]) > 1e-6f * std::abs(a[j]) + 1e-9f;
+  }
+  CHECK(off == 0);
+  CHECK(l1 == l2);
+}
+
+TEST_CASE("DataParallel: results are bitwise identical on 1 and 2 threads for a given shard count") {
+  const Batch batch = random_batch(6, 8, 3);
+  const int before = parallel::num_threads();
+  parallel::set_num_threads(1);
+  const auto [loss_a, g_a] = sharded_grads(2, batch);
+  parallel::set_num_threads(2);
+  const auto [loss_b, g_b] = sharded_grads(2, batch);
+  parallel::set_num_threads(before);
+  CHECK(loss_a == loss_b);
+  for (size_t i = 0; i < g_a.size(); ++i) {
+    INFO(g_a[i].first);
+    CHECK(g_a[i].second.to_vector() == g_b[i].second.to_vector());
+  }
+}
+
+TEST_CASE("DataParallel: replicas follow in-place updates and leave no gradients behind") {
+  Rng init(4);
+  TransformerLM model(small_config(), init);
+  DataParallel dp(model, 2);
+  const Batch batch = random_batch(4, 8, 5);
+  Rng dropout(1);
+  const double before = dp.train_batch(batch, 1.0f, dropout);
+  // A plain SGD step through the model's parameters; the replica must see it.
+  for (const Var& p : model.parameters()) {
+    Tensor v = p.value();
+    const auto g = p.grad().to_vector();
+    auto w = v.to_vector();
+    for (size_t j = 0; j < w.size(); ++j) w[j] -= 0.5f * g[j];
+    v.copy_from(Tensor::from(v.shape(), w));
+    p.zero_grad();
+  }
+  const double after = dp.train_batch(batch, 1.0f, dropout);
+  CHECK(after < before - 0.01);
+  // Same loss as an unsharded evaluation of the updated model.
+  NoGradGuard no_grad;
+  Rng unused(0);
+  CHECK(after == doctest::Approx(cross_entropy(model.forward(batch.inputs, unused), batch.targets).item()).epsilon(1e-6));
+}
+
+TEST_CASE("DataParallel: dropout shards are reproducible, and losses() matches serial evaluation") {
+  Rng init_a(6), init_b(6);
+  TransformerLM a(small_config(0.3f), init_a), b(small_config(0.3f), init_b);
+  DataParallel dpa(a, 2), dpb(b, 2);
+  const Batch batch = random_batch(4, 8, 7);
+  Rng ra(11), rb(11);
+  CHECK(dpa.train_batch(batch, 1.0f, ra) == dpb.train_batch(batch, 1.0f, rb));
+  CHECK(ra.next_u64() == rb.next_u64());
+
+  const std::vector<Batch> batches = {random_batch(3, 8, 20), random_batch(3, 8, 21), random_batch(3, 8, 22)};
+  Rng r(0);
+  CHECK_THROWS_WITH_AS(dpa.losses(batches, r), doctest::Contains("eval mode"), Error);
+  a.eval();
+  const std::vector<double> got = dpa.losses(batches, r);
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < batches.size(); ++i)
+    CHECK(got[i] == cross_entropy(a.forward(batches[i].inputs, r), batches[i].targets).item());
+}
+
+TEST_CASE("alias_parameters: mismatched models are rejected with the parameter named") {
+  Rng init(1);
+  TransformerLM a(small_config(), init);
+  ModelConfig wider = small_config();
+  wider.n_embd = 32;
+  TransformerLM b(wider, init);
+  CHECK_THROWS_WITH_AS(b.alias_parameters(a), doctest::Contains("'tok_emb.weight' has shape [11, 32] here but [11, 16]"),
+                       Error);
+  ModelConfig deeper = small_config();
+  deeper.n_layer = 3;
+  TransformerLM c(deeper, init);
+  CHECK_THROWS_WITH_AS(c.alias_parameters(a), doctest::Contains("alias_parameters: parameter"), Error);
+  CHECK_THROWS_WITH_AS(a.alias_parameters(a), doctest::Contains("cannot alias itself"), Error);
+  CHECK_THROWS_WITH_AS(DataParallel(a, 0), doctest::Contains("shards must be >= 1"), Error);
+}

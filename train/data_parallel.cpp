@@ -1,0 +1,105 @@
+#include "train/data_parallel.h"
+
+#include <algorithm>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace tapeformer {
+
+Batch slice_rows(const Batch& batch, int64_t begin, int64_t end) {
+  const Shape& s = batch.inputs.shape;
+  TAPEFORMER_CHECK(s.rank() == 2 && batch.targets.shape == s, "slice_rows: inputs ", s, " and targets ",
+                   batch.targets.shape, " must be the same (B, T)");
+  TAPEFORMER_CHECK(0 <= begin && begin <= end && end <= s[0], "slice_rows: rows [", begin, ", ", end,
+                   ") out of range for a batch of ", s[0]);
+  const int64_t T = s[1];
+  auto rows = [&](const IndexTensor& t) {
+    return IndexTensor({end - begin, T}, std::vector<int32_t>(t.data.begin() + begin * T, t.data.begin() + end * T));
+  };
+  return {rows(batch.inputs), rows(batch.targets)};
+}
+
+DataParallel::DataParallel(TransformerLM& model, int shards) : model_(model) {
+  TAPEFORMER_CHECK(shards >= 1, "DataParallel: shards must be >= 1, got ", shards);
+  for (int k = 1; k < shards; ++k) {
+    Rng unused(0);  // the replica's own init is replaced by aliasing
+    auto replica = std::make_unique<TransformerLM>(model.config(), unused);
+    replica->alias_parameters(model);
+    replicas_.push_back(std::move(replica));
+  }
+}
+
+double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_rng) {
+  const int64_t B = batch.inputs.shape.rank() == 2 ? batch.inputs.shape[0] : 0;
+  TAPEFORMER_CHECK(B >= 1, "DataParallel: expected a (B, T) batch with B >= 1, got ", batch.inputs.shape);
+  const int64_t S = std::min<int64_t>(shards(), B);
+  if (S == 1) {
+    Var loss = cross_entropy(model_.forward(batch.inputs, dropout_rng), batch.targets);
+    backward(mul_scalar(loss, scale));
+    return loss.item();
+  }
+
+  struct Shard {
+    TransformerLM* model;
+    Batch rows;
+    Rng rng;
+    double loss = 0;
+  };
+  std::vector<Shard> work;
+  for (int64_t k = 0, row = 0; k < S; ++k) {
+    const int64_t n = B / S + (k < B % S ? 1 : 0);
+    TransformerLM* m = k == 0 ? &model_ : replicas_[static_cast<size_t>(k - 1)].get();
+    m->train(model_.is_training());
+    work.push_back({m, slice_rows(batch, row, row + n), Rng(dropout_rng.next_u64())});
+    row += n;
+  }
+  const bool grad = grad_enabled();
+  parallel::parallel_for(S, 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      Shard& w = work[static_cast<size_t>(k)];
+      const float share = static_cast<float>(w.rows.inputs.shape[0]) / static_cast<float>(B);
+      if (!grad) {  // grad mode is per thread: follow the caller's
+        NoGradGuard no_grad;
+        w.loss = cross_entropy(w.model->forward(w.rows.inputs, w.rng), w.rows.targets).item();
+        continue;
+      }
+      Var loss = cross_entropy(w.model->forward(w.rows.inputs, w.rng), w.rows.targets);
+      backward(mul_scalar(loss, scale * share));
+      w.loss = loss.item();
+    }
+  });
+
+  // Replica gradients into the model's, in shard order.
+  const NamedVars params = model_.named_parameters();
+  for (const auto& replica : replicas_) {
+    const NamedVars theirs = replica->named_parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Var& r = theirs[i].second;
+      if (!r.has_grad()) continue;
+      accumulate_grad(params[i].second, r.grad(), "DataParallel");
+      r.zero_grad();
+    }
+  }
+  double total = 0;
+  for (const Shard& w : work) total += w.loss * static_cast<double>(w.rows.inputs.shape[0]);
+  return total / static_cast<double>(B);
+}
+
+std::vector<double> DataParallel::losses(const std::vector<Batch>& batches, Rng& rng) const {
+  TAPEFORMER_CHECK(!model_.is_training(), "DataParallel::losses: put the model in eval mode first");
+  std::vector<double> out(batches.size());
+  parallel::parallel_for(static_cast<int64_t>(batches.size()), 1, [&](int64_t b0, int64_t b1) {
+    NoGradGuard no_grad;  // per thread
+    Rng local = rng;      // eval mode: dropout is off and draws nothing
+    for (int64_t i = b0; i < b1; ++i) {
+      const Batch& b = batches[static_cast<size_t>(i)];
+      out[static_cast<size_t>(i)] = cross_entropy(model_.forward(b.inputs, local), b.targets).item();
+    }
+  });
+  return out;
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,66 @@
+// DataParallel: a batch split into row shards that run forward + backward at
+// the same time, one shard per thread, each on its own replica of the model.
+//
+//   DataParallel dp(model, /*shards=*/2);
+//   const double loss = dp.train_batch(batch, /*scale=*/1.0f, dropout_rng);  // grads in model
+//   optimizer.step();
+//
+// Why: a char-LM step is a chain of small ops (a few hundred microseconds
+// each). Splitting every op across threads pays a fork/join and an idle wait
+// per op; splitting the batch instead lets each thread run a whole
+// forward + backward alone, with one join per step. On this project's 2-core
+// benchmark machine that is about 1.4x faster than op-level splitting.
+//
+// Contract
+// - Shard k takes a contiguous, near-equal slice of the batch rows (the first
+//   B % S shards get one row more); there are min(shards, B) non-empty shards.
+//   Shard 0 runs on `model`, shard k > 0 on a replica whose parameters alias
+//   the model's values (Module::alias_parameters) and own their gradients.
+// - Each shard backpropagates (its mean loss) * scale * (its tokens / all
+//   tokens), so the model receives the gradient of scale * (mean loss of the
+//   whole batch), as without sharding. Replica gradients are added into the
+//   model's in shard order after all shards finish: for a given shard count
+//   the result is the same bit for bit on any number of threads (ops inside a
+//   shard run serially). Different shard counts differ only by rounding.
+// - Dropout: with one shard the caller's Rng is used directly; with several,
+//   each shard gets an Rng seeded by the next draws of the caller's Rng (in
+//   shard order), so runs are reproducible and resumable.
+// - Thread safety: the model and replicas must not be used elsewhere during
+//   a call. Tapes are per thread; each shard records and consumes its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/rng.h"
+#include "data/sampler.h"
+#include "layers/transformer.h"
+
+namespace tapeformer {
+
+class DataParallel {
+ public:
+  // shards >= 1. Builds shards - 1 replicas of `model` (which must outlive this).
+  DataParallel(TransformerLM& model, int shards);
+
+  int shards() const { return static_cast<int>(replicas_.size()) + 1; }
+
+  // Forward + backward of `batch` (B, T); the gradient of scale * mean loss
+  // accumulates into the model's parameters. Returns the mean loss over all
+  // B * T tokens (the value, before `scale`).
+  double train_batch(const Batch& batch, float scale, Rng& dropout_rng);
+
+  // Mean loss of each batch without gradients (the model must be in eval mode
+  // for deterministic results), batches spread over the threads.
+  std::vector<double> losses(const std::vector<Batch>& batches, Rng& rng) const;
+
+ private:
+  TransformerLM& model_;
+  std::vector<std::unique_ptr<TransformerLM>> replicas_;
+};
+
+// Rows [begin, end) of a batch.
+Batch slice_rows(const Batch& batch, int64_t begin, int64_t end);
+
+}  // namespace tapeformer
