@@ -68,11 +68,10 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
                    weight.shape());
   // Fold every leading dim into rows: x [B, T, K] @ W [K, N] is one [B*T, K] x [K, N] GEMM.
   const Tensor x2 = x.value().reshape({-1, K});  // (rows, K)
-  Tensor y = product(x2, weight.value(), {x2.dim(0), N});  // (rows, N)
-  if (bias.defined()) {
-    auto ym = eigen::matrix(y.data(), y.dim(0), N);
-    ym.rowwise() += eigen::matrix(bias.value().contiguous().data(), 1, N).row(0);
-  }
+  Tensor y = Tensor::empty({x2.dim(0), N});  // (rows, N)
+  // The bias seeds the GEMM's accumulators: no separate pass over y.
+  kernels::batched_matmul(x2, weight.value(), y, /*accumulate=*/false,
+                          bias.defined() ? bias.value().contiguous() : Tensor());
   Shape out_shape = x.shape();
   out_shape[-1] = N;
   Var out = make_result(y.reshape(out_shape), {&x, &weight, &bias});

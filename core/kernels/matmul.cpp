@@ -10,6 +10,104 @@
 namespace tapeformer::kernels {
 namespace {
 
+// ---------------------------------------------------------------------------
+// The packet kernel: C (+)= A B (+ bias) for a B whose rows are contiguous.
+//
+// Why not Eigen's GEMM: at this project's sizes (K = 128..768, a few hundred
+// rows) Eigen spends ~25% of a product packing both operands into panels and
+// zero-filling C. This kernel packs nothing: it keeps a 6 x 64 block of C in
+// registers, loads 64 contiguous floats of one row of B and broadcasts 6
+// scalars of A per step of k. A may have any strides (A = X^T is free), and
+// the sum over k runs in order, so results do not depend on how callers
+// split rows. Measured on the 2-core benchmark machine (AVX-512): 100-110
+// GFLOP/s per core against Eigen's 80 on the recipe's linear-layer shapes.
+// It is written with Eigen's packet primitives, so it vectorises for
+// whatever instruction set Eigen targets.
+
+using Packet = Eigen::internal::packet_traits<Scalar>::type;
+constexpr int kLanes = Eigen::internal::packet_traits<Scalar>::size;
+constexpr int kTileRows = 6;          // rows of C per register tile
+constexpr int kTilePackets = 4;       // packets of C per tile row (6 x 4 = 24 accumulators)
+
+struct Operands {
+  const Scalar* a;
+  int64_t a_rs, a_cs;  // A(i, k) = a[i * a_rs + k * a_cs]
+  const Scalar* b;
+  int64_t ldb;         // B(k, j) = b[k * ldb + j]
+  Scalar* c;
+  int64_t ldc;         // C(i, j) = c[i * ldc + j]
+  int64_t K;
+  const Scalar* bias;  // added to every row of C, or null
+  bool accumulate;     // C += ... instead of C = ...
+};
+
+// One tile: rows [0, R) and packets [0, V) of the operands' origin.
+template <int R, int V>
+void tile(const Operands& o) {
+  using namespace Eigen::internal;
+  Packet acc[R][V];
+  for (int v = 0; v < V; ++v) {
+    const Packet init = o.bias ? ploadu<Packet>(o.bias + v * kLanes) : pset1<Packet>(0.0f);
+    for (int r = 0; r < R; ++r)
+      acc[r][v] = o.accumulate ? padd(init, ploadu<Packet>(o.c + r * o.ldc + v * kLanes)) : init;
+  }
+  for (int64_t k = 0; k < o.K; ++k) {
+    Packet bk[V];
+    for (int v = 0; v < V; ++v) bk[v] = ploadu<Packet>(o.b + k * o.ldb + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const Packet ar = pset1<Packet>(o.a[r * o.a_rs + k * o.a_cs]);
+      for (int v = 0; v < V; ++v) acc[r][v] = pmadd(ar, bk[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) pstoreu(o.c + r * o.ldc + v * kLanes, acc[r][v]);
+}
+
+// All rows of C for V packets of columns: full tiles, then the leftover rows.
+template <int V>
+void column_block(Operands o, int64_t M) {
+  int64_t i = 0;
+  for (; i + kTileRows <= M; i += kTileRows) {
+    tile<kTileRows, V>(o);
+    o.a += kTileRows * o.a_rs;
+    o.c += kTileRows * o.ldc;
+  }
+  static_assert(kTileRows == 6, "the switch below covers kTileRows - 1 leftover rows");
+  switch (M - i) {
+    case 5: tile<5, V>(o); break;
+    case 4: tile<4, V>(o); break;
+    case 3: tile<3, V>(o); break;
+    case 2: tile<2, V>(o); break;
+    case 1: tile<1, V>(o); break;
+    default: break;
+  }
+}
+
+// C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous. Columns
+// past the last whole packet are returned for the caller to finish.
+int64_t packet_gemm(Operands o, int64_t M, int64_t N) {
+  int64_t j = 0;
+  auto shifted = [&](int64_t col) {
+    Operands s = o;
+    s.b += col;
+    s.c += col;
+    if (s.bias) s.bias += col;
+    return s;
+  };
+  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets>(shifted(j), M);
+  switch ((N - j) / kLanes) {
+    case 3: column_block<3>(shifted(j), M); break;
+    case 2: column_block<2>(shifted(j), M); break;
+    case 1: column_block<1>(shifted(j), M); break;
+    default: break;
+  }
+  return j + (N - j) / kLanes * kLanes;
+}
+
+// ---------------------------------------------------------------------------
+// Eigen's GEMM, for operands the packet kernel does not take (B with strided
+// rows) and for the columns after its last whole packet.
+
 template <class MA, class MB>
 void product(const MA& a, const MB& b, eigen::MatrixMap c, bool accumulate) {
   if (accumulate) {
@@ -46,28 +144,43 @@ bool is_matrix_layout(const Tensor& t) {
   return false;
 }
 
-void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate) {
-  auto cm = eigen::matrix(c, a.rows, b.cols, ldc);
+void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias) {
   if (a.rows == 0 || b.cols == 0) return;
-  if (a.cols == 0) {
-    if (!accumulate) cm.setZero();
-    return;
-  }
   // A size-1 dim may have an arbitrary stride; normalise so the dispatch below
   // sees a consistent layout.
   MatRef aa = a, bb = b;
   if (aa.cols == 1) aa.col_stride = 1, aa.row_stride = std::max<int64_t>(aa.row_stride, 1);
   if (bb.cols == 1) bb.col_stride = 1, bb.row_stride = std::max<int64_t>(bb.row_stride, 1);
-  if (aa.col_stride == 1) {
-    dispatch_b(eigen::matrix(aa.data, aa.rows, aa.cols, aa.row_stride), bb, cm, accumulate);
-  } else {
-    dispatch_b(eigen::col_matrix(aa.data, aa.rows, aa.cols, aa.col_stride), bb, cm, accumulate);
+  int64_t done = 0;  // columns of C already written
+  if (bb.col_stride == 1) {
+    done = packet_gemm({aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias,
+                        accumulate},
+                       aa.rows, bb.cols);
   }
+  if (done == bb.cols) return;
+  // Eigen for the rest: B with strided rows, or the columns after the last
+  // whole packet.
+  auto cm = eigen::matrix(c + done, aa.rows, bb.cols - done, ldc);
+  MatRef rest = bb;
+  rest.data += done * rest.col_stride;
+  rest.cols -= done;
+  if (aa.cols == 0) {
+    if (!accumulate) cm.setZero();
+  } else if (aa.col_stride == 1) {
+    dispatch_b(eigen::matrix(aa.data, aa.rows, aa.cols, aa.row_stride), rest, cm, accumulate);
+  } else {
+    dispatch_b(eigen::col_matrix(aa.data, aa.rows, aa.cols, aa.col_stride), rest, cm, accumulate);
+  }
+  if (bias) cm.rowwise() += eigen::matrix(bias + done, 1, rest.cols).row(0);
 }
 
-void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate) {
+void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias) {
   const Tensor a = is_matrix_layout(a_in) ? a_in : a_in.contiguous();
-  const Tensor b = is_matrix_layout(b_in) ? b_in : b_in.contiguous();
+  // The packet kernel reads B by rows: a transposed B is copied once here
+  // (K x N floats, against M x K x N multiply-adds) rather than per row block.
+  const int rb = b_in.rank();
+  const bool b_rows = rb >= 2 && (b_in.strides()[rb - 1] == 1 || b_in.dim(rb - 1) == 1);
+  const Tensor b = b_rows && is_matrix_layout(b_in) ? b_in : b_in.contiguous();
   const int r = out.rank();
   TAPEFORMER_CHECK(out.is_contiguous() && a.rank() == r && b.rank() == r,
                    "batched_matmul: internal layout mismatch ", a.shape(), " x ", b.shape(),
@@ -75,6 +188,9 @@ void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool ac
   const int64_t M = out.dim(r - 2), N = out.dim(r - 1), K = a.dim(r - 1);
   const int64_t batch = out.numel() / std::max<int64_t>(1, M * N);
   if (out.numel() == 0) return;
+  TAPEFORMER_CHECK(!bias.defined() || (bias.is_contiguous() && bias.numel() == N), "batched_matmul: bias ",
+                   bias.defined() ? bias.shape().str() : "", " must be [", N, "] for output ", out.shape());
+  const Scalar* bias_data = bias.defined() ? bias.data() : nullptr;
 
   // Per batch index, the element offsets of a and b (their batch strides may be 0).
   std::vector<int64_t> a_off(batch), b_off(batch);
@@ -111,7 +227,7 @@ void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool ac
       MatRef am = matrix_of(a, ab + a_off[bi]);
       am.data += m0 * am.row_stride;
       am.rows = m1 - m0;
-      gemm(am, matrix_of(b, bb + b_off[bi]), c + bi * M * N + m0 * N, N, accumulate);
+      gemm(am, matrix_of(b, bb + b_off[bi]), c + bi * M * N + m0 * N, N, accumulate, bias_data);
     }
   });
 }

@@ -1,4 +1,5 @@
-// Matrix products through Eigen, parallelised over batch x row blocks.
+// Matrix products: a packet kernel for B with contiguous rows (the common
+// case), Eigen's GEMM otherwise; parallelised over batch x row blocks.
 #pragma once
 
 #include "core/tensor.h"
@@ -16,13 +17,18 @@ struct MatRef {
 // True when the last two dims of t can be read as a MatRef without a copy.
 bool is_matrix_layout(const Tensor& t);
 
-// C = A B (or C += A B when accumulate). C is row-major with leading dim ldc.
-// Single-threaded; callers parallelise.
-void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate);
+// C = A B (or C += A B when accumulate), plus bias[j] in column j of every
+// row when bias is not null. C is row-major with leading dim ldc. Within a row of
+// C each element is summed over k in order, so splitting rows across calls
+// does not change results. Single-threaded; callers parallelise.
+void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate,
+          const Scalar* bias = nullptr);
 
 // out[..., M, N] = a[..., M, K] @ b[..., K, N] where the batch dims of a and b
 // are already broadcast to out's batch dims (stride-0 views are fine).
-// Inputs may be transposed views; out must be contiguous.
-void batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, bool accumulate = false);
+// Inputs may be transposed views; out must be contiguous. A defined `bias`
+// (contiguous, N elements) is added to every row of out.
+void batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, bool accumulate = false,
+                    const Tensor& bias = Tensor());
 
 }  // namespace tapeformer::kernels

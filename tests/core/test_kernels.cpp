@@ -1,0 +1,110 @@
+// Kernels against naive loops: the packet GEMM over every tile remainder, the
+// Eigen fallback, bias and accumulation; the tiled transpose copy.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "core/kernels/matmul.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+using namespace tapeformer;
+
+namespace {
+
+Tensor random_tensor(const Shape& s, Rng& rng) {
+  Tensor t = Tensor::empty(s);
+  rng.fill_uniform(t, -1.0f, 1.0f);
+  return t;
+}
+
+// C = A B (+ C0) (+ bias) in double, one element at a time.
+std::vector<double> naive(const kernels::MatRef& a, const kernels::MatRef& b, const std::vector<Scalar>& c0,
+                          const Scalar* bias) {
+  std::vector<double> c(static_cast<size_t>(a.rows * b.cols));
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.cols; ++j) {
+      double s = c0.empty() ? 0.0 : c0[static_cast<size_t>(i * b.cols + j)];
+      if (bias) s += bias[j];
+      for (int64_t k = 0; k < a.cols; ++k)
+        s += static_cast<double>(a.data[i * a.row_stride + k * a.col_stride]) *
+             b.data[k * b.row_stride + j * b.col_stride];
+      c[static_cast<size_t>(i * b.cols + j)] = s;
+    }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("gemm equals the naive product for every tile remainder, layout, bias and accumulate") {
+  Rng rng(7);
+  // M covers 0..5 leftover rows of the 6-row tile; N covers 0..3 whole packets
+  // past the 64-column blocks and a partial packet; K = 0 adds nothing.
+  for (int64_t M : {1, 5, 6, 7, 13, 30}) {
+    for (int64_t N : {1, 15, 16, 17, 48, 64, 65, 100, 130}) {
+      for (int64_t K : {0, 1, 3, 37}) {
+        for (int layout = 0; layout < 4; ++layout) {
+          const bool a_t = layout & 1, b_t = layout & 2;  // transposed views of A and/or B
+          Tensor a = random_tensor(a_t ? Shape{K, M} : Shape{M, K}, rng);
+          Tensor b = random_tensor(b_t ? Shape{N, K} : Shape{K, N}, rng);
+          Tensor bias = random_tensor({N}, rng);
+          const kernels::MatRef am = a_t ? kernels::MatRef{a.data(), M, K, 1, M} : kernels::MatRef{a.data(), M, K, K, 1};
+          const kernels::MatRef bm = b_t ? kernels::MatRef{b.data(), K, N, 1, K} : kernels::MatRef{b.data(), K, N, N, 1};
+          for (int mode = 0; mode < 4; ++mode) {
+            const bool accumulate = mode & 1, with_bias = mode & 2;
+            CAPTURE(M);
+            CAPTURE(N);
+            CAPTURE(K);
+            CAPTURE(layout);
+            CAPTURE(mode);
+            Tensor c = random_tensor({M, N}, rng);
+            const std::vector<Scalar> c0 = accumulate ? c.to_vector() : std::vector<Scalar>();
+            kernels::gemm(am, bm, c.data(), N, accumulate, with_bias ? bias.data() : nullptr);
+            const std::vector<double> want = naive(am, bm, c0, with_bias ? bias.data() : nullptr);
+            const std::vector<Scalar> got = c.to_vector();
+            double worst = 0;
+            for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+            CHECK(worst < 1e-5 * (K + 2));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm leaves columns outside C's width alone (ldc > N)") {
+  Rng rng(8);
+  const int64_t M = 7, K = 5, N = 20, ldc = 33;
+  Tensor a = random_tensor({M, K}, rng), b = random_tensor({K, N}, rng);
+  std::vector<Scalar> c(static_cast<size_t>(M * ldc), 42.0f);
+  kernels::gemm({a.data(), M, K, K, 1}, {b.data(), K, N, N, 1}, c.data(), ldc, false);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = N; j < ldc; ++j) CHECK(c[static_cast<size_t>(i * ldc + j)] == 42.0f);
+}
+
+TEST_CASE("batched_matmul with a transposed, broadcast B and a bias equals per-batch naive products") {
+  Rng rng(9);
+  const int64_t batch = 3, M = 11, K = 9, N = 70;
+  Tensor a = random_tensor({batch, M, K}, rng);
+  Tensor bt = random_tensor({N, K}, rng);
+  Tensor b = bt.transpose(0, 1).unsqueeze(0).expand({batch, K, N});  // stride-0 batch, column-major
+  Tensor bias = random_tensor({N}, rng);
+  Tensor out = Tensor::empty({batch, M, N});
+  kernels::batched_matmul(a, b, out, false, bias);
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const std::vector<double> want =
+        naive({a.data() + bi * M * K, M, K, K, 1}, {bt.data(), K, N, 1, K}, {}, bias.data());
+    for (int64_t i = 0; i < M * N; ++i) CHECK(out.data()[bi * M * N + i] == doctest::Approx(want[i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("contiguous() of transposed views equals element-wise indexing (tiled transpose)") {
+  Rng rng(10);
+  for (auto dims : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 17}, {16, 16}, {33, 65}, {128, 384}}) {
+    Tensor x = random_tensor({2, dims.first, dims.second}, rng);
+    Tensor t = x.transpose(1, 2).contiguous();  // [2, cols, rows]
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < dims.second; ++i)
+        for (int64_t j = 0; j < dims.first; ++j) REQUIRE(t.at({b, i, j}) == x.at({b, j, i}));
+  }
+}
