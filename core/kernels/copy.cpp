@@ -1,13 +1,34 @@
 #include "core/kernels/copy.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tapeformer::kernels {
 namespace {
 
+// dst (rows, cols) with unit column stride from src with unit row stride: a
+// transpose. Going tile by tile keeps both sides' cache lines in use; the
+// plain element loop reads one float per src cache line (~3x slower on a
+// 128 x 384 weight).
+void transpose_2d(const Scalar* src, int64_t src_cs, Scalar* dst, int64_t dst_rs, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 16;
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+    const int64_t i1 = std::min(rows, i0 + kTile);
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const int64_t j1 = std::min(cols, j0 + kTile);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < i1; ++i) dst[i * dst_rs + j] = src[i + j * src_cs];
+    }
+  }
+}
+
 void copy_rec(const Scalar* src, const Strides& ss, Scalar* dst, const Strides& ds,
               const Shape& shape, int axis) {
   const int64_t n = shape[axis];
+  if (axis == shape.rank() - 2 && ss[axis] == 1 && ss[axis + 1] != 1 && ds[axis + 1] == 1) {
+    transpose_2d(src, ss[axis + 1], dst, ds[axis], n, shape[axis + 1]);
+    return;
+  }
   if (axis == shape.rank() - 1) {
     const int64_t s = ss[axis], d = ds[axis];
     if (s == 1 && d == 1) {
