@@ -160,28 +160,38 @@ TEST_CASE("scaled_dot_product_attention matches a naive loop (mask placement)") 
 }
 
 TEST_CASE("fused causal_attention equals the composition of primitives (values and gradients)") {
-  for (float p : {0.0f, 0.25f}) {
-    Rng rng(12);
-    Tensor qkv_t = Tensor::empty({3, 7, 24});  // B=3, T=7, C=8, 2 heads of 4
-    rng.fill_normal(qkv_t, 0, 1);
-    Tensor upstream = Tensor::empty({3, 7, 8});
-    rng.fill_normal(upstream, 0, 1);
-    Var a(qkv_t.clone(), true), b(qkv_t.clone(), true), fused, composed;
-    Rng ra(99), rb(99);  // same seed: same dropout masks
-    {
-      TapeScope tape;  // backward() runs a whole tape: one tape per computation
-      fused = causal_attention(a, 2, p, &ra);
-      backward(fused, upstream);
+  // Small heads (every product in Eigen's path) and heads of 16 over T = 37
+  // (the packet GEMM, three 16-row query blocks and a remainder).
+  struct Case {
+    int64_t B, T, H, D;
+  };
+  for (const Case& k : {Case{3, 7, 2, 4}, Case{2, 37, 2, 16}}) {
+    for (float p : {0.0f, 0.25f}) {
+      CAPTURE(k.T);
+      CAPTURE(p);
+      const int64_t C = k.H * k.D;
+      Rng rng(12);
+      Tensor qkv_t = Tensor::empty({k.B, k.T, 3 * C});
+      rng.fill_normal(qkv_t, 0, 1);
+      Tensor upstream = Tensor::empty({k.B, k.T, C});
+      rng.fill_normal(upstream, 0, 1);
+      Var a(qkv_t.clone(), true), b(qkv_t.clone(), true), fused, composed;
+      Rng ra(99), rb(99);  // same seed: same dropout masks
+      {
+        TapeScope tape;  // backward() runs a whole tape: one tape per computation
+        fused = causal_attention(a, k.H, p, &ra);
+        backward(fused, upstream);
+      }
+      {
+        TapeScope tape;
+        composed = composed_attention(b, k.H, true, p, &rb);
+        backward(composed, upstream);
+      }
+      const auto fv = fused.value().to_vector(), cv = composed.value().to_vector();
+      const auto fg = a.grad().to_vector(), cg = b.grad().to_vector();
+      for (size_t i = 0; i < fv.size(); ++i) REQUIRE(fv[i] == doctest::Approx(cv[i]).epsilon(1e-5).scale(1));
+      for (size_t i = 0; i < fg.size(); ++i) REQUIRE(fg[i] == doctest::Approx(cg[i]).epsilon(1e-5).scale(1));
     }
-    {
-      TapeScope tape;
-      composed = composed_attention(b, 2, true, p, &rb);
-      backward(composed, upstream);
-    }
-    const auto fv = fused.value().to_vector(), cv = composed.value().to_vector();
-    const auto fg = a.grad().to_vector(), cg = b.grad().to_vector();
-    for (size_t i = 0; i < fv.size(); ++i) REQUIRE(fv[i] == doctest::Approx(cv[i]).epsilon(1e-5).scale(1));
-    for (size_t i = 0; i < fg.size(); ++i) REQUIRE(fg[i] == doctest::Approx(cg[i]).epsilon(1e-5).scale(1));
   }
 }
 
