@@ -86,7 +86,12 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
         [&] {  // dW = x^T g
           if (weight.requires_grad()) dw = product(x2.transpose(0, 1), g2, {K, N});
         });
-    if (dx.defined()) accumulate_grad(x, dx.reshape(x.shape()), "linear");
+    if (dx.defined()) {
+      // Keep one handle on dx's buffer, so the accumulator can adopt it
+      // instead of copying it.
+      dx = dx.reshape(x.shape());
+      accumulate_grad(x, dx, "linear");
+    }
     if (dw.defined()) accumulate_grad(weight, dw, "linear");
     if (bias.requires_grad())  // db = sum over rows of g
       accumulate_grad(bias, kernels::sum_axis(g2, 0).reshape({N}), "linear");
