@@ -96,6 +96,21 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
       tbb::simple_partitioner());
 }
 
+void for_each_block(const std::vector<int64_t>& sizes, int64_t block,
+                    const std::function<void(size_t, int64_t, int64_t)>& fn) {
+  TAPEFORMER_CHECK(block >= 1, "for_each_block: block must be >= 1, got ", block);
+  struct Item {
+    size_t buffer;
+    int64_t begin, end;
+  };
+  std::vector<Item> items;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (int64_t b = 0; b < sizes[i]; b += block) items.push_back({i, b, std::min(sizes[i], b + block)});
+  parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) fn(items[k].buffer, items[k].begin, items[k].end);
+  });
+}
+
 void invoke(const std::function<void()>& a, const std::function<void()>& b) {
   if (t_depth > 0 || num_threads() == 1) {
     a();

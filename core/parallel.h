@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace tapeformer::parallel {
 
@@ -25,6 +26,18 @@ int num_threads();
 // Inside a parallel region (a chunk, or an invoke branch) it runs serially:
 // the outer level already occupies the threads.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// Splits each of several buffers (sizes[i] elements) into fixed blocks of
+// `block` elements (the last block of a buffer may be shorter) and calls
+// fn(i, begin, end) once per block, all blocks of all buffers in one parallel
+// loop. Use it for passes over many tensors of mixed sizes (gradients,
+// optimizer state): one fork/join per pass instead of one per tensor, and
+// block boundaries that depend only on sizes and block, never on the thread
+// count.
+//
+//   parallel::for_each_block(sizes, 4096, [&](size_t i, int64_t b, int64_t e) { scale(grads[i], b, e); });
+void for_each_block(const std::vector<int64_t>& sizes, int64_t block,
+                    const std::function<void(size_t, int64_t, int64_t)>& fn);
 
 // Runs a and b concurrently (serially inside a parallel region or with one
 // thread). Use it for independent pieces of work, e.g. the two GEMMs of a

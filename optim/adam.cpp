@@ -23,7 +23,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, float beta1, float beta2, float eps
 
 void Adam::update(const ParamGroup& group, int64_t step, const Block& blk) const {
   auto p = eigen::array(blk.param, blk.n);
-  const auto g = eigen::array(blk.grad, blk.n);
+  const auto g = eigen::array(blk.grad, blk.n) * blk.grad_scale;  // the clipped gradient
   auto m = eigen::array(blk.buffers[0], blk.n);  // exp_avg
   auto v = eigen::array(blk.buffers[1], blk.n);  // exp_avg_sq
   // Scalars in double, then rounded once to float, as PyTorch does with its

@@ -9,46 +9,59 @@
 namespace tapeformer {
 namespace {
 
-// Sum of squares over blocks with fixed boundaries, added in block order: the
-// result does not depend on how many threads computed the blocks.
-constexpr int64_t kBlock = 1 << 14;
+// The parameters' gradients (contiguous), skipping parameters without one.
+std::vector<Tensor> gradients(const std::vector<Var>& params, const char* who) {
+  std::vector<Tensor> grads;
+  for (const Var& p : params) {
+    TAPEFORMER_CHECK(p.defined(), who, ": undefined parameter in the list");
+    if (!p.has_grad()) continue;
+    Tensor& g = p.node()->grad;
+    if (!g.is_contiguous()) g = g.contiguous();
+    grads.push_back(g);
+  }
+  return grads;
+}
 
-double sum_of_squares(const Scalar* g, int64_t n) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
-  parallel::parallel_for(blocks, 4, [&](int64_t b0, int64_t b1) {
-    for (int64_t k = b0; k < b1; ++k) {
-      const int64_t off = k * kBlock, len = std::min(kBlock, n - off);
-      partial[static_cast<size_t>(k)] = eigen::array(g + off, len).cast<double>().square().sum();
-    }
-  });
-  double sum = 0;
-  for (double s : partial) sum += s;
-  return sum;
+std::vector<int64_t> sizes_of(const std::vector<Tensor>& ts) {
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : ts) sizes.push_back(t.numel());
+  return sizes;
 }
 
 }  // namespace
 
+float grad_norm(const std::vector<Var>& params) {
+  const std::vector<Tensor> grads = gradients(params, "grad_norm");
+  const std::vector<int64_t> sizes = sizes_of(grads);
+  // Block k of gradient i lands in partial[first[i] + k]: summed in order below.
+  std::vector<size_t> first(grads.size() + 1, 0);
+  for (size_t i = 0; i < grads.size(); ++i)
+    first[i + 1] = first[i] + static_cast<size_t>((sizes[i] + kNormBlock - 1) / kNormBlock);
+  std::vector<double> partial(first.back(), 0.0);
+  parallel::for_each_block(sizes, kNormBlock, [&](size_t i, int64_t b, int64_t e) {
+    partial[first[i] + static_cast<size_t>(b / kNormBlock)] = eigen::array(grads[i].data() + b, e - b).square().sum();
+  });
+  double sum = 0;
+  for (double s : partial) sum += s;
+  return static_cast<float>(std::sqrt(sum));
+}
+
+float clip_coefficient(float norm, float max_norm) {
+  TAPEFORMER_CHECK(max_norm > 0, "clip_coefficient: max_norm must be > 0 (or +inf), got ", max_norm);
+  if (!std::isfinite(norm)) return 1.0f;
+  const float coef = max_norm / (norm + 1e-6f);
+  return coef < 1.0f ? coef : 1.0f;  // PyTorch clamps coef to 1: a no-op multiply
+}
+
 float clip_grad_norm(const std::vector<Var>& params, float max_norm) {
   TAPEFORMER_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0 (or +inf), got ", max_norm);
-  double sq = 0;
-  for (const Var& p : params) {
-    TAPEFORMER_CHECK(p.defined(), "clip_grad_norm: undefined parameter in the list");
-    if (!p.has_grad()) continue;
-    const Tensor g = p.grad().contiguous();
-    sq += sum_of_squares(g.data(), g.numel());
-  }
-  const auto norm = static_cast<float>(std::sqrt(sq));
-  if (!std::isfinite(norm)) return norm;
-  const float coef = max_norm / (norm + 1e-6f);
-  if (!(coef < 1.0f)) return norm;  // PyTorch clamps coef to 1: a no-op multiply
-  for (const Var& p : params) {
-    if (!p.has_grad()) continue;
-    Tensor& g = p.node()->grad;
-    if (!g.is_contiguous()) g = g.contiguous();
-    Scalar* data = g.data();
-    parallel::parallel_for(g.numel(), kBlock, [&](int64_t b, int64_t e) { eigen::array(data + b, e - b) *= coef; });
-  }
+  const float norm = grad_norm(params);
+  const float coef = clip_coefficient(norm, max_norm);
+  if (coef == 1.0f) return norm;
+  std::vector<Tensor> grads = gradients(params, "clip_grad_norm");  // handles on the live gradients
+  parallel::for_each_block(sizes_of(grads), kNormBlock, [&](size_t i, int64_t b, int64_t e) {
+    eigen::array(grads[i].data() + b, e - b) *= coef;
+  });
   return norm;
 }
 

@@ -15,8 +15,6 @@ namespace {
 
 // PyTorch keeps state['step'] as a float32 tensor; beyond 2^24 it stops counting.
 constexpr int64_t kMaxExactStep = int64_t{1} << 24;
-// Blocks per parallel task: small parameters run on the calling thread.
-constexpr int64_t kBlocksPerTask = 8;
 
 }  // namespace
 
@@ -79,32 +77,45 @@ void Optimizer::check_ready() const {
   }
 }
 
-void Optimizer::step() {
+void Optimizer::step(float grad_scale) {
+  TAPEFORMER_CHECK(std::isfinite(grad_scale) && grad_scale > 0, name_, ": grad_scale must be finite and > 0, got ",
+                   grad_scale);
   check_ready();
   ++steps_;
+  // Every parameter with a gradient, then one parallel pass over all their
+  // blocks. Block boundaries are multiples of kBlock, independent of the
+  // thread count, so every element is computed identically on any machine.
+  struct Item {
+    const ParamGroup* group;
+    int64_t step;
+    Block whole;
+  };
+  std::vector<Item> items;
+  std::vector<int64_t> sizes;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
-      Var p = g.params[pi].second;
+      Var p = g.params[pi].second;  // a handle: its value is written below
       if (!p.has_grad()) continue;
-      const Tensor grad = p.grad().contiguous();
+      Tensor& grad = p.node()->grad;
+      if (!grad.is_contiguous()) grad = grad.contiguous();
       ParamState& s = state_[gi][pi];
-      const int64_t step = ++s.step;
-      Block whole{p.value().data(), grad.data(), {}, p.numel()};
+      Block whole{p.value().data(), grad.data(), {}, p.numel(), grad_scale};
       for (size_t b = 0; b < s.buffers.size(); ++b) whole.buffers[b] = s.buffers[b].data();
-      // Blocks have fixed boundaries (multiples of kBlock), independent of the
-      // thread count, so every element is computed identically on any machine.
-      const int64_t blocks = (whole.n + kBlock - 1) / kBlock;
-      parallel::parallel_for(blocks, kBlocksPerTask, [&](int64_t b0, int64_t b1) {
-        for (int64_t k = b0; k < b1; ++k) {
-          const int64_t off = k * kBlock;
-          Block blk{whole.param + off, whole.grad + off, {}, std::min(kBlock, whole.n - off)};
-          for (size_t b = 0; b < s.buffers.size(); ++b) blk.buffers[b] = whole.buffers[b] + off;
-          update(g, step, blk);
-        }
-      });
+      items.push_back({&g, ++s.step, whole});
+      sizes.push_back(whole.n);
     }
   }
+  parallel::for_each_block(sizes, kBlock, [&](size_t i, int64_t begin, int64_t end) {
+    const Item& it = items[i];
+    Block blk = it.whole;
+    blk.param += begin;
+    blk.grad += begin;
+    for (auto& buf : blk.buffers)
+      if (buf) buf += begin;
+    blk.n = end - begin;
+    update(*it.group, it.step, blk);
+  });
 }
 
 void Optimizer::zero_grad() {

@@ -19,9 +19,9 @@
 //   parameter's state, including its step count, only moves when it has a
 //   .grad). Gradients must have the parameter's shape; parameter values must
 //   be contiguous (checked, Error naming the parameter).
-// - Each update is one pass over the parameter's contiguous buffer in blocks
-//   of kBlock elements (parallel over blocks, so results do not depend on the
-//   thread count).
+// - A step is one parallel pass over kBlock-element blocks of every
+//   parameter's contiguous buffer, so results do not depend on the thread
+//   count.
 // - State for checkpoints: state_tensors() lists, per parameter in group order,
 //   "step.<name>" (rank-0, the number of updates that parameter received, as
 //   PyTorch's state['step']) followed by the optimizer's buffers
@@ -65,7 +65,10 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // One update of every parameter that has a gradient; step_count() += 1.
-  void step();
+  // Gradients are read multiplied by grad_scale (finite, > 0), as if they had
+  // been scaled in place first: pass clip_coefficient(norm, max_norm) to clip
+  // without a separate pass over the gradients.
+  void step(float grad_scale = 1.0f);
   // Drops every parameter's gradient (Var::zero_grad).
   void zero_grad();
   // Sets every group's lr (finite, >= 0).
@@ -89,9 +92,10 @@ class Optimizer {
   // gradient and its buffers (buffers[b] for buffer_names[b]).
   struct Block {
     Scalar* param;
-    const Scalar* grad;
+    const Scalar* grad;  // read as grad[i] * grad_scale
     std::array<Scalar*, kMaxBuffers> buffers;
     int64_t n;
+    Scalar grad_scale;
   };
 
   // `buffer_names` are the per-parameter state tensors, zero-initialised.

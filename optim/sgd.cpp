@@ -21,7 +21,7 @@ SGD::SGD(std::vector<ParamGroup> groups, float momentum, float dampening, bool n
 
 void SGD::update(const ParamGroup& group, int64_t step, const Block& blk) const {
   auto p = eigen::array(blk.param, blk.n);
-  const auto g = eigen::array(blk.grad, blk.n);
+  const auto g = eigen::array(blk.grad, blk.n) * blk.grad_scale;  // the clipped gradient
   const Scalar lr = group.lr, wd = group.weight_decay, mu = momentum_;
   // d = g + wd p, kept as an expression: it is read before p is written, so
   // re-evaluating it gives the same value without a temporary. (PyTorch skips

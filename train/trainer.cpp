@@ -218,10 +218,14 @@ TrainResult Trainer::run() {
     if (!std::isfinite(last_loss))
       fail("training diverged: loss is ", last_loss, " at step ", s.step + 1, " (lr ", lr,
            "); the last checkpoint '", s.checkpoint_path(), "' is untouched");
-    const std::vector<Var> params = s.model->parameters();
-    last_norm = clip_grad_norm(params, c.optimizer.grad_clip > 0 ? static_cast<float>(c.optimizer.grad_clip)
-                                                                 : INFINITY);
-    s.optimizer->step();
+    last_norm = grad_norm(s.model->parameters());
+    if (!std::isfinite(last_norm))
+      fail("training diverged: gradient norm is ", last_norm, " at step ", s.step + 1, " (lr ", lr,
+           "); the last checkpoint '", s.checkpoint_path(), "' is untouched");
+    // Clipping is folded into the update: the optimizer reads g * coef.
+    s.optimizer->step(c.optimizer.grad_clip > 0
+                          ? clip_coefficient(last_norm, static_cast<float>(c.optimizer.grad_clip))
+                          : 1.0f);
     s.optimizer->zero_grad();
     ++s.step;
     const double step_seconds = seconds_since(t0);

@@ -2,9 +2,12 @@
 
 #include <cereal/archives/binary.hpp>
 #include <cereal/types/array.hpp>
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 
@@ -68,4 +71,29 @@ TEST_CASE("parallel_for covers the range exactly once, for any thread count") {
   }
   parallel::set_num_threads(0);
   CHECK(parallel::num_threads() >= 1);
+}
+
+TEST_CASE("for_each_block visits every element of every buffer once, in fixed blocks") {
+  const std::vector<int64_t> sizes{0, 1, 5, 4096, 4097, 10000};
+  for (int threads : {1, 2, 3}) {
+    parallel::set_num_threads(threads);
+    std::vector<std::vector<int>> hits;
+    for (int64_t n : sizes) hits.emplace_back(static_cast<size_t>(n), 0);
+    std::vector<std::vector<int64_t>> starts(sizes.size());
+    std::mutex mu;
+    parallel::for_each_block(sizes, 4096, [&](size_t i, int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lock(mu);
+      CHECK(b % 4096 == 0);
+      CHECK(e == std::min(sizes[i], b + 4096));
+      starts[i].push_back(b);
+      for (int64_t k = b; k < e; ++k) ++hits[i][static_cast<size_t>(k)];
+    });
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      CHECK(static_cast<int64_t>(starts[i].size()) == (sizes[i] + 4095) / 4096);
+      for (int h : hits[i]) CHECK(h == 1);
+    }
+  }
+  parallel::set_num_threads(0);
+  CHECK_THROWS_WITH_AS(parallel::for_each_block({3}, 0, [](size_t, int64_t, int64_t) {}),
+                       "for_each_block: block must be >= 1, got 0", Error);
 }

@@ -332,3 +332,44 @@ TEST_CASE("large parameters: the blocked parallel update is per-element and thre
   parallel::set_num_threads(0);
   CHECK(n1 == n2);
 }
+
+TEST_CASE("step(clip_coefficient(grad_norm)) equals clip_grad_norm then step(), for every optimizer") {
+  for (const auto& [name, make] : cases()) {
+    CAPTURE(name);
+    Params in_place, folded;
+    auto a = make(in_place), b = make(folded);
+    for (int i = 0; i < 3; ++i) {
+      in_place.set_grads(i, !skips_bias(name, i));
+      folded.set_grads(i, !skips_bias(name, i));
+      for (Var* v : {&in_place.w, &in_place.b, &folded.w, &folded.b}) {  // norm ~3.3: clipping is active
+        if (!v->has_grad()) continue;
+        Tensor& g = v->node()->grad;
+        for (int64_t k = 0; k < g.numel(); ++k) g.data()[k] *= 3;
+      }
+      const float max_norm = 0.5f;
+      const float n1 = clip_grad_norm({in_place.w, in_place.b}, max_norm);
+      a->step();
+      const float n2 = grad_norm({folded.w, folded.b});
+      REQUIRE(clip_coefficient(n2, max_norm) < 1.0f);
+      b->step(clip_coefficient(n2, max_norm));
+      CHECK(n1 == n2);
+      // The same float product g * coef feeds the same update: identical bits.
+      CHECK(in_place.w.value().to_vector() == folded.w.value().to_vector());
+      CHECK(in_place.b.value().to_vector() == folded.b.value().to_vector());
+    }
+  }
+}
+
+TEST_CASE("clip_coefficient: PyTorch's max_norm / (norm + 1e-6), capped at 1; 1 for a non-finite norm") {
+  CHECK(clip_coefficient(4.0f, 1.0f) == 1.0f / (4.0f + 1e-6f));
+  CHECK(clip_coefficient(0.5f, 1.0f) == 1.0f);
+  CHECK(clip_coefficient(3.0f, std::numeric_limits<float>::infinity()) == 1.0f);
+  CHECK(clip_coefficient(std::numeric_limits<float>::quiet_NaN(), 1.0f) == 1.0f);
+  CHECK_THROWS_WITH_AS(clip_coefficient(1.0f, -1.0f), "clip_coefficient: max_norm must be > 0 (or +inf), got -1",
+                       Error);
+  Params p;
+  p.set_grads(0);
+  auto opt = std::make_unique<AdamW>(p.group(0.01f, 0.1f));
+  CHECK_THROWS_WITH_AS(opt->step(0.0f), "AdamW: grad_scale must be finite and > 0, got 0", Error);
+  CHECK(opt->step_count() == 0);
+}
