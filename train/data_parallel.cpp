@@ -4,6 +4,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/eigen.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -72,20 +73,46 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     }
   });
 
-  // Replica gradients into the model's, in shard order.
-  const NamedVars params = model_.named_parameters();
-  for (const auto& replica : replicas_) {
-    const NamedVars theirs = replica->named_parameters();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const Var& r = theirs[i].second;
-      if (!r.has_grad()) continue;
-      accumulate_grad(params[i].second, r.grad(), "DataParallel");
-      r.zero_grad();
-    }
-  }
+  reduce_gradients();
   double total = 0;
   for (const Shard& w : work) total += w.loss * static_cast<double>(w.rows.inputs.shape[0]);
   return total / static_cast<double>(B);
+}
+
+// Replica gradients into the model's, in shard order, in one parallel pass
+// over fixed blocks: the same sums for any thread count.
+void DataParallel::reduce_gradients() {
+  const NamedVars params = model_.named_parameters();
+  std::vector<NamedVars> theirs;
+  for (const auto& replica : replicas_) theirs.push_back(replica->named_parameters());
+  std::vector<Scalar*> dst(params.size(), nullptr);
+  std::vector<std::vector<const Scalar*>> src(params.size());
+  std::vector<int64_t> sizes(params.size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Var& p = params[i].second;
+    for (const NamedVars& r : theirs) {
+      const Var& rv = r[i].second;
+      if (!rv.has_grad()) continue;
+      if (!p.has_grad()) {
+        p.node()->grad = rv.grad().contiguous();  // the first gradient is taken as is
+      } else {
+        Tensor& g = rv.node()->grad;
+        if (!g.is_contiguous()) g = g.contiguous();
+        src[i].push_back(g.data());
+      }
+    }
+    if (src[i].empty()) continue;
+    Tensor& g = p.node()->grad;
+    if (!g.is_contiguous()) g = g.contiguous();
+    dst[i] = g.data();
+    sizes[i] = g.numel();
+  }
+  parallel::for_each_block(sizes, kReduceBlock, [&](size_t i, int64_t b, int64_t e) {
+    auto out = eigen::array(dst[i] + b, e - b);
+    for (const Scalar* s : src[i]) out += eigen::array(s + b, e - b);
+  });
+  for (const NamedVars& r : theirs)
+    for (const auto& named : r) named.second.zero_grad();
 }
 
 std::vector<double> DataParallel::losses(const std::vector<Batch>& batches, Rng& rng) const {

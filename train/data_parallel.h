@@ -56,6 +56,9 @@ class DataParallel {
   std::vector<double> losses(const std::vector<Batch>& batches, Rng& rng) const;
 
  private:
+  static constexpr int64_t kReduceBlock = 1 << 14;
+  void reduce_gradients();
+
   TransformerLM& model_;
   std::vector<std::unique_ptr<TransformerLM>> replicas_;
 };
