@@ -1,6 +1,8 @@
 #include "core/kernels/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/eigen.h"
@@ -41,50 +43,77 @@ struct Operands {
   bool accumulate;     // C += ... instead of C = ...
 };
 
-// One tile: rows [0, R) and packets [0, V) of the operands' origin.
-template <int R, int V>
-void tile(const Operands& o) {
+// With AVX or AVX-512, Eigen has masked packet loads and stores: a partial
+// last packet (the LM head's 65 columns) stays in the kernel.
+#if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_AVX)
+constexpr bool kHasMaskedPackets = true;
+using LaneMask = std::conditional_t<kLanes == 16, uint16_t, uint8_t>;  // one bit per lane
+#else
+constexpr bool kHasMaskedPackets = false;
+using LaneMask = unsigned;
+#endif
+
+// One tile: rows [0, R) and packets [0, V) of the operands' origin. With
+// Masked, only the lanes in `mask` of the last packet are read and written.
+template <int R, int V, bool Masked = false>
+void tile(const Operands& o, LaneMask mask = 0) {
   using namespace Eigen::internal;
+  auto load = [&](const Scalar* p, int v) {
+    if constexpr (Masked && kHasMaskedPackets) {
+      if (v == V - 1) return ploadu<Packet>(p, mask);
+    }
+    return ploadu<Packet>(p);
+  };
   Packet acc[R][V];
   for (int v = 0; v < V; ++v) {
-    const Packet init = o.bias ? ploadu<Packet>(o.bias + v * kLanes) : pset1<Packet>(0.0f);
+    const Packet init = o.bias ? load(o.bias + v * kLanes, v) : pset1<Packet>(0.0f);
     for (int r = 0; r < R; ++r)
-      acc[r][v] = o.accumulate ? padd(init, ploadu<Packet>(o.c + r * o.ldc + v * kLanes)) : init;
+      acc[r][v] = o.accumulate ? padd(init, load(o.c + r * o.ldc + v * kLanes, v)) : init;
   }
   for (int64_t k = 0; k < o.K; ++k) {
     Packet bk[V];
-    for (int v = 0; v < V; ++v) bk[v] = ploadu<Packet>(o.b + k * o.ldb + v * kLanes);
+    for (int v = 0; v < V; ++v) bk[v] = load(o.b + k * o.ldb + v * kLanes, v);
     for (int r = 0; r < R; ++r) {
       const Packet ar = pset1<Packet>(o.a[r * o.a_rs + k * o.a_cs]);
       for (int v = 0; v < V; ++v) acc[r][v] = pmadd(ar, bk[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) pstoreu(o.c + r * o.ldc + v * kLanes, acc[r][v]);
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) {
+      if constexpr (Masked && kHasMaskedPackets) {
+        if (v == V - 1) {
+          pstoreu(o.c + r * o.ldc + v * kLanes, acc[r][v], mask);
+          continue;
+        }
+      }
+      pstoreu(o.c + r * o.ldc + v * kLanes, acc[r][v]);
+    }
+  }
 }
 
 // All rows of C for V packets of columns: full tiles, then the leftover rows.
-template <int V>
-void column_block(Operands o, int64_t M) {
+template <int V, bool Masked = false>
+void column_block(Operands o, int64_t M, LaneMask mask = 0) {
   int64_t i = 0;
   for (; i + kTileRows <= M; i += kTileRows) {
-    tile<kTileRows, V>(o);
+    tile<kTileRows, V, Masked>(o, mask);
     o.a += kTileRows * o.a_rs;
     o.c += kTileRows * o.ldc;
   }
   static_assert(kTileRows == 6, "the switch below covers kTileRows - 1 leftover rows");
   switch (M - i) {
-    case 5: tile<5, V>(o); break;
-    case 4: tile<4, V>(o); break;
-    case 3: tile<3, V>(o); break;
-    case 2: tile<2, V>(o); break;
-    case 1: tile<1, V>(o); break;
+    case 5: tile<5, V, Masked>(o, mask); break;
+    case 4: tile<4, V, Masked>(o, mask); break;
+    case 3: tile<3, V, Masked>(o, mask); break;
+    case 2: tile<2, V, Masked>(o, mask); break;
+    case 1: tile<1, V, Masked>(o, mask); break;
     default: break;
   }
 }
 
-// C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous. Columns
-// past the last whole packet are returned for the caller to finish.
+// C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous. Returns
+// how many columns it wrote (all of them with masked packets; otherwise the
+// columns past the last whole packet are left for the caller).
 int64_t packet_gemm(Operands o, int64_t M, int64_t N) {
   int64_t j = 0;
   auto shifted = [&](int64_t col) {
@@ -101,12 +130,17 @@ int64_t packet_gemm(Operands o, int64_t M, int64_t N) {
     case 1: column_block<1>(shifted(j), M); break;
     default: break;
   }
-  return j + (N - j) / kLanes * kLanes;
+  j += (N - j) / kLanes * kLanes;
+  if (kHasMaskedPackets && j < N) {
+    column_block<1, true>(shifted(j), M, static_cast<LaneMask>((1u << (N - j)) - 1));
+    j = N;
+  }
+  return j;
 }
 
 // ---------------------------------------------------------------------------
 // Eigen's GEMM, for operands the packet kernel does not take (B with strided
-// rows) and for the columns after its last whole packet.
+// rows) and, without masked packets, the columns after its last whole packet.
 
 template <class MA, class MB>
 void product(const MA& a, const MB& b, eigen::MatrixMap c, bool accumulate) {
