@@ -6,6 +6,8 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <cstdint>
+#include <type_traits>
 
 #include "core/storage.h"
 
@@ -35,5 +37,21 @@ inline ConstColMatrixMap col_matrix(const Scalar* p, int64_t rows, int64_t cols,
 }
 inline ArrayMap array(Scalar* p, int64_t n) { return ArrayMap(p, n); }
 inline ConstArrayMap array(const Scalar* p, int64_t n) { return ConstArrayMap(p, n); }
+
+// Eigen's packet math, for the few kernels that vectorise by hand (the GEMM,
+// transposes, softmax rows): one SIMD register of Scalars for whatever
+// instruction set Eigen targets (16 floats with AVX-512).
+using Packet = Eigen::internal::packet_traits<Scalar>::type;
+inline constexpr int kPacketSize = Eigen::internal::packet_traits<Scalar>::size;
+// With AVX or AVX-512, Eigen has masked packet loads and stores
+// (ploadu(p, mask), pstoreu(p, x, mask)); LaneMask holds one bit per lane.
+#if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_AVX)
+inline constexpr bool kHasMaskedPackets = true;
+#else
+inline constexpr bool kHasMaskedPackets = false;
+#endif
+using LaneMask = std::conditional_t<(kPacketSize > 8), uint16_t, uint8_t>;
+// The first n (< kPacketSize) lanes.
+inline LaneMask first_lanes(int64_t n) { return static_cast<LaneMask>((1u << n) - 1); }
 
 }  // namespace tapeformer::eigen

@@ -1,8 +1,6 @@
 #include "core/kernels/matmul.h"
 
 #include <algorithm>
-#include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "core/eigen.h"
@@ -26,8 +24,10 @@ namespace {
 // It is written with Eigen's packet primitives, so it vectorises for
 // whatever instruction set Eigen targets.
 
-using Packet = Eigen::internal::packet_traits<Scalar>::type;
-constexpr int kLanes = Eigen::internal::packet_traits<Scalar>::size;
+using eigen::kHasMaskedPackets;
+using eigen::LaneMask;
+using eigen::Packet;
+constexpr int kLanes = eigen::kPacketSize;
 constexpr int kTileRows = 6;          // rows of C per register tile
 constexpr int kTilePackets = 4;       // packets of C per tile row (6 x 4 = 24 accumulators)
 
@@ -43,18 +43,10 @@ struct Operands {
   bool accumulate;     // C += ... instead of C = ...
 };
 
-// With AVX or AVX-512, Eigen has masked packet loads and stores: a partial
-// last packet (the LM head's 65 columns) stays in the kernel.
-#if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_AVX)
-constexpr bool kHasMaskedPackets = true;
-using LaneMask = std::conditional_t<kLanes == 16, uint16_t, uint8_t>;  // one bit per lane
-#else
-constexpr bool kHasMaskedPackets = false;
-using LaneMask = unsigned;
-#endif
-
 // One tile: rows [0, R) and packets [0, V) of the operands' origin. With
-// Masked, only the lanes in `mask` of the last packet are read and written.
+// Masked, only the lanes in `mask` of the last packet are read and written
+// (masked packets keep a partial last packet, e.g. the LM head's 65 columns,
+// in the kernel).
 template <int R, int V, bool Masked = false>
 void tile(const Operands& o, LaneMask mask = 0) {
   using namespace Eigen::internal;
@@ -132,7 +124,7 @@ int64_t packet_gemm(Operands o, int64_t M, int64_t N) {
   }
   j += (N - j) / kLanes * kLanes;
   if (kHasMaskedPackets && j < N) {
-    column_block<1, true>(shifted(j), M, static_cast<LaneMask>((1u << (N - j)) - 1));
+    column_block<1, true>(shifted(j), M, eigen::first_lanes(N - j));
     j = N;
   }
   return j;
