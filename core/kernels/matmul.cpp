@@ -1,6 +1,7 @@
 #include "core/kernels/matmul.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/eigen.h"
@@ -28,8 +29,9 @@ using eigen::kHasMaskedPackets;
 using eigen::LaneMask;
 using eigen::Packet;
 constexpr int kLanes = eigen::kPacketSize;
-constexpr int kTileRows = 6;          // rows of C per register tile
-constexpr int kTilePackets = 4;       // packets of C per tile row (6 x 4 = 24 accumulators)
+constexpr int kAccumulators = 24;     // packets of C held in registers by one tile
+constexpr int kTilePackets = 4;       // packets per tile row in the main column blocks
+constexpr int kTileRows = 6;          // the narrowest tile's rows, also for leftover rows
 
 struct Operands {
   const Scalar* a;
@@ -83,15 +85,23 @@ void tile(const Operands& o, LaneMask mask = 0) {
   }
 }
 
-// All rows of C for V packets of columns: full tiles, then the leftover rows.
+// All rows of C for V packets of columns: tiles of kAccumulators / V rows
+// (narrow column blocks take more rows, so every step of k still has 24
+// independent multiply-adds for one broadcast per row), then 6-row tiles,
+// then the leftover rows.
 template <int V, bool Masked = false>
 void column_block(Operands o, int64_t M, LaneMask mask = 0) {
+  constexpr int R = kAccumulators / V;
   int64_t i = 0;
-  for (; i + kTileRows <= M; i += kTileRows) {
-    tile<kTileRows, V, Masked>(o, mask);
-    o.a += kTileRows * o.a_rs;
-    o.c += kTileRows * o.ldc;
-  }
+  auto run = [&](auto rows) {
+    constexpr int n = decltype(rows)::value;
+    tile<n, V, Masked>(o, mask);
+    o.a += n * o.a_rs;
+    o.c += n * o.ldc;
+    i += n;
+  };
+  while (i + R <= M) run(std::integral_constant<int, R>());
+  while (i + kTileRows <= M) run(std::integral_constant<int, kTileRows>());
   static_assert(kTileRows == 6, "the switch below covers kTileRows - 1 leftover rows");
   switch (M - i) {
     case 5: tile<5, V, Masked>(o, mask); break;
