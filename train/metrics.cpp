@@ -23,6 +23,27 @@ std::string MetricsRecord::to_json() const {
   return j.dump();
 }
 
+std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  auto number = [&](const char* key) -> std::optional<double> {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
+  const auto it = j.find("step");
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  MetricsRecord r;
+  r.step = it->get<int64_t>();
+  r.lr = number("lr").value_or(0);
+  r.train_loss = number("train_loss").value_or(0);
+  r.val_loss = number("val_loss");
+  r.grad_norm = number("grad_norm").value_or(0);
+  r.tokens_per_s = number("tokens_per_s").value_or(0);
+  r.elapsed_s = number("elapsed_s").value_or(0);
+  return r;
+}
+
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
   file_ = std::fopen(path.c_str(), append ? "a" : "w");
   TAPEFORMER_CHECK(file_ != nullptr, "cannot open metrics file '", path, "': ", std::strerror(errno));

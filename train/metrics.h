@@ -22,6 +22,9 @@ struct MetricsRecord {
   double tokens_per_s = 0;  // training tokens per second of training-loop time
   double elapsed_s = 0;     // training-loop time so far (evaluation excluded)
   std::string to_json() const;
+  // The record in one line written by to_json(); nothing for a line that is
+  // not one (e.g. the half-written last line of a killed run).
+  static std::optional<MetricsRecord> parse(const std::string& line);
 };
 
 // Appends one JSON object per line; each line is flushed as it is written.

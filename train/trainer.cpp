@@ -92,6 +92,7 @@ struct Trainer::State {
   Rng dropout_rng;
   int64_t step = 0;
   double train_seconds = 0;
+  double last_train_loss = 0;  // mean loss of the latest step (restored from metrics on resume)
   bool resumed = false;
 
   std::string checkpoint_path() const { return out_dir + "/checkpoint.bin"; }
@@ -146,15 +147,18 @@ struct Trainer::State {
   }
 
   // On resume, metrics written after the checkpoint by the interrupted run are
-  // dropped, so metrics.jsonl describes one continuous run.
+  // dropped (and so is a half-written last line), so metrics.jsonl describes
+  // one continuous run. The checkpoint step's own line gives the last train
+  // loss, which the final result reports if no step is left to run.
   void trim_metrics_after(int64_t last_step) {
     std::ifstream in(metrics_path());
     if (!in.good()) return;
     std::string line, kept;
     while (std::getline(in, line)) {
-      const size_t at = line.find("\"step\":");
-      if (at == std::string::npos) continue;
-      if (std::stoll(line.substr(at + 7)) <= last_step) kept += line + "\n";
+      const std::optional<MetricsRecord> r = MetricsRecord::parse(line);
+      if (!r || r->step > last_step) continue;
+      if (r->step == last_step) last_train_loss = r->train_loss;
+      kept += line + "\n";
     }
     write_file_atomic(metrics_path(), kept);
   }
@@ -203,7 +207,7 @@ TrainResult Trainer::run() {
   Progress progress(c.train.max_iters);
   if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.checkpoint_path());
   s.model->train();
-  double last_loss = 0, last_norm = 0;
+  double last_loss = s.last_train_loss, last_norm = 0;
 
   while (s.step < c.train.max_iters) {
     const auto t0 = std::chrono::steady_clock::now();

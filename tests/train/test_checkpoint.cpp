@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "temp_dir.h"
 #include "train/checkpoint.h"
+#include "train/metrics.h"
 
 using namespace tapeformer;
 namespace fs = std::filesystem;
@@ -101,4 +102,31 @@ TEST_CASE("checkpoint: overwriting keeps the old file until the new one is compl
   // Writing into a directory that does not exist fails cleanly and names the file.
   CHECK_THROWS_WITH_AS(save_checkpoint((dir.path / "missing" / "c.bin").string(), c),
                        doctest::Contains("cannot write"), Error);
+}
+
+TEST_CASE("metrics lines round-trip through MetricsRecord::parse; broken lines are rejected") {
+  MetricsRecord r;
+  r.step = 250;
+  r.lr = 9.5e-4;
+  r.train_loss = 1.8125;
+  r.val_loss = 1.9375;
+  r.grad_norm = 0.25;
+  r.tokens_per_s = 31000.5;
+  r.elapsed_s = 12.5;
+  const std::string line = r.to_json();
+  const auto back = MetricsRecord::parse(line);
+  REQUIRE(back.has_value());
+  CHECK(back->step == 250);
+  CHECK(back->lr == r.lr);
+  CHECK(back->train_loss == r.train_loss);
+  REQUIRE(back->val_loss.has_value());
+  CHECK(*back->val_loss == *r.val_loss);
+  CHECK(back->grad_norm == r.grad_norm);
+  CHECK(back->elapsed_s == r.elapsed_s);
+  r.val_loss.reset();
+  CHECK_FALSE(MetricsRecord::parse(r.to_json())->val_loss.has_value());
+  CHECK_FALSE(MetricsRecord::parse(line.substr(0, line.size() / 2)).has_value());  // killed mid-write
+  CHECK_FALSE(MetricsRecord::parse("").has_value());
+  CHECK_FALSE(MetricsRecord::parse("[1, 2]").has_value());
+  CHECK_FALSE(MetricsRecord::parse(R"({"step": "ten"})").has_value());
 }

@@ -100,6 +100,15 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
   CHECK(resumed.steps == 40);
   CHECK(resumed.train_loss == straight.train_loss);
   CHECK(resumed.val_loss == straight.val_loss);
+  // Resuming a finished run runs no step and reports the same final line
+  // (its train loss comes from the checkpoint step's metrics line).
+  {
+    auto t = Trainer::resume((dir.path / "split").string());
+    const TrainResult again = t->run();
+    CHECK(again.steps == 40);
+    CHECK(again.train_loss == straight.train_loss);
+    CHECK(again.val_loss == straight.val_loss);
+  }
   // Every metrics line after the checkpoint matches (the split run also logged its
   // end-of-run evaluation at step 20, which the straight run does as well).
   const std::string a = without_timing(read_all(dir.path / "straight" / "metrics.jsonl"));
