@@ -2,8 +2,11 @@
 # The main job: build tapeformer, train a small character-level GPT, print a sample.
 #
 #   bash scripts/run.sh                     # trains on Debian's fortunes (installed if missing)
-#   bash scripts/run.sh --data FILE         # trains on any UTF-8 text file instead
+#   bash scripts/run.sh --data FILE         # trains on any UTF-8 text file instead (into out/<file name>)
 #   OUT=out/mine CONFIG=configs/shakespeare_char_cpu.json bash scripts/run.sh --data input.txt
+# Run again with the same output directory, it continues that run (--resume):
+# an interrupted run goes on where its last checkpoint left it, a finished one
+# is only evaluated and sampled. Nothing in an existing run is overwritten.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,13 +14,18 @@ data=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data=${2:?--data needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (use --data FILE)" >&2; exit 2 ;;
   esac
 done
 
 config=${CONFIG:-configs/quickstart.json}
-out=${OUT:-out/quickstart}
+if [ -n "$data" ]; then
+  name=$(basename "$data")
+  out=${OUT:-out/${name%.*}}
+else
+  out=${OUT:-out/quickstart}
+fi
 mkdir -p "$out"
 
 if [ -z "$data" ]; then
@@ -36,7 +44,12 @@ echo "run.sh: building (Release)..." >&2
 cmake -S . -B build -G Ninja >/dev/null
 cmake --build build -j "$(nproc)" --target tapeformer >/dev/null
 
-build/cli/tapeformer train --config "$config" --data "$data" --out "$out"
+resume=()
+if [ -f "$out/checkpoint.bin" ]; then
+  echo "run.sh: $out already holds a run: continuing it (set OUT=another/dir for a new one)" >&2
+  resume=(--resume)
+fi
+build/cli/tapeformer train --config "$config" --data "$data" --out "$out" "${resume[@]}"
 echo "run.sh: sample from $out:" >&2
 build/cli/tapeformer sample --checkpoint "$out" --prompt "${PROMPT:-The }" --tokens "${TOKENS:-400}" \
   --temperature 0.8 --top-k 40 --seed 1
