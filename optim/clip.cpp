@@ -39,7 +39,10 @@ float grad_norm(const std::vector<Var>& params) {
     first[i + 1] = first[i] + static_cast<size_t>((sizes[i] + kNormBlock - 1) / kNormBlock);
   std::vector<double> partial(first.back(), 0.0);
   parallel::for_each_block(sizes, kNormBlock, [&](size_t i, int64_t b, int64_t e) {
-    partial[first[i] + static_cast<size_t>(b / kNormBlock)] = eigen::array(grads[i].data() + b, e - b).square().sum();
+    // Squares in double: a float square overflows at |g| ~ 1.8e19, which is
+    // exactly the exploding gradient clipping must still scale down.
+    partial[first[i] + static_cast<size_t>(b / kNormBlock)] =
+        eigen::array(grads[i].data() + b, e - b).cast<double>().square().sum();
   });
   double sum = 0;
   for (double s : partial) sum += s;

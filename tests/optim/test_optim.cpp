@@ -130,6 +130,12 @@ TEST_CASE("clip_grad_norm matches torch.nn.utils.clip_grad_norm_") {
     CHECK(std::isnan(clip_grad_norm({p.w, p.b}, 1.0f)));
     CHECK(p.b.grad().to_vector() == b);
   }
+  SUBCASE("a huge but finite gradient is clipped, not reported as an infinite norm") {
+    p.w.node()->grad.data()[0] = 1e20f;  // its square overflows float
+    const float norm = clip_grad_norm({p.w, p.b}, 1.0f);
+    CHECK(norm == doctest::Approx(1e20).epsilon(1e-6));
+    CHECK(p.w.grad().to_vector()[0] == doctest::Approx(1.0).epsilon(1e-5));
+  }
   CHECK_THROWS_WITH_AS(clip_grad_norm({p.w}, 0.0f), "clip_grad_norm: max_norm must be > 0 (or +inf), got 0", Error);
 }
 
