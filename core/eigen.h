@@ -43,15 +43,29 @@ inline ConstArrayMap array(const Scalar* p, int64_t n) { return ConstArrayMap(p,
 // instruction set Eigen targets (16 floats with AVX-512).
 using Packet = Eigen::internal::packet_traits<Scalar>::type;
 inline constexpr int kPacketSize = Eigen::internal::packet_traits<Scalar>::size;
-// With AVX or AVX-512, Eigen has masked packet loads and stores
-// (ploadu(p, mask), pstoreu(p, x, mask)); LaneMask holds one bit per lane.
+// The first n lanes (0 <= n <= kPacketSize) of p as a packet, the other lanes
+// 0, and the store of only those lanes: for the partial last packet of a row.
+// Eigen's masked loads and stores with AVX or AVX-512; a copy through a small
+// buffer elsewhere. Nothing outside [p, p + n) is read or written.
+inline Packet load_first(const Scalar* p, int64_t n) {
 #if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_AVX)
-inline constexpr bool kHasMaskedPackets = true;
+  using Mask = std::conditional_t<(kPacketSize > 8), uint16_t, uint8_t>;  // Eigen's mask_t: a bit per lane
+  return Eigen::internal::ploadu<Packet>(p, static_cast<Mask>((1u << n) - 1));
 #else
-inline constexpr bool kHasMaskedPackets = false;
+  alignas(64) Scalar buf[kPacketSize] = {};
+  for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+  return Eigen::internal::pload<Packet>(buf);
 #endif
-using LaneMask = std::conditional_t<(kPacketSize > 8), uint16_t, uint8_t>;
-// The first n (< kPacketSize) lanes.
-inline LaneMask first_lanes(int64_t n) { return static_cast<LaneMask>((1u << n) - 1); }
+}
+inline void store_first(Scalar* p, const Packet& x, int64_t n) {
+#if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_AVX)
+  using Mask = std::conditional_t<(kPacketSize > 8), uint16_t, uint8_t>;
+  Eigen::internal::pstoreu(p, x, static_cast<Mask>((1u << n) - 1));
+#else
+  alignas(64) Scalar buf[kPacketSize];
+  Eigen::internal::pstore(buf, x);
+  for (int64_t i = 0; i < n; ++i) p[i] = buf[i];
+#endif
+}
 
 }  // namespace tapeformer::eigen

@@ -25,13 +25,15 @@ namespace {
 // It is written with Eigen's packet primitives, so it vectorises for
 // whatever instruction set Eigen targets.
 
-using eigen::kHasMaskedPackets;
-using eigen::LaneMask;
 using eigen::Packet;
 constexpr int kLanes = eigen::kPacketSize;
-constexpr int kAccumulators = 24;     // packets of C held in registers by one tile
-constexpr int kTilePackets = 4;       // packets per tile row in the main column blocks
-constexpr int kTileRows = 6;          // the narrowest tile's rows, also for leftover rows
+// Register budget: a tile's accumulators plus one row of B and a broadcast
+// must fit the vector registers (32 with AVX-512, 16 with AVX/SSE).
+constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
+constexpr int kAccumulators = kRegisters >= 32 ? 24 : 12;  // packets of C held in registers by one tile
+constexpr int kTilePackets = kRegisters >= 32 ? 4 : 2;     // packets per tile row in the main column blocks
+constexpr int kTileRows = 6;  // the narrowest tile's rows, also for leftover rows
+static_assert(kTileRows * kTilePackets <= kAccumulators, "a 6-row tile of the widest block must fit");
 
 struct Operands {
   const Scalar* a;
@@ -46,16 +48,13 @@ struct Operands {
 };
 
 // One tile: rows [0, R) and packets [0, V) of the operands' origin. With
-// Masked, only the lanes in `mask` of the last packet are read and written
-// (masked packets keep a partial last packet, e.g. the LM head's 65 columns,
-// in the kernel).
-template <int R, int V, bool Masked = false>
-void tile(const Operands& o, LaneMask mask = 0) {
+// Partial, only the first `lanes` lanes of the last packet are read and
+// written (e.g. the LM head's 65th column).
+template <int R, int V, bool Partial = false>
+void tile(const Operands& o, int64_t lanes = kLanes) {
   using namespace Eigen::internal;
   auto load = [&](const Scalar* p, int v) {
-    if constexpr (Masked && kHasMaskedPackets) {
-      if (v == V - 1) return ploadu<Packet>(p, mask);
-    }
+    if (Partial && v == V - 1) return eigen::load_first(p, lanes);
     return ploadu<Packet>(p);
   };
   Packet acc[R][V];
@@ -74,13 +73,12 @@ void tile(const Operands& o, LaneMask mask = 0) {
   }
   for (int r = 0; r < R; ++r) {
     for (int v = 0; v < V; ++v) {
-      if constexpr (Masked && kHasMaskedPackets) {
-        if (v == V - 1) {
-          pstoreu(o.c + r * o.ldc + v * kLanes, acc[r][v], mask);
-          continue;
-        }
+      Scalar* dst = o.c + r * o.ldc + v * kLanes;
+      if (Partial && v == V - 1) {
+        eigen::store_first(dst, acc[r][v], lanes);
+      } else {
+        pstoreu(dst, acc[r][v]);
       }
-      pstoreu(o.c + r * o.ldc + v * kLanes, acc[r][v]);
     }
   }
 }
@@ -89,13 +87,13 @@ void tile(const Operands& o, LaneMask mask = 0) {
 // (narrow column blocks take more rows, so every step of k still has 24
 // independent multiply-adds for one broadcast per row), then 6-row tiles,
 // then the leftover rows.
-template <int V, bool Masked = false>
-void column_block(Operands o, int64_t M, LaneMask mask = 0) {
+template <int V, bool Partial = false>
+void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   constexpr int R = kAccumulators / V;
   int64_t i = 0;
   auto run = [&](auto rows) {
     constexpr int n = decltype(rows)::value;
-    tile<n, V, Masked>(o, mask);
+    tile<n, V, Partial>(o, lanes);
     o.a += n * o.a_rs;
     o.c += n * o.ldc;
     i += n;
@@ -104,19 +102,17 @@ void column_block(Operands o, int64_t M, LaneMask mask = 0) {
   while (i + kTileRows <= M) run(std::integral_constant<int, kTileRows>());
   static_assert(kTileRows == 6, "the switch below covers kTileRows - 1 leftover rows");
   switch (M - i) {
-    case 5: tile<5, V, Masked>(o, mask); break;
-    case 4: tile<4, V, Masked>(o, mask); break;
-    case 3: tile<3, V, Masked>(o, mask); break;
-    case 2: tile<2, V, Masked>(o, mask); break;
-    case 1: tile<1, V, Masked>(o, mask); break;
+    case 5: tile<5, V, Partial>(o, lanes); break;
+    case 4: tile<4, V, Partial>(o, lanes); break;
+    case 3: tile<3, V, Partial>(o, lanes); break;
+    case 2: tile<2, V, Partial>(o, lanes); break;
+    case 1: tile<1, V, Partial>(o, lanes); break;
     default: break;
   }
 }
 
-// C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous. Returns
-// how many columns it wrote (all of them with masked packets; otherwise the
-// columns past the last whole packet are left for the caller).
-int64_t packet_gemm(Operands o, int64_t M, int64_t N) {
+// C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous.
+void packet_gemm(Operands o, int64_t M, int64_t N) {
   int64_t j = 0;
   auto shifted = [&](int64_t col) {
     Operands s = o;
@@ -126,23 +122,19 @@ int64_t packet_gemm(Operands o, int64_t M, int64_t N) {
     return s;
   };
   for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets>(shifted(j), M);
-  switch ((N - j) / kLanes) {
+  switch ((N - j) / kLanes) {  // whole packets left: fewer than kTilePackets
     case 3: column_block<3>(shifted(j), M); break;
     case 2: column_block<2>(shifted(j), M); break;
     case 1: column_block<1>(shifted(j), M); break;
     default: break;
   }
   j += (N - j) / kLanes * kLanes;
-  if (kHasMaskedPackets && j < N) {
-    column_block<1, true>(shifted(j), M, eigen::first_lanes(N - j));
-    j = N;
-  }
-  return j;
+  if (j < N) column_block<1, true>(shifted(j), M, N - j);
 }
 
 // ---------------------------------------------------------------------------
 // Eigen's GEMM, for operands the packet kernel does not take (B with strided
-// rows) and, without masked packets, the columns after its last whole packet.
+// rows; batched_matmul never passes those).
 
 template <class MA, class MB>
 void product(const MA& a, const MB& b, eigen::MatrixMap c, bool accumulate) {
@@ -187,27 +179,20 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
   MatRef aa = a, bb = b;
   if (aa.cols == 1) aa.col_stride = 1, aa.row_stride = std::max<int64_t>(aa.row_stride, 1);
   if (bb.cols == 1) bb.col_stride = 1, bb.row_stride = std::max<int64_t>(bb.row_stride, 1);
-  int64_t done = 0;  // columns of C already written
   if (bb.col_stride == 1) {
-    done = packet_gemm({aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias,
-                        accumulate},
-                       aa.rows, bb.cols);
+    packet_gemm({aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate},
+                aa.rows, bb.cols);
+    return;
   }
-  if (done == bb.cols) return;
-  // Eigen for the rest: B with strided rows, or the columns after the last
-  // whole packet.
-  auto cm = eigen::matrix(c + done, aa.rows, bb.cols - done, ldc);
-  MatRef rest = bb;
-  rest.data += done * rest.col_stride;
-  rest.cols -= done;
+  auto cm = eigen::matrix(c, aa.rows, bb.cols, ldc);
   if (aa.cols == 0) {
     if (!accumulate) cm.setZero();
   } else if (aa.col_stride == 1) {
-    dispatch_b(eigen::matrix(aa.data, aa.rows, aa.cols, aa.row_stride), rest, cm, accumulate);
+    dispatch_b(eigen::matrix(aa.data, aa.rows, aa.cols, aa.row_stride), bb, cm, accumulate);
   } else {
-    dispatch_b(eigen::col_matrix(aa.data, aa.rows, aa.cols, aa.col_stride), rest, cm, accumulate);
+    dispatch_b(eigen::col_matrix(aa.data, aa.rows, aa.cols, aa.col_stride), bb, cm, accumulate);
   }
-  if (bias) cm.rowwise() += eigen::matrix(bias + done, 1, rest.cols).row(0);
+  if (bias) cm.rowwise() += eigen::matrix(bias, 1, bb.cols).row(0);
 }
 
 void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias) {

@@ -18,9 +18,11 @@ struct MatRef {
 bool is_matrix_layout(const Tensor& t);
 
 // C = A B (or C += A B when accumulate), plus bias[j] in column j of every
-// row when bias is not null. C is row-major with leading dim ldc. Within a row of
-// C each element is summed over k in order, so splitting rows across calls
-// does not change results. Single-threaded; callers parallelise.
+// row when bias is not null. C is row-major with leading dim ldc.
+// Single-threaded; callers parallelise. When B's rows are contiguous (the
+// packet kernel) every element is summed over k in order, so splitting rows
+// across calls does not change results; a B with strided rows goes through
+// Eigen's GEMM, which makes no such promise (batched_matmul never passes one).
 void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate,
           const Scalar* bias = nullptr);
 

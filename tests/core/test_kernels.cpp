@@ -4,7 +4,9 @@
 
 #include <vector>
 
+#include "core/kernels/attention.h"
 #include "core/kernels/matmul.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -107,4 +109,30 @@ TEST_CASE("contiguous() of transposed views equals element-wise indexing (tiled 
       for (int64_t i = 0; i < dims.second; ++i)
         for (int64_t j = 0; j < dims.first; ++j) REQUIRE(t.at({b, i, j}) == x.at({b, j, i}));
   }
+}
+
+TEST_CASE("batched_matmul and fused attention give the same bits for any thread count") {
+  Rng rng(11);
+  Tensor a = random_tensor({2, 50, 70}, rng), b = random_tensor({70, 90}, rng), bias = random_tensor({90}, rng);
+  const Tensor be = b.unsqueeze(0).expand({2, 70, 90});
+  const kernels::AttentionShape s{2, 37, 3, 12};
+  Tensor qkv = random_tensor({2, 37, 108}, rng), dy = random_tensor({2, 37, 36}, rng);
+  auto run = [&](int threads) {
+    parallel::set_num_threads(threads);
+    Tensor out = Tensor::empty({2, 50, 90});
+    kernels::batched_matmul(a, be, out, false, bias);  // rows are split by thread count
+    Tensor y = Tensor::empty({2, 37, 36}), probs = Tensor::empty({2, 3, 37, 37}), dqkv = Tensor::empty({2, 37, 108});
+    kernels::causal_attention_forward(qkv.data(), y.data(), probs.data(), nullptr, s);
+    kernels::causal_attention_backward(qkv.data(), probs.data(), nullptr, dy.data(), dqkv.data(), s);
+    std::vector<Scalar> all = out.to_vector();
+    for (const Tensor* t : {&y, &dqkv}) {
+      const auto v = t->to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const auto one = run(1);
+  CHECK(run(2) == one);
+  CHECK(run(3) == one);
+  parallel::set_num_threads(0);
 }

@@ -160,12 +160,13 @@ TEST_CASE("scaled_dot_product_attention matches a naive loop (mask placement)") 
 }
 
 TEST_CASE("fused causal_attention equals the composition of primitives (values and gradients)") {
-  // Small heads (every product in Eigen's path) and heads of 16 over T = 37
-  // (the packet GEMM, three 16-row query blocks and a remainder).
+  // One query block with tiny heads; T = 37 (three 16-row query blocks and a
+  // remainder) with heads of 16 (whole packets) and of 12 (partial packets
+  // written into the interleaved qkv gradient).
   struct Case {
     int64_t B, T, H, D;
   };
-  for (const Case& k : {Case{3, 7, 2, 4}, Case{2, 37, 2, 16}}) {
+  for (const Case& k : {Case{3, 7, 2, 4}, Case{2, 37, 2, 16}, Case{2, 37, 3, 12}}) {
     for (float p : {0.0f, 0.25f}) {
       CAPTURE(k.T);
       CAPTURE(p);
