@@ -11,6 +11,10 @@ namespace tapeformer::kernels {
 namespace {
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(C, 1)); }
 
+// Rows per partial sum of a norm's parameter gradients (fixed: the sums must
+// not depend on the thread count).
+constexpr int64_t kParamRowBlock = 32;
+
 // Parameter gradients sum over rows. Threads split the columns and each sums
 // its columns over all rows in order: deterministic for any thread count.
 // term(r, c0, n) is row r's contribution to columns [c0, c0 + n).
@@ -28,7 +32,7 @@ void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, S
                      Scalar* mean, Scalar* rstd, int64_t rows, int64_t C, Scalar eps) {
   parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      auto xr = eigen::array(x + r * C, C);
+      const auto xr = eigen::array(x + r * C, C);
       auto yr = eigen::array(y + r * C, C);
       const Scalar mu = xr.mean();
       // Two-pass variance: no cancellation when |mean| >> std.
@@ -36,9 +40,16 @@ void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, S
       const Scalar rs = 1.0f / std::sqrt(var + eps);
       mean[r] = mu;
       rstd[r] = rs;
-      yr = (xr - mu) * rs;
-      if (gamma) yr *= eigen::array(gamma, C);
-      if (beta) yr += eigen::array(beta, C);
+      // One pass per case: Eigen's setup per expression is a large part of
+      // the cost on rows of a few hundred elements.
+      if (gamma && beta) {
+        yr = (xr - mu) * rs * eigen::array(gamma, C) + eigen::array(beta, C);
+      } else if (gamma) {
+        yr = (xr - mu) * rs * eigen::array(gamma, C);
+      } else {
+        yr = (xr - mu) * rs;
+        if (beta) yr += eigen::array(beta, C);
+      }
     }
   });
 }
@@ -46,20 +57,34 @@ void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, S
 void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gamma,
                               const Scalar* mean, const Scalar* rstd, Scalar* dx, Scalar* dgamma,
                               Scalar* dbeta, int64_t rows, int64_t C) {
-  parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+  // dgamma and dbeta are summed per fixed block of rows in the same pass as
+  // dx, then the blocks in order: one pass over dy and x, and the same sums
+  // for any thread count.
+  const int64_t blocks = (rows + kParamRowBlock - 1) / kParamRowBlock;
+  std::vector<Scalar> partial(static_cast<size_t>((dgamma || dbeta) ? blocks * 2 * C : 0), 0.0f);
+  parallel::parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
     eigen::Array g(C), xhat(C);
-    for (int64_t r = r0; r < r1; ++r) {
-      xhat = (eigen::array(x + r * C, C) - mean[r]) * rstd[r];
-      g = eigen::array(dy + r * C, C);
-      if (gamma) g *= eigen::array(gamma, C);
-      const Scalar mg = g.mean(), mgx = (g * xhat).mean();
-      eigen::array(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      for (int64_t r = blk * kParamRowBlock, r1 = std::min(rows, r + kParamRowBlock); r < r1; ++r) {
+        const auto dyr = eigen::array(dy + r * C, C);
+        xhat = (eigen::array(x + r * C, C) - mean[r]) * rstd[r];
+        if (gamma) g = dyr * eigen::array(gamma, C);
+        else g = dyr;
+        const Scalar mg = g.mean(), mgx = (g * xhat).mean();
+        eigen::array(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
+        if (!partial.empty()) {
+          Scalar* pg = partial.data() + blk * 2 * C;
+          eigen::array(pg, C) += dyr * xhat;
+          eigen::array(pg + C, C) += dyr;
+        }
+      }
     }
   });
-  accumulate_rows(dgamma, rows, C, [&](int64_t r, int64_t c0, int64_t n) {
-    return eigen::array(dy + r * C + c0, n) * ((eigen::array(x + r * C + c0, n) - mean[r]) * rstd[r]);
-  });
-  accumulate_rows(dbeta, rows, C, [&](int64_t r, int64_t c0, int64_t n) { return eigen::array(dy + r * C + c0, n); });
+  for (int64_t blk = 0; blk < blocks && !partial.empty(); ++blk) {
+    const Scalar* pg = partial.data() + blk * 2 * C;
+    if (dgamma) eigen::array(dgamma, C) += eigen::array(pg, C);
+    if (dbeta) eigen::array(dbeta, C) += eigen::array(pg + C, C);
+  }
 }
 
 void rms_norm_rows(const Scalar* x, const Scalar* gamma, Scalar* y, Scalar* rstd, int64_t rows,

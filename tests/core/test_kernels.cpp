@@ -2,10 +2,12 @@
 // Eigen fallback, bias and accumulation; the tiled transpose copy.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/kernels/attention.h"
 #include "core/kernels/matmul.h"
+#include "core/kernels/norm.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -134,5 +136,44 @@ TEST_CASE("batched_matmul and fused attention give the same bits for any thread 
   const auto one = run(1);
   CHECK(run(2) == one);
   CHECK(run(3) == one);
+  parallel::set_num_threads(0);
+}
+
+TEST_CASE("layer_norm_backward_rows: parameter gradients over many row blocks equal naive sums, for any thread count") {
+  Rng rng(12);
+  const int64_t rows = 100, C = 24;  // 100 rows: three full blocks of partial sums and a short one
+  Tensor x = random_tensor({rows, C}, rng), dy = random_tensor({rows, C}, rng), gamma = random_tensor({C}, rng);
+  std::vector<Scalar> mean(rows), rstd(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < C; ++c) m += x.data()[r * C + c];
+    m /= C;
+    for (int64_t c = 0; c < C; ++c) v += (x.data()[r * C + c] - m) * (x.data()[r * C + c] - m);
+    mean[r] = static_cast<Scalar>(m);
+    rstd[r] = static_cast<Scalar>(1.0 / std::sqrt(v / C + 1e-5));
+  }
+  std::vector<double> want_dg(C, 0.0), want_db(C, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = (x.data()[r * C + c] - mean[r]) * double(rstd[r]);
+      want_dg[c] += dy.data()[r * C + c] * xhat;
+      want_db[c] += dy.data()[r * C + c];
+    }
+  std::vector<Scalar> first;
+  for (int threads : {1, 2, 3}) {
+    parallel::set_num_threads(threads);
+    std::vector<Scalar> dx(rows * C), dg(C, 0.5f), db(C, -0.5f);  // accumulated into, not overwritten
+    kernels::layer_norm_backward_rows(dy.data(), x.data(), gamma.data(), mean.data(), rstd.data(), dx.data(), dg.data(),
+                                      db.data(), rows, C);
+    for (int64_t c = 0; c < C; ++c) {
+      CHECK(dg[c] == doctest::Approx(0.5 + want_dg[c]).epsilon(1e-5));
+      CHECK(db[c] == doctest::Approx(-0.5 + want_db[c]).epsilon(1e-5));
+    }
+    std::vector<Scalar> all = dx;
+    all.insert(all.end(), dg.begin(), dg.end());
+    all.insert(all.end(), db.begin(), db.end());
+    if (first.empty()) first = all;
+    CHECK(all == first);
+  }
   parallel::set_num_threads(0);
 }
