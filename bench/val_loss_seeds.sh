@@ -28,11 +28,13 @@ echo "val_loss_seeds.sh: building tapeformer (Release)..." >&2
 cmake -S . -B build -G Ninja >/dev/null
 cmake --build build -j "$(nproc)" --target tapeformer >/dev/null
 mkdir -p "$out"
+# Every seed runs the binary built now, even if build/ changes meanwhile.
+cp build/cli/tapeformer "$out/tapeformer"
 
 for seed in "${seeds[@]}"; do
   echo "val_loss_seeds.sh: seed $seed..." >&2
   rm -rf "$out/run-$seed"
-  build/cli/tapeformer train --config "$config" --data "$data" --out "$out/run-$seed" --threads 1 \
+  "$out/tapeformer" train --config "$config" --data "$data" --out "$out/run-$seed" --threads 1 \
     --set train.shards=2 --set "train.seed=$seed" > "$out/tapeformer-$seed.json" 2> "$out/tapeformer-$seed.log" &
   tf=$!
   /usr/bin/python3 bench/charlm_reference.py --config "$config" --data "$data" --threads 1 \
