@@ -271,12 +271,13 @@ TrainResult Trainer::run() {
 }
 
 std::string TrainResult::to_json() const {
-  char buf[320];
+  char buf[400];
   std::snprintf(buf, sizeof buf,
                 "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
+                "\"val_bpc\": %.6f, \"val_perplexity\": %.4f, "
                 "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"shards\": %d, \"params\": %lld}",
-                static_cast<long long>(steps), train_loss, val_loss, train_seconds, tokens_per_s,
-                parallel::num_threads(), shards, static_cast<long long>(parameters));
+                static_cast<long long>(steps), train_loss, val_loss, val_loss / std::log(2.0), std::exp(val_loss),
+                train_seconds, tokens_per_s, parallel::num_threads(), shards, static_cast<long long>(parameters));
   return buf;
 }
 

@@ -27,7 +27,8 @@ namespace tapeformer {
 struct TrainResult {
   int64_t steps = 0;
   double train_loss = 0;     // mean loss of the last step
-  double val_loss = 0;       // final evaluation (eval.final_iters batches)
+  double val_loss = 0;       // final evaluation (eval.final_iters batches), nats per token;
+                             // to_json() adds bits per token (val_bpc) and perplexity
   double train_seconds = 0;  // training-loop wall time, evaluation excluded
   double tokens_per_s = 0;   // batch * block * grad_accum * steps / train_seconds
   int64_t parameters = 0;

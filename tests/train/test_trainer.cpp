@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -73,6 +75,11 @@ TEST_CASE("a tiny GPT overfits a 200-character string to near-zero loss") {
   CHECK(r.steps == 150);
   CHECK(r.train_loss < 0.01);
   CHECK(r.val_loss < 0.01);
+  // The final line reports the validation loss also in bits per character and as perplexity.
+  char expected[96];
+  std::snprintf(expected, sizeof expected, "\"val_bpc\": %.6f, \"val_perplexity\": %.4f", r.val_loss / std::log(2.0),
+                std::exp(r.val_loss));
+  CHECK_MESSAGE(r.to_json().find(expected) != std::string::npos, r.to_json());
   CHECK(fs::exists(dir.path / "run" / "checkpoint.bin"));
   CHECK(fs::exists(dir.path / "run" / "metrics.jsonl"));
 }
