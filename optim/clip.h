@@ -9,10 +9,11 @@
 //   optimizer.step(clip_coefficient(norm, 1.0f));
 //
 // Contract
-// - norm = sqrt(sum over every element of every gradient of g^2), squared and
-//   summed in double (no overflow for any finite gradient) over blocks of
-//   kNormBlock elements that are added in a fixed order (parameter order,
-//   then position), so the norm is the same for any thread count. Parameters without a gradient are skipped; pass each Var
+// - norm = sqrt(sum over every element of every gradient of g^2): blocks of
+//   kNormBlock elements are summed in float (in double when the float sum
+//   overflows, so any finite gradient has a finite norm) and the blocks are
+//   added in double in a fixed order (parameter order, then position), so the
+//   norm is the same for any thread count. Parameters without a gradient are skipped; pass each Var
 //   once (Module::parameters() already dedups tied weights).
 // - coef = max_norm / (norm + 1e-6) in float, as PyTorch; clipping happens
 //   when coef < 1. Otherwise (including max_norm = +inf, "no clipping") the
