@@ -13,8 +13,9 @@
 //   kNormBlock elements are summed in float (in double when the float sum
 //   overflows, so any finite gradient has a finite norm) and the blocks are
 //   added in double in a fixed order (parameter order, then position), so the
-//   norm is the same for any thread count. Parameters without a gradient are skipped; pass each Var
-//   once (Module::parameters() already dedups tied weights).
+//   norm is the same for any thread count. Parameters without a gradient are
+//   skipped; pass each Var once (Module::parameters() already dedups tied
+//   weights).
 // - coef = max_norm / (norm + 1e-6) in float, as PyTorch; clipping happens
 //   when coef < 1. Otherwise (including max_norm = +inf, "no clipping") the
 //   coefficient is 1 and gradients are unchanged.
