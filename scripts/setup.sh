@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ ccache      # build tools (ccache keeps rebuilds fast)
-  libeigen3-dev                     # GEMM and vectorised maps
+  libeigen3-dev                     # SIMD packets (GEMM kernel) and vectorised maps
   libtbb-dev                        # all parallelism
   libcereal-dev                     # checkpoints
   doctest-dev                       # tests
