@@ -104,7 +104,7 @@ int run_sample(const SampleArgs& args) {
 
 EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path) {
   Loaded l = load_model(checkpoint);
-  const std::string text = read_text_file(data_path);
+  const std::string text = read_corpus_file(data_path, l.tokenizer->kind());
   std::vector<int32_t> ids;
   try {
     ids = l.tokenizer->encode(text);

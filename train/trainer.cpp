@@ -103,7 +103,8 @@ struct Trainer::State {
     parallel::set_num_threads(static_cast<int>(cfg.train.threads));
     Storage::keep_freed_memory_mapped();
     TAPEFORMER_CHECK(!cfg.data.path.empty(), "no data file: set data.path in the config or pass --data FILE");
-    const std::string text = read_text_file(cfg.data.path);
+    // A byte-level run takes any non-empty file; a char-level one valid UTF-8 text.
+    const std::string text = read_corpus_file(cfg.data.path, tok ? tok->kind() : cfg.data.tokenizer);
     const std::string origin = "data file '" + cfg.data.path + "'";
     tokenizer = tok ? std::move(tok) : make_tokenizer(cfg.data.tokenizer, text, origin);
     corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);

@@ -141,3 +141,18 @@ TEST_CASE("a diverging run stops with an error and leaves the last checkpoint in
   const Checkpoint last = load_checkpoint((dir.path / "run" / "checkpoint.bin").string());
   CHECK(last.step >= 1);
 }
+
+TEST_CASE("a byte-level run trains on a file a char-level run rejects (NUL bytes, not UTF-8)") {
+  TempDir dir("trainer-bytes");
+  std::string bytes;
+  for (int i = 0; i < 600; ++i) bytes += static_cast<char>((i * 37) % 256);  // includes 0x00 and invalid UTF-8
+  const fs::path p = dir.path / "data.bin";
+  std::ofstream(p, std::ios::binary) << bytes;
+  TrainConfig c = tiny(p.string(), 3);
+  CHECK_THROWS_WITH_AS(Trainer(c, (dir.path / "char").string()), doctest::Contains("binary"), Error);
+  c.data.tokenizer = "byte";
+  Trainer t(c, (dir.path / "byte").string());
+  const TrainResult r = t.run();
+  CHECK(r.steps == 3);
+  CHECK(std::isfinite(r.val_loss));
+}
