@@ -33,6 +33,9 @@ constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
 constexpr int kAccumulators = kRegisters >= 32 ? 24 : 12;  // packets of C held in registers by one tile
 constexpr int kTilePackets = kRegisters >= 32 ? 4 : 2;     // packets per tile row in the main column blocks
 constexpr int kTileRows = 6;  // the narrowest tile's rows, also for leftover rows
+// Steps of k to fetch a strided A ahead: +6% on the recipe's dW products
+// with operands out of L2 (8 and 32 steps measured slower).
+constexpr int64_t kPrefetchA = 16;
 static_assert(kTileRows * kTilePackets <= kAccumulators, "a 6-row tile of the widest block must fit");
 
 struct Operands {
@@ -50,7 +53,7 @@ struct Operands {
 // One tile: rows [0, R) and packets [0, V) of the operands' origin. With
 // Partial, only the first `lanes` lanes of the last packet are read and
 // written (e.g. the LM head's 65th column).
-template <int R, int V, bool Partial = false>
+template <int R, int V, bool StridedA, bool Partial = false>
 void tile(const Operands& o, int64_t lanes = kLanes) {
   using namespace Eigen::internal;
   auto load = [&](const Scalar* p, int v) {
@@ -64,6 +67,11 @@ void tile(const Operands& o, int64_t lanes = kLanes) {
       acc[r][v] = o.accumulate ? padd(init, load(o.c + r * o.ldc + v * kLanes, v)) : init;
   }
   for (int64_t k = 0; k < o.K; ++k) {
+    if constexpr (StridedA) {
+      // A's rows are not contiguous in k (A = X^T for dW): every step of k
+      // reads a new cache line, so fetch it ahead (prefetching never faults).
+      for (int r = 0; r < R; ++r) prefetch(o.a + r * o.a_rs + (k + kPrefetchA) * o.a_cs);
+    }
     Packet bk[V];
     for (int v = 0; v < V; ++v) bk[v] = load(o.b + k * o.ldb + v * kLanes, v);
     for (int r = 0; r < R; ++r) {
@@ -87,13 +95,13 @@ void tile(const Operands& o, int64_t lanes = kLanes) {
 // (narrow column blocks take more rows, so every step of k still has 24
 // independent multiply-adds for one broadcast per row), then 6-row tiles,
 // then the leftover rows.
-template <int V, bool Partial = false>
+template <int V, bool StridedA, bool Partial = false>
 void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   constexpr int R = kAccumulators / V;
   int64_t i = 0;
   auto run = [&](auto rows) {
     constexpr int n = decltype(rows)::value;
-    tile<n, V, Partial>(o, lanes);
+    tile<n, V, StridedA, Partial>(o, lanes);
     o.a += n * o.a_rs;
     o.c += n * o.ldc;
     i += n;
@@ -102,16 +110,17 @@ void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   while (i + kTileRows <= M) run(std::integral_constant<int, kTileRows>());
   static_assert(kTileRows == 6, "the switch below covers kTileRows - 1 leftover rows");
   switch (M - i) {
-    case 5: tile<5, V, Partial>(o, lanes); break;
-    case 4: tile<4, V, Partial>(o, lanes); break;
-    case 3: tile<3, V, Partial>(o, lanes); break;
-    case 2: tile<2, V, Partial>(o, lanes); break;
-    case 1: tile<1, V, Partial>(o, lanes); break;
+    case 5: tile<5, V, StridedA, Partial>(o, lanes); break;
+    case 4: tile<4, V, StridedA, Partial>(o, lanes); break;
+    case 3: tile<3, V, StridedA, Partial>(o, lanes); break;
+    case 2: tile<2, V, StridedA, Partial>(o, lanes); break;
+    case 1: tile<1, V, StridedA, Partial>(o, lanes); break;
     default: break;
   }
 }
 
 // C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous.
+template <bool StridedA>
 void packet_gemm(Operands o, int64_t M, int64_t N) {
   int64_t j = 0;
   auto shifted = [&](int64_t col) {
@@ -121,15 +130,15 @@ void packet_gemm(Operands o, int64_t M, int64_t N) {
     if (s.bias) s.bias += col;
     return s;
   };
-  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets>(shifted(j), M);
+  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets, StridedA>(shifted(j), M);
   switch ((N - j) / kLanes) {  // whole packets left: fewer than kTilePackets
-    case 3: column_block<3>(shifted(j), M); break;
-    case 2: column_block<2>(shifted(j), M); break;
-    case 1: column_block<1>(shifted(j), M); break;
+    case 3: column_block<3, StridedA>(shifted(j), M); break;
+    case 2: column_block<2, StridedA>(shifted(j), M); break;
+    case 1: column_block<1, StridedA>(shifted(j), M); break;
     default: break;
   }
   j += (N - j) / kLanes * kLanes;
-  if (j < N) column_block<1, true>(shifted(j), M, N - j);
+  if (j < N) column_block<1, StridedA, true>(shifted(j), M, N - j);
 }
 
 // ---------------------------------------------------------------------------
@@ -180,8 +189,12 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
   if (aa.cols == 1) aa.col_stride = 1, aa.row_stride = std::max<int64_t>(aa.row_stride, 1);
   if (bb.cols == 1) bb.col_stride = 1, bb.row_stride = std::max<int64_t>(bb.row_stride, 1);
   if (bb.col_stride == 1) {
-    packet_gemm({aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate},
-                aa.rows, bb.cols);
+    const Operands o{aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate};
+    if (aa.col_stride == 1) {
+      packet_gemm<false>(o, aa.rows, bb.cols);
+    } else {
+      packet_gemm<true>(o, aa.rows, bb.cols);
+    }
     return;
   }
   auto cm = eigen::matrix(c, aa.rows, bb.cols, ldc);
