@@ -32,6 +32,12 @@ class Var {
   // Mutable value for in-place parameter updates (optimizers, loading).
   Tensor& value() { return node_->value; }
   const Tensor& grad() const { return node_->grad; }
+  // The gradient made contiguous in place first, for passes that walk its
+  // buffer (clipping, optimizer steps, shard reduction). Requires has_grad().
+  Tensor& dense_grad() const {
+    if (!node_->grad.is_contiguous()) node_->grad = node_->grad.contiguous();
+    return node_->grad;
+  }
   bool has_grad() const { return node_ && node_->grad.defined(); }
   // Drops the gradient (the next backward allocates a fresh one).
   void zero_grad() const { node_->grad = Tensor(); }

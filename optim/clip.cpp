@@ -14,10 +14,7 @@ std::vector<Tensor> gradients(const std::vector<Var>& params, const char* who) {
   std::vector<Tensor> grads;
   for (const Var& p : params) {
     TAPEFORMER_CHECK(p.defined(), who, ": undefined parameter in the list");
-    if (!p.has_grad()) continue;
-    Tensor& g = p.node()->grad;
-    if (!g.is_contiguous()) g = g.contiguous();
-    grads.push_back(g);
+    if (p.has_grad()) grads.push_back(p.dense_grad());
   }
   return grads;
 }

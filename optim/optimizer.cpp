@@ -97,8 +97,7 @@ void Optimizer::step(float grad_scale) {
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
       Var p = g.params[pi].second;  // a handle: its value is written below
       if (!p.has_grad()) continue;
-      Tensor& grad = p.node()->grad;
-      if (!grad.is_contiguous()) grad = grad.contiguous();
+      const Tensor& grad = p.dense_grad();
       ParamState& s = state_[gi][pi];
       Block whole{p.value().data(), grad.data(), {}, p.numel(), grad_scale};
       for (size_t b = 0; b < s.buffers.size(); ++b) whole.buffers[b] = s.buffers[b].data();

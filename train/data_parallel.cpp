@@ -96,14 +96,11 @@ void DataParallel::reduce_gradients() {
       if (!p.has_grad()) {
         p.node()->grad = rv.grad().contiguous();  // the first gradient is taken as is
       } else {
-        Tensor& g = rv.node()->grad;
-        if (!g.is_contiguous()) g = g.contiguous();
-        src[i].push_back(g.data());
+        src[i].push_back(rv.dense_grad().data());
       }
     }
     if (src[i].empty()) continue;
-    Tensor& g = p.node()->grad;
-    if (!g.is_contiguous()) g = g.contiguous();
+    Tensor& g = p.dense_grad();
     dst[i] = g.data();
     sizes[i] = g.numel();
   }
