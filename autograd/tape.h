@@ -93,12 +93,16 @@ void accumulate_grad(const Var& v, const Tensor& g, const char* op);
 Var make_result(Tensor value, std::initializer_list<const Var*> inputs);
 
 // Records `backward(dout)` for `out` when out requires grad. The closure runs
-// only if out received a gradient.
+// only if out received a gradient. dout is a second handle on out's gradient,
+// so accumulate_grad sees the buffer as shared and copies it instead of
+// adopting it: out.grad() stays out's gradient after backward.
 template <class F>
 void record_backward(const Var& out, F&& backward) {
   if (!out.requires_grad()) return;
   current_tape().record([out, backward = std::forward<F>(backward)]() {
-    if (out.has_grad()) backward(out.grad());
+    if (!out.has_grad()) return;
+    const Tensor dout = out.grad();
+    backward(dout);
   });
 }
 

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -17,6 +19,24 @@ TEST_CASE("backward accumulates through shared uses and clears the tape") {
   CHECK(x.grad().to_vector() == std::vector<Scalar>{5, 7, 9});
   x.zero_grad();
   CHECK_FALSE(x.has_grad());
+}
+
+TEST_CASE("an intermediate's gradient is its own after backward (inputs never adopt it)") {
+  // add passes its output gradient through to both inputs; the accumulator
+  // must not adopt that buffer and then add into it.
+  Var x(Tensor::from({2}, {1, 2}), true);
+  Var y = add(x, x);
+  backward(y, Tensor::from({2}, {3, 4}));
+  CHECK(y.grad().to_vector() == std::vector<Scalar>{3, 4});
+  CHECK(x.grad().to_vector() == std::vector<Scalar>{6, 8});
+
+  Var a(Tensor::from({1}, {2}), true);
+  Var h = mul_scalar(a, 1.0f);
+  Var o = add(h, exp(h));  // do/dh = 1 + exp(h)
+  backward(sum(o));
+  CHECK(o.grad().to_vector() == std::vector<Scalar>{1});
+  CHECK(h.grad().item() == doctest::Approx(1 + std::exp(2.0)).epsilon(1e-6));
+  CHECK(a.grad().item() == doctest::Approx(1 + std::exp(2.0)).epsilon(1e-6));
 }
 
 TEST_CASE("NoGradGuard records nothing and results do not require grad") {
