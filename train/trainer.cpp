@@ -14,8 +14,7 @@
 #include "data/sampler.h"
 #include "data/tokenizer.h"
 #include "optim/clip.h"
-#include "optim/optimizer.h"
-#include "optim/schedule.h"
+#include "train/build.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/metrics.h"
@@ -24,7 +23,7 @@ namespace tapeformer {
 namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------------------
-// Adapters to data/ and optim/: the only place the trainer names their types.
+// Helpers: cereal byte round trips for the checkpoint, timing, stream seeds.
 
 namespace {
 
@@ -47,23 +46,6 @@ void deserialize_from_bytes(const std::string& bytes, T& value, const char* what
   } catch (const std::exception& e) {
     fail("checkpoint '", origin, "': cannot decode the ", what, " (", e.what(), ")");
   }
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params) {
-  const float lr = static_cast<float>(c.lr), wd = static_cast<float>(c.weight_decay);
-  if (c.name == "sgd")
-    return std::make_unique<SGD>(decay_groups(params, lr, wd), static_cast<float>(c.momentum), 0.0f, c.nesterov);
-  const auto b1 = static_cast<float>(c.betas[0]), b2 = static_cast<float>(c.betas[1]), eps = static_cast<float>(c.eps);
-  if (c.name == "adam") return std::make_unique<Adam>(decay_groups(params, lr, wd), b1, b2, eps);
-  return std::make_unique<AdamW>(decay_groups(params, lr, wd), b1, b2, eps);
-}
-
-std::unique_ptr<Schedule> make_schedule(const TrainConfig& c) {
-  const auto lr = static_cast<float>(c.optimizer.lr), min_lr = static_cast<float>(c.schedule.min_lr);
-  if (c.schedule.name == "constant") return std::make_unique<ConstantSchedule>(lr);
-  if (c.schedule.name == "linear")
-    return std::make_unique<LinearSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
-  return std::make_unique<CosineSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
