@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <new>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
     if (*t) return run_train(train);
     if (*s) return run_sample(sample);
     if (*e) return run_eval(eval);
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\ntapeformer: error: out of memory; make the model, batch or block size smaller\n");
+    return 1;
   } catch (const std::exception& err) {
     std::fflush(stdout);
     std::fprintf(stderr, "\ntapeformer: error: %s\n", err.what());

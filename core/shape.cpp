@@ -43,7 +43,9 @@ void Dims::erase(int pos) {
 
 int64_t Dims::numel() const {
   int64_t n = 1;
-  for (int64_t v : *this) n *= v;
+  for (int64_t v : *this) {
+    if (__builtin_mul_overflow(n, v, &n)) fail("shape ", *this, " has more elements than fit in 64 bits");
+  }
   return n;
 }
 

@@ -89,6 +89,7 @@ size_t padded_bytes(int64_t n) {
 
 Storage::Storage(int64_t n) : size_(n) {
   TAPEFORMER_CHECK(n >= 0, "Storage: negative size ", n);
+  TAPEFORMER_CHECK(n <= kMaxElements, "Storage: ", n, " elements is more than any machine can hold");
   data_ = static_cast<Scalar*>(cache().take(padded_bytes(n)));
   g_live_count.fetch_add(1, std::memory_order_relaxed);
   g_live_bytes.fetch_add(n * static_cast<int64_t>(sizeof(Scalar)), std::memory_order_relaxed);

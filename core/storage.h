@@ -16,6 +16,9 @@ using Scalar = float;  // the one compute type (STYLE rule 10)
 class Storage {
  public:
   static constexpr size_t kAlignment = 64;
+  // Largest n accepted (2^56 floats = 256 PiB: beyond any address space, far
+  // below where the byte count would overflow).
+  static constexpr int64_t kMaxElements = int64_t{1} << 56;
 
   // Uninitialised buffer of n floats (n may be 0).
   explicit Storage(int64_t n);

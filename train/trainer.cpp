@@ -3,10 +3,13 @@
 #include <cereal/archives/binary.hpp>
 #include <cereal/types/array.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -56,6 +59,37 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 uint64_t stream_seed(int64_t seed, uint64_t stream) { return static_cast<uint64_t>(seed) * 1000003ULL + stream; }
 enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches = 3, kFinalBatches = 4 };
 
+// Rough peak memory of a run in bytes: parameters with their gradients (one
+// per shard) and AdamW's two moments, the activations a step keeps for
+// backward (about 24 floats per token per layer for the block's tensors plus
+// the T attention weights per head, and the logits with their gradient), and
+// the evaluation batches. Used only to refuse, before allocating anything,
+// configs that cannot fit in this machine's memory.
+double estimated_bytes(const TrainConfig& c, int64_t shards) {
+  const double C = static_cast<double>(c.model.n_embd), L = static_cast<double>(c.model.n_layer);
+  const double T = static_cast<double>(c.model.block_size), H = static_cast<double>(c.model.n_head);
+  const double V = static_cast<double>(c.model.vocab_size), B = static_cast<double>(c.train.batch_size);
+  const double params = (V + T) * C + L * (12 * C * C + 13 * C) + 2 * C + (c.model.tie_weights ? 0 : V * C);
+  const double tokens = B * T;
+  const double activations = tokens * (L * (24 * C + 2 * H * T) + 3 * V + 4 * C);
+  const double eval_batches = (static_cast<double>(c.eval.iters) + static_cast<double>(c.eval.final_iters)) * tokens * 2;
+  return 4 * (params * (3 + static_cast<double>(shards)) + activations + eval_batches);
+}
+
+void check_fits_in_memory(const TrainConfig& c, int64_t shards) {
+  const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
+  const double ram = pages * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double need = estimated_bytes(c, shards);
+  if (pages <= 0 || need <= ram) return;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "about %.3g GiB, but this machine has %.3g GiB", need / gib, ram / gib);
+  fail("config: this run needs ", buf, " of memory (model.n_layer=", c.model.n_layer, ", model.n_embd=",
+       c.model.n_embd, ", model.block_size=", c.model.block_size, ", train.batch_size=", c.train.batch_size,
+       ", eval.iters=", c.eval.iters, ", eval.final_iters=", c.eval.final_iters,
+       "); make the model, the batch or the evaluation smaller");
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -91,11 +125,13 @@ struct Trainer::State {
     tokenizer = tok ? std::move(tok) : make_tokenizer(cfg.data.tokenizer, text, origin);
     corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);
     cfg.model.vocab_size = tokenizer->vocab_size();
+    const int64_t wanted = cfg.train.shards > 0 ? cfg.train.shards : parallel::num_threads();
+    const int64_t num_shards = std::min(wanted, cfg.train.batch_size);
+    check_fits_in_memory(cfg, num_shards);
     Rng init(stream_seed(cfg.train.seed, kInit));
     model = std::make_unique<TransformerLM>(cfg.model, init);
     optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
-    const int64_t wanted = cfg.train.shards > 0 ? cfg.train.shards : parallel::num_threads();
-    shards = std::make_unique<DataParallel>(*model, static_cast<int>(std::min(wanted, cfg.train.batch_size)));
+    shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards));
     schedule = make_schedule(cfg);
     const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
     train_batches = std::make_unique<RandomWindowSampler>(corpus->train(), B, T,

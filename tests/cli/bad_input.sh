@@ -60,6 +60,11 @@ expect_error "wrong value type" "'train.batch_size' must be an integer" -- tf tr
 expect_error "bad --set" "unknown key 'train.iters'" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o8" --set train.iters=3
 expect_error "invalid JSON" "invalid JSON" -- tf train --config "$work/text.txt" --data "$work/text.txt" --out "$work/o9"
 expect_error "block size larger than the data" "block size 4096" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o10" --set model.block_size=4096
+# Sizes whose tensors would not fit anywhere: refused before allocating (2^58
+# used to wrap the element count to a small buffer and crash).
+expect_error "block size beyond any memory" "model.block_size=288230376151711744" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o11" --set model.block_size=288230376151711744
+expect_error "width beyond any memory" "of memory (model.n_layer=1, model.n_embd=4611686018427387904" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o12" --set model.n_embd=4611686018427387904 --set model.n_head=1
+expect_error "evaluation batches beyond any memory" "eval.iters=100000000000" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o13" --set eval.iters=100000000000
 
 # A real run to get a checkpoint, then damaged copies of it.
 if ! "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run" > "$work/run.json" 2> "$work/run.log"; then
@@ -88,7 +93,7 @@ checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
   echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
 fi
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10; do
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13; do
   if [ -e "$work/$d/checkpoint.bin" ]; then echo "FAIL: $d has a checkpoint from a failed run"; failures=$((failures + 1)); fi
 done
 

@@ -25,6 +25,14 @@ TEST_CASE("Shape prints, counts and indexes from the end") {
   CHECK(broadcast_shapes({3, 1, 5}, {4, 1}, "t") == Shape{3, 4, 5});
 }
 
+TEST_CASE("element counts that overflow 64 bits, or exceed any memory, are errors, not small buffers") {
+  const int64_t big = int64_t{1} << 40;
+  CHECK_THROWS_WITH_AS(Shape({big, big}).numel(), "shape [1099511627776, 1099511627776] has more elements than fit in 64 bits",
+                       Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({big, big}), doctest::Contains("more elements than fit in 64 bits"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({big, 1 << 20}), doctest::Contains("more than any machine can hold"), Error);
+}
+
 TEST_CASE("storage is 64-byte aligned") {
   for (int64_t n : {1, 3, 17, 1000}) {
     Tensor t = Tensor::empty({n});
