@@ -41,7 +41,9 @@ State& state() {
   return s;
 }
 
+// n == 0: the default, $TAPEFORMER_THREADS when set, else the hardware threads.
 void apply(State& s, int n) {
+  if (n == 0) n = env_threads();
   s.threads = n == 0 ? hardware_threads() : n;
   s.control = std::make_unique<tbb::global_control>(
       tbb::global_control::max_allowed_parallelism, static_cast<size_t>(s.threads));
@@ -67,7 +69,7 @@ void set_num_threads(int n) {
 int num_threads() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.threads == 0) apply(s, env_threads());
+  if (s.threads == 0) apply(s, 0);
   return s.threads;
 }
 

@@ -2,7 +2,7 @@
 // nothing else spawns threads (Eigen is built single-threaded), so BLAS/OpenMP
 // threads never fight TBB.
 //
-//   parallel::set_num_threads(2);           // 0 = all hardware threads
+//   parallel::set_num_threads(2);           // 0 = the default (below)
 //   parallel::parallel_for(rows, 16, [&](int64_t r0, int64_t r1) { ... });
 //
 // The default thread count is $TAPEFORMER_THREADS when set, else the number of
@@ -17,7 +17,8 @@
 
 namespace tapeformer::parallel {
 
-// Sets the number of worker threads (n >= 1, or 0 for the hardware count).
+// Sets the number of worker threads (n >= 1, or 0 for the default:
+// $TAPEFORMER_THREADS when set, else the hardware count).
 void set_num_threads(int n);
 int num_threads();
 

@@ -30,7 +30,7 @@ struct LoopConfig {
   int64_t grad_accum = 1;  // micro-batches per optimizer step
   int64_t max_iters = 2000;
   int64_t seed = 1337;
-  int64_t threads = 0;  // 0 = all hardware threads
+  int64_t threads = 0;  // 0 = $TAPEFORMER_THREADS when set, else all hardware threads
   // Batch shards run concurrently, one per thread (train/data_parallel.h).
   // 0 = one per thread. Results depend on the shard count (by rounding), not
   // on the thread count: set it to reproduce a run on another machine.
