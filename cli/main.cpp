@@ -40,12 +40,14 @@ int main(int argc, char** argv) {
   SampleArgs sample;
   auto* s = app.add_subcommand("sample", "generate text from a checkpoint");
   s->add_option("--checkpoint", sample.checkpoint, "run directory (or checkpoint.bin)")->required();
-  s->add_option("--prompt", sample.prompt, "text to continue")->capture_default_str();
-  s->add_option("--tokens", sample.options.tokens, "tokens to generate")->capture_default_str();
+  s->add_option("--prompt", sample.prompt, "text to continue")->default_str("\\n");
+  s->add_option("--tokens", sample.options.tokens, "tokens to generate (0: print the prompt only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   s->add_option("--temperature", sample.options.temperature, "softmax temperature (0 = greedy)")->capture_default_str();
   s->add_option("--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
   s->add_option("--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
-  s->add_option("--seed", sample.options.seed, "random seed")->capture_default_str();
+  s->add_option("--seed", sample.options.seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
 
   EvalArgs eval;
   auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");
@@ -53,7 +55,8 @@ int main(int argc, char** argv) {
   e->add_option("--data", eval.data, "text file to evaluate on")->required();
 
   int threads = -1;
-  app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)");
+  app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")
+      ->check(CLI::Range(0, 1024));
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval") {
@@ -64,7 +67,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
-    return app.exit(err);
+    const int code = app.exit(err);  // prints help, or the one-line failure message
+    return code == 0 ? 0 : 2;
   }
   try {
     if (threads >= 0) {
@@ -76,11 +80,11 @@ int main(int argc, char** argv) {
     if (*e) return run_eval(eval);
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\ntapeformer: error: out of memory; make the model, batch or block size smaller\n");
+    std::fprintf(stderr, "tapeformer: error: out of memory; make the model, batch or block size smaller\n");
     return 1;
   } catch (const std::exception& err) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\ntapeformer: error: %s\n", err.what());
+    std::fprintf(stderr, "tapeformer: error: %s\n", err.what());
     return 1;
   }
   return 0;

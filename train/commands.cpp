@@ -85,6 +85,7 @@ int run_train(const TrainArgs& args) {
 }
 
 int run_sample(const SampleArgs& args) {
+  args.options.validate();  // before anything reaches stdout
   Loaded l = load_model(args.checkpoint);
   std::vector<int32_t> prompt;
   try {
@@ -92,6 +93,7 @@ int run_sample(const SampleArgs& args) {
   } catch (const Error& e) {
     fail("prompt: ", e.what());
   }
+  TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one character)");
   Rng rng(args.options.seed);
   std::fputs(args.prompt.c_str(), stdout);
   generate(*l.model, prompt, args.options, rng, [&](int32_t id) {

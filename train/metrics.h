@@ -46,6 +46,9 @@ class MetricsLog {
 class Progress {
  public:
   explicit Progress(int64_t total_steps);
+  ~Progress() { finish(); }  // an error message then starts on a line of its own
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
   void update(int64_t step, double loss, double tokens_per_s, double seconds_per_step);
   // A message on its own line (evaluation results, checkpoint notes).
   void note(const std::string& line);

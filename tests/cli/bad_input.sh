@@ -8,19 +8,21 @@ trap 'rm -rf "$work"' EXIT
 failures=0
 checks=0
 
-# expect_error NAME EXPECTED_SUBSTRING -- command...
+# expect_error NAME EXPECTED_SUBSTRING -- command...        (an error: exit status 1)
+# expect_error NAME EXPECTED_SUBSTRING --usage command...   (a command-line mistake: 2)
 expect_error() {
-  local name=$1 want=$2
+  local name=$1 want=$2 want_status=1
+  [ "$3" = "--usage" ] && want_status=2
   shift 3
   checks=$((checks + 1))
   local out err status
   out=$("$@" 2>"$work/stderr")
   status=$?
-  err=$(grep -v '^$' "$work/stderr")
-  if [ $status -eq 0 ] || [ $status -ge 128 ]; then
-    echo "FAIL [$name]: exit status $status (want 1 or 2, no crash)"; failures=$((failures + 1)); return
+  err=$(cat "$work/stderr")
+  if [ $status -ne $want_status ]; then
+    echo "FAIL [$name]: exit status $status (want $want_status)"; failures=$((failures + 1)); return
   fi
-  if [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ]; then
+  if [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ] || [ -z "$err" ]; then
     echo "FAIL [$name]: want exactly one error line, got:"; printf '%s\n' "$err" | sed 's/^/    /'
     failures=$((failures + 1)); return
   fi
@@ -85,16 +87,31 @@ echo "Zebras § unknown" > "$work/other.txt"
 expect_error "eval on text outside the vocabulary" "not in the vocabulary" -- tf eval --checkpoint "$work/run" --data "$work/other.txt"
 expect_error "eval on non-UTF-8 text" "not valid UTF-8" -- tf eval --checkpoint "$work/run" --data "$work/latin1.txt"
 expect_error "train over an existing run without --resume" "already holds a checkpoint" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run"
-expect_error "unknown subcommand" "frobnicate" -- tf frobnicate
-expect_error "bad flag value" "--tokens" -- tf sample --checkpoint "$work/run" --tokens many
+expect_error "unknown subcommand" "frobnicate" --usage tf frobnicate
+expect_error "no subcommand" "subcommand" --usage tf
+expect_error "bad flag value" "--tokens" --usage tf sample --checkpoint "$work/run" --tokens many
+expect_error "unknown flag" "--confg" --usage tf train --confg "$work/tiny.json"
+expect_error "flag without its value" "--config" --usage tf train --config
+expect_error "negative --threads" "--threads" --usage tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o14" --threads -5
+expect_error "negative --seed" "--seed" --usage tf sample --checkpoint "$work/run" --seed -1
+expect_error "negative --tokens" "--tokens" --usage tf sample --checkpoint "$work/run" --tokens -3
+expect_error "negative temperature" "temperature must be >= 0" -- tf sample --checkpoint "$work/run" --temperature -1
+expect_error "bad TAPEFORMER_THREADS" "TAPEFORMER_THREADS" -- env TAPEFORMER_THREADS=abc "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o15"
 
-# Nothing half-written: every checkpoint.bin that exists loads, and no temp files are left.
+# TAPEFORMER_THREADS sets the default thread count of a run.
+checks=$((checks + 1))
+if ! TAPEFORMER_THREADS=1 "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/threads1" 2>/dev/null |
+    grep -q '"threads": 1,'; then
+  echo "FAIL: TAPEFORMER_THREADS=1 did not give a 1-thread run"; failures=$((failures + 1))
+fi
+
+# Nothing half-written: no temp files are left, and failed runs leave no directory.
 checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
   echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
 fi
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13; do
-  if [ -e "$work/$d/checkpoint.bin" ]; then echo "FAIL: $d has a checkpoint from a failed run"; failures=$((failures + 1)); fi
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15; do
+  if [ -e "$work/$d" ]; then echo "FAIL: failed run $d left a directory behind"; failures=$((failures + 1)); fi
 done
 
 echo "$((checks - failures)) passed, $failures failed"
