@@ -87,7 +87,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     TAPEFORMER_CHECK(out.good(), "cannot write '", tmp, "': ", std::strerror(errno));
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    TAPEFORMER_CHECK(out.good(), "writing '", tmp, "' failed: ", std::strerror(errno));
+    if (!out.good()) {  // e.g. the disk is full: leave no partial temp file behind
+      const std::string why = std::strerror(errno);
+      out.close();
+      std::remove(tmp.c_str());
+      fail("writing '", tmp, "' failed: ", why);
+    }
   }
   fsync_path(tmp, O_RDONLY);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -96,6 +101,17 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     fail("cannot rename '", tmp, "' to '", path, "': ", why);
   }
   fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+void remove_stale_temp_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = "." + target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind(prefix, 0) == 0) fs::remove(it->path(), ec);
+  }
 }
 
 void save_checkpoint(const std::string& path, const Checkpoint& c) {

@@ -113,6 +113,16 @@ struct Trainer::State {
 
   std::string checkpoint_path() const { return out_dir + "/checkpoint.bin"; }
   std::string metrics_path() const { return out_dir + "/metrics.jsonl"; }
+  // Leftovers of atomic writes cut short by a kill.
+  void remove_stale_temp_files() const {
+    tapeformer::remove_stale_temp_files(checkpoint_path());
+    tapeformer::remove_stale_temp_files(metrics_path());
+  }
+  // For divergence errors: what the user still has.
+  std::string checkpoint_note() const {
+    return fs::exists(checkpoint_path()) ? "; the last checkpoint '" + checkpoint_path() + "' is untouched"
+                                         : "; no checkpoint was written yet";
+  }
 
   // Builds everything from cfg (and a tokenizer, when resuming).
   void build(std::unique_ptr<Tokenizer> tok) {
@@ -187,11 +197,12 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   cfg.validate();
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
+  s_->build(nullptr);  // first, so a run refused for its data or config leaves no directory behind
   std::error_code ec;
   fs::create_directories(s_->out_dir, ec);
   TAPEFORMER_CHECK(fs::is_directory(s_->out_dir), "cannot create output directory '", s_->out_dir, "'",
                    ec ? ": " + ec.message() : "");
-  s_->build(nullptr);
+  s_->remove_stale_temp_files();
 }
 
 Trainer::~Trainer() = default;
@@ -212,6 +223,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
   s.step = c.step;
   s.train_seconds = c.train_seconds;
   s.resumed = true;
+  s.remove_stale_temp_files();
   s.trim_metrics_after(s.step);
   return t;
 }
@@ -239,12 +251,11 @@ TrainResult Trainer::run() {
     }
     last_loss = loss_sum / static_cast<double>(c.train.grad_accum);
     if (!std::isfinite(last_loss))
-      fail("training diverged: loss is ", last_loss, " at step ", s.step + 1, " (lr ", lr,
-           "); the last checkpoint '", s.checkpoint_path(), "' is untouched");
+      fail("training diverged: loss is ", last_loss, " at step ", s.step + 1, " (lr ", lr, ")", s.checkpoint_note());
     last_norm = grad_norm(s.model->parameters());
     if (!std::isfinite(last_norm))
-      fail("training diverged: gradient norm is ", last_norm, " at step ", s.step + 1, " (lr ", lr,
-           "); the last checkpoint '", s.checkpoint_path(), "' is untouched");
+      fail("training diverged: gradient norm is ", last_norm, " at step ", s.step + 1, " (lr ", lr, ")",
+           s.checkpoint_note());
     // Clipping is folded into the update: the optimizer reads g * coef.
     s.optimizer->step(c.optimizer.grad_clip > 0
                           ? clip_coefficient(last_norm, static_cast<float>(c.optimizer.grad_clip))

@@ -137,9 +137,54 @@ TEST_CASE("a diverging run stops with an error and leaves the last checkpoint in
   c.optimizer.grad_clip = 0;
   c.checkpoint.interval = 1;
   Trainer t(c, (dir.path / "run").string());
-  CHECK_THROWS_WITH_AS(t.run(), doctest::Contains("training diverged: loss is"), Error);
+  std::string message;
+  try {
+    t.run();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  REQUIRE(message.find("training diverged: loss is") != std::string::npos);
+  CHECK(message.find("is untouched") != std::string::npos);
+  // The checkpoint holds the last good step (the one before the reported step), all finite.
+  const auto at = message.find(" at step ");
+  REQUIRE(at != std::string::npos);
+  const int64_t bad_step = std::stoll(message.substr(at + 9));
   const Checkpoint last = load_checkpoint((dir.path / "run" / "checkpoint.bin").string());
+  CHECK(last.step == bad_step - 1);
   CHECK(last.step >= 1);
+  for (const auto& [name, value] : last.model) {
+    for (float v : value.to_vector()) REQUIRE_MESSAGE(std::isfinite(v), name);
+  }
+
+  // Diverging before the first checkpoint says so instead of pointing at a file.
+  c.checkpoint.interval = 20;
+  Trainer early(c, (dir.path / "early").string());
+  CHECK_THROWS_WITH_AS(early.run(), doctest::Contains("; no checkpoint was written yet"), Error);
+  CHECK_FALSE(fs::exists(dir.path / "early" / "checkpoint.bin"));
+}
+
+TEST_CASE("a run refused for its data creates no output directory; stale temp files are cleared") {
+  TempDir dir("trainer-dirs");
+  const TrainConfig too_short = tiny(write_text(dir.path, "only a few characters"), 5);
+  CHECK_THROWS_WITH_AS(Trainer(too_short, (dir.path / "refused").string()), doctest::Contains("block size"), Error);
+  CHECK_FALSE(fs::exists(dir.path / "refused"));
+
+  // A kill during an atomic write leaves ".checkpoint.bin.tmp.PID"; the next run in that directory removes it.
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "abcdefghij klmnop qrstuv wxyz\n";
+  const TrainConfig c = tiny(write_text(dir.path, text), 20);
+  fs::create_directories(dir.path / "run");
+  std::ofstream(dir.path / "run" / ".checkpoint.bin.tmp.12345") << "half a checkpoint";
+  std::ofstream(dir.path / "run" / ".metrics.jsonl.tmp.12345") << "half a log";
+  std::ofstream(dir.path / "run" / "notes.txt") << "the user's own file";
+  Trainer(c, (dir.path / "run").string()).run();
+  CHECK_FALSE(fs::exists(dir.path / "run" / ".checkpoint.bin.tmp.12345"));
+  CHECK_FALSE(fs::exists(dir.path / "run" / ".metrics.jsonl.tmp.12345"));
+  CHECK(fs::exists(dir.path / "run" / "notes.txt"));
+  std::ofstream(dir.path / "run" / ".checkpoint.bin.tmp.999") << "again";
+  Trainer::resume((dir.path / "run").string());
+  CHECK_FALSE(fs::exists(dir.path / "run" / ".checkpoint.bin.tmp.999"));
+  CHECK(load_checkpoint((dir.path / "run" / "checkpoint.bin").string()).step == 20);
 }
 
 TEST_CASE("a byte-level run trains on a file a char-level run rejects (NUL bytes, not UTF-8)") {
