@@ -13,22 +13,25 @@ cd "$(dirname "$0")/.."
 data=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --data) data=${2:?--data needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --data)
+      [ $# -ge 2 ] || { echo "run.sh: --data needs a file" >&2; exit 2; }
+      data=$2; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (use --data FILE)" >&2; exit 2 ;;
   esac
 done
 
 config=${CONFIG:-configs/quickstart.json}
+[ -z "$data" ] || [ -f "$data" ] || { echo "run.sh: data file '$data' not found" >&2; exit 2; }
 if [ -n "$data" ]; then
   name=$(basename "$data")
   out=${OUT:-out/${name%.*}}
 else
   out=${OUT:-out/quickstart}
 fi
-mkdir -p "$out"
 
 if [ -z "$data" ]; then
+  mkdir -p "$out"
   bash scripts/setup.sh fortunes
   # The fortunes package ships plain-text files next to binary .dat indexes;
   # join the text ones (regular files only, not the .dat/.u8 or symlinks).
