@@ -1,6 +1,7 @@
 #include "train/config.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -226,10 +227,17 @@ void TrainConfig::validate() const {
                    train.shards);
   TAPEFORMER_CHECK(optimizer.name == "adamw" || optimizer.name == "adam" || optimizer.name == "sgd",
                    "config: 'optimizer.name' must be \"adamw\", \"adam\" or \"sgd\", got \"", optimizer.name, "\"");
-  TAPEFORMER_CHECK(optimizer.lr > 0, "config: 'optimizer.lr' must be > 0, got ", optimizer.lr);
-  for (double b : optimizer.betas)
-    TAPEFORMER_CHECK(b >= 0 && b < 1, "config: 'optimizer.betas' must be in [0, 1), got ", b);
-  TAPEFORMER_CHECK(optimizer.eps > 0, "config: 'optimizer.eps' must be > 0, got ", optimizer.eps);
+  // Optimizers compute in float: check the values as they will be used
+  // (lr 1e-50 would become 0, a beta of 0.99999999 would become 1).
+  const auto as_float = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  TAPEFORMER_CHECK(as_float(optimizer.lr) > 0, "config: 'optimizer.lr' must be > 0 (as a float), got ", optimizer.lr);
+  for (double b : optimizer.betas) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%.10g", b);  // 0.99999999, not the stream's rounded "1"
+    TAPEFORMER_CHECK(b >= 0 && as_float(b) < 1, "config: 'optimizer.betas' must be in [0, 1) (as floats), got ", shown);
+  }
+  TAPEFORMER_CHECK(as_float(optimizer.eps) > 0, "config: 'optimizer.eps' must be > 0 (as a float), got ",
+                   optimizer.eps);
   TAPEFORMER_CHECK(optimizer.weight_decay >= 0, "config: 'optimizer.weight_decay' must be >= 0, got ",
                    optimizer.weight_decay);
   TAPEFORMER_CHECK(optimizer.momentum >= 0, "config: 'optimizer.momentum' must be >= 0, got ", optimizer.momentum);

@@ -61,6 +61,23 @@ TEST_CASE("config: unknown keys, wrong types and bad values are rejected with th
   CHECK(error_of(R"({"_comment": "ignored", "model": {"_note": 1}})").empty());
 }
 
+TEST_CASE("config: range checks name the key, with values as the optimizer will see them") {
+  CHECK(error_of(R"({"optimizer": {"betas": [0.9, 0.99999999]}})") ==
+        "config: 'optimizer.betas' must be in [0, 1) (as floats), got 0.99999999");
+  CHECK(error_of(R"({"optimizer": {"betas": [-0.1, 0.99]}})") ==
+        "config: 'optimizer.betas' must be in [0, 1) (as floats), got -0.1");
+  CHECK(error_of(R"({"optimizer": {"lr": 1e-50}, "schedule": {"min_lr": 0}})") ==
+        "config: 'optimizer.lr' must be > 0 (as a float), got 1e-50");
+  CHECK(error_of(R"({"optimizer": {"eps": 1e-60}})") == "config: 'optimizer.eps' must be > 0 (as a float), got 1e-60");
+  CHECK(error_of(R"({"schedule": {"min_lr": 0.01}})") == "config: 'schedule.min_lr' (0.01) must be in [0, optimizer.lr = 0.001]");
+  CHECK(error_of(R"({"schedule": {"warmup_iters": 300, "decay_iters": 200}})") ==
+        "config: 'schedule.decay_iters' (200) must be >= 'schedule.warmup_iters' (300)");
+  CHECK(error_of(R"({"data": {"val_fraction": 1.0}})") == "config: 'data.val_fraction' must be in (0, 1), got 1");
+  CHECK(error_of(R"({"model": {"dropout": 1.0}})") == "config: 'model.dropout' must be in [0, 1), got 1");
+  CHECK(error_of(R"({"train": {"threads": 5000}})") == "config: 'train.threads' must be in [0, 1024], got 5000");
+  CHECK(error_of(R"({"train": {"shards": -1}})") == "config: 'train.shards' must be in [0, 1024], got -1");
+}
+
 TEST_CASE("config: a missing file is named") {
   CHECK_THROWS_WITH_AS(TrainConfig::load("/nonexistent/x.json"), "config: cannot open '/nonexistent/x.json'", Error);
 }
