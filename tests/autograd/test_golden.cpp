@@ -175,39 +175,50 @@ TEST_CASE("golden: matmul [2,3,4] x 2-D [4,5]") {
              [](const Golden&, const Vars& v) { return matmul(in(v, "a"), in(v, "b")); });
 }
 
+TEST_CASE("golden: matmul [19,37] x [37,70]: full and partial GEMM tiles and packets") {
+  run_golden("matmul_wide", {"a", "b"},
+             [](const Golden&, const Vars& v) { return matmul(in(v, "a"), in(v, "b")); });
+}
+
 // ---- neural-network ops --------------------------------------------------------------
 
-TEST_CASE("golden: softmax [3,4,5]") {
-  run_golden("softmax", {"x"}, [](const Golden&, const Vars& v) { return softmax(in(v, "x")); });
+TEST_CASE("golden: softmax [3,4,5] and [5,37]") {
+  for (const char* name : {"softmax", "softmax_wide"})
+    run_golden(name, {"x"}, [](const Golden&, const Vars& v) { return softmax(in(v, "x")); });
 }
 
-TEST_CASE("golden: log_softmax [3,4,5]") {
-  run_golden("log_softmax", {"x"},
-             [](const Golden&, const Vars& v) { return log_softmax(in(v, "x")); });
+TEST_CASE("golden: log_softmax [3,4,5] and [5,37]") {
+  for (const char* name : {"log_softmax", "log_softmax_wide"})
+    run_golden(name, {"x"}, [](const Golden&, const Vars& v) { return log_softmax(in(v, "x")); });
 }
 
-TEST_CASE("golden: layer_norm [3,4,5] with weight and bias") {
-  run_golden("layer_norm", {"x", "weight", "bias"}, [](const Golden& g, const Vars& v) {
-    return layer_norm(in(v, "x"), in(v, "weight"), in(v, "bias"),
-                      static_cast<Scalar>(g.scalar("eps")));
-  });
+TEST_CASE("golden: layer_norm [3,4,5] and [5,37] with weight and bias") {
+  for (const char* name : {"layer_norm", "layer_norm_wide"}) {
+    run_golden(name, {"x", "weight", "bias"}, [](const Golden& g, const Vars& v) {
+      return layer_norm(in(v, "x"), in(v, "weight"), in(v, "bias"), static_cast<Scalar>(g.scalar("eps")));
+    });
+  }
 }
 
-TEST_CASE("golden: rms_norm [3,4,5] with weight") {
-  run_golden("rms_norm", {"x", "weight"}, [](const Golden& g, const Vars& v) {
-    return rms_norm(in(v, "x"), in(v, "weight"), static_cast<Scalar>(g.scalar("eps")));
-  });
+TEST_CASE("golden: rms_norm [3,4,5] and [5,37] with weight") {
+  for (const char* name : {"rms_norm", "rms_norm_wide"}) {
+    run_golden(name, {"x", "weight"}, [](const Golden& g, const Vars& v) {
+      return rms_norm(in(v, "x"), in(v, "weight"), static_cast<Scalar>(g.scalar("eps")));
+    });
+  }
 }
 
-TEST_CASE("golden: cross_entropy [3,4,7] with ignore_index") {
-  run_golden("cross_entropy", {"logits"}, [](const Golden& g, const Vars& v) {
-    return cross_entropy(in(v, "logits"), g.index("targets"),
-                         static_cast<int32_t>(g.scalar("ignore_index")));
-  });
+TEST_CASE("golden: cross_entropy [3,4,7] and [5,37] with ignore_index") {
+  for (const char* name : {"cross_entropy", "cross_entropy_wide"}) {
+    run_golden(name, {"logits"}, [](const Golden& g, const Vars& v) {
+      return cross_entropy(in(v, "logits"), g.index("targets"), static_cast<int32_t>(g.scalar("ignore_index")));
+    });
+  }
 }
 
-TEST_CASE("golden: gelu (tanh approximation) [3,4,5]") {
-  run_golden("gelu", {"x"}, [](const Golden&, const Vars& v) { return gelu(in(v, "x")); });
+TEST_CASE("golden: gelu (tanh approximation) [3,4,5] and [5,37]") {
+  for (const char* name : {"gelu", "gelu_wide"})
+    run_golden(name, {"x"}, [](const Golden&, const Vars& v) { return gelu(in(v, "x")); });
 }
 
 TEST_CASE("golden: embedding [7,5] with repeated ids [3,4]") {
