@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -178,6 +179,8 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
 }
 
 TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  TAPEFORMER_CHECK(!std::filesystem::is_directory(path, ec), "config: '", path, "' is a directory, not a JSON file");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "config: cannot open '", path, "'");
   std::stringstream buf;

@@ -99,6 +99,14 @@ TEST_CASE("checkpoint: overwriting keeps the old file until the new one is compl
   c.step = 43;
   save_checkpoint(path.string(), c);
   CHECK(load_checkpoint(path.string()).step == 43);
+  // A write that fails (its temp file cannot be created: a directory is in the
+  // way) throws and leaves the previous checkpoint whole.
+  const fs::path blocker = dir.path / (".checkpoint.bin.tmp." + std::to_string(::getpid()));
+  fs::create_directory(blocker);
+  c.step = 44;
+  CHECK_THROWS_WITH_AS(save_checkpoint(path.string(), c), doctest::Contains("cannot write"), Error);
+  CHECK(load_checkpoint(path.string()).step == 43);
+  fs::remove(blocker);
   // Writing into a directory that does not exist fails cleanly and names the file.
   CHECK_THROWS_WITH_AS(save_checkpoint((dir.path / "missing" / "c.bin").string(), c),
                        doctest::Contains("cannot write"), Error);

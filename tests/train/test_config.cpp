@@ -78,6 +78,7 @@ TEST_CASE("config: range checks name the key, with values as the optimizer will 
   CHECK(error_of(R"({"train": {"shards": -1}})") == "config: 'train.shards' must be in [0, 1024], got -1");
 }
 
-TEST_CASE("config: a missing file is named") {
+TEST_CASE("config: a missing file or a directory is named") {
   CHECK_THROWS_WITH_AS(TrainConfig::load("/nonexistent/x.json"), "config: cannot open '/nonexistent/x.json'", Error);
+  CHECK_THROWS_WITH_AS(TrainConfig::load("/tmp"), "config: '/tmp' is a directory, not a JSON file", Error);
 }
