@@ -97,6 +97,36 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+def tapeformer_parameters(model):
+    """(tapeformer name, torch parameter, transposed?) for every trained parameter,
+    in tapeformer's order. tapeformer stores Linear weights as [in, out], torch as
+    [out, in]; a LayerNorm without bias has no bias parameter in tapeformer."""
+    out = [("tok_emb.weight", model.tok_emb.weight, False), ("pos_emb.weight", model.pos_emb.weight, False)]
+
+    def norm(name, ln):
+        out.append((name + ".weight", ln.weight, False))
+        if ln.bias.requires_grad:
+            out.append((name + ".bias", ln.bias, False))
+
+    def linear(name, lin):
+        out.append((name + ".weight", lin.weight, True))
+        if lin.bias is not None:
+            out.append((name + ".bias", lin.bias, False))
+
+    for i, blk in enumerate(model.blocks):
+        norm(f"{i}.ln_1", blk.ln_1)
+        linear(f"{i}.attn.qkv", blk.qkv)
+        linear(f"{i}.attn.proj", blk.proj)
+        norm(f"{i}.ln_2", blk.ln_2)
+        linear(f"{i}.mlp.fc", blk.fc)
+        linear(f"{i}.mlp.proj", blk.fc_proj)
+    norm("ln_f", model.ln_f)
+    if model.lm_head is not None:
+        linear("lm_head", model.lm_head)
+    assert len(out) == sum(p.requires_grad for p in model.parameters()), "every trained parameter is mapped"
+    return out
+
+
 def get_lr(it, o, s):  # nanoGPT train.py
     if s["name"] == "constant":
         return o["lr"]
