@@ -49,9 +49,14 @@ std::vector<TensorRecord> to_records(const NamedTensors& tensors) {
 NamedTensors from_records(const std::vector<TensorRecord>& records, const std::string& path) {
   NamedTensors out;
   for (const auto& r : records) {
-    Shape s(r.dims);
-    TAPEFORMER_CHECK(s.numel() == static_cast<int64_t>(r.values.size()), "checkpoint '", path,
-                     "': tensor '", r.name, "' has ", r.values.size(), " values for shape ", s);
+    TAPEFORMER_CHECK(r.dims.size() <= static_cast<size_t>(kMaxRank), "checkpoint '", path, "': tensor '", r.name,
+                     "' has ", r.dims.size(), " dims");
+    bool fits = true;
+    int64_t n = 1;
+    for (int64_t d : r.dims) fits = fits && d >= 0 && !__builtin_mul_overflow(n, d, &n);
+    const Shape s(r.dims);
+    TAPEFORMER_CHECK(fits && n == static_cast<int64_t>(r.values.size()), "checkpoint '", path, "': tensor '", r.name,
+                     "' has ", r.values.size(), " values for shape ", s);
     out.emplace_back(r.name, Tensor::from(s, r.values));
   }
   return out;
@@ -134,18 +139,21 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 Checkpoint load_checkpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "checkpoint '", path, "': cannot open (", std::strerror(errno), ")");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string file = buf.str();
-  TAPEFORMER_CHECK(file.size() >= kHeaderBytes && std::memcmp(file.data(), kMagic, sizeof kMagic) == 0,
+  // The header first, so any other file is refused without reading it whole.
+  std::string header(kHeaderBytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(kHeaderBytes));
+  TAPEFORMER_CHECK(in.gcount() == static_cast<std::streamsize>(kHeaderBytes) &&
+                       std::memcmp(header.data(), kMagic, sizeof kMagic) == 0,
                    "checkpoint '", path, "': not a tapeformer checkpoint (bad header)");
-  const uint32_t version = get<uint32_t>(file, 8);
+  const uint32_t version = get<uint32_t>(header, 8);
   TAPEFORMER_CHECK(version == kCheckpointVersion, "checkpoint '", path, "': format version ", version,
                    " is not supported (this build reads version ", kCheckpointVersion, ")");
-  const uint64_t length = get<uint64_t>(file, 12), checksum = get<uint64_t>(file, 20);
-  TAPEFORMER_CHECK(file.size() - kHeaderBytes == length, "checkpoint '", path, "': truncated (",
-                   file.size() - kHeaderBytes, " of ", length, " payload bytes)");
-  const std::string payload = file.substr(kHeaderBytes);
+  const uint64_t length = get<uint64_t>(header, 12), checksum = get<uint64_t>(header, 20);
+  std::stringstream rest;
+  rest << in.rdbuf();
+  const std::string payload = rest.str();
+  TAPEFORMER_CHECK(payload.size() == length, "checkpoint '", path, "': truncated (", payload.size(), " of ", length,
+                   " payload bytes)");
   TAPEFORMER_CHECK(fnv1a64(payload) == checksum, "checkpoint '", path, "': corrupted (checksum mismatch)");
 
   Checkpoint c;

@@ -80,6 +80,11 @@ cp "$ckpt" "$work/corrupt/checkpoint.bin"
 printf '\xff\xff\xff\xff' | dd of="$work/corrupt/checkpoint.bin" bs=1 seek=200 conv=notrunc status=none
 expect_error "corrupted checkpoint" "corrupted" -- tf sample --checkpoint "$work/corrupt" --tokens 5
 expect_error "missing checkpoint" "cannot open" -- tf sample --checkpoint "$work/nothing" --tokens 5
+expect_error "a text file as checkpoint" "not a tapeformer checkpoint" -- tf sample --checkpoint "$work/text.txt" --tokens 5
+expect_error "--resume without a checkpoint" "--resume: no checkpoint at" -- tf train --out "$work/nothing" --resume
+expect_error "no data file" "no data file" -- tf train --config "$work/tiny.json" --out "$work/o16"
+printf 'a' > "$work/one.txt"
+expect_error "eval on a one-character file" "fewer than 2 tokens" -- tf eval --checkpoint "$work/run" --data "$work/one.txt"
 cp -r "$work/run" "$work/resume"
 expect_error "checkpoint from an incompatible config" "model.n_embd" -- tf train --config "$work/tiny.json" --set model.n_embd=32 --data "$work/text.txt" --out "$work/resume" --resume
 expect_error "prompt outside the vocabulary" "not in the vocabulary" -- tf sample --checkpoint "$work/run" --prompt "Zebra§" --tokens 5
@@ -110,7 +115,7 @@ checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
   echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
 fi
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15; do
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16; do
   if [ -e "$work/$d" ]; then echo "FAIL: failed run $d left a directory behind"; failures=$((failures + 1)); fi
 done
 
