@@ -133,31 +133,35 @@ TEST_CASE("attention module gradchecks end to end (input and every parameter)") 
   CHECK(r.checked == 2 * 5 * 6 + 6 * 18 + 18 + 6 * 6 + 6);
 }
 
-TEST_CASE("scaled_dot_product_attention matches a naive loop (mask placement)") {
-  Rng rng(8);
-  const int64_t B = 1, H = 2, T = 4, D = 3;
-  Tensor q = Tensor::empty({B, H, T, D}), k = Tensor::empty({B, H, T, D}), v = Tensor::empty({B, H, T, D});
-  rng.fill_normal(q, 0, 1);
-  rng.fill_normal(k, 0, 1);
-  rng.fill_normal(v, 0, 1);
-  Var out = scaled_dot_product_attention(Var(q), Var(k), Var(v), true, 0.0f, nullptr);
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t i = 0; i < T; ++i) {
-      std::vector<double> w(i + 1);
-      double m = -1e30, z = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        double s = 0;
-        for (int64_t d = 0; d < D; ++d) s += q.at({0, h, i, d}) * k.at({0, h, j, d});
-        w[j] = s / std::sqrt(double(D));
-        m = std::max(m, w[j]);
+TEST_CASE("scaled_dot_product_attention matches a naive loop (mask placement; causal and not)") {
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    Rng rng(8);
+    const int64_t B = 1, H = 2, T = 4, D = 3;
+    Tensor q = Tensor::empty({B, H, T, D}), k = Tensor::empty({B, H, T, D}), v = Tensor::empty({B, H, T, D});
+    rng.fill_normal(q, 0, 1);
+    rng.fill_normal(k, 0, 1);
+    rng.fill_normal(v, 0, 1);
+    Var out = scaled_dot_product_attention(Var(q), Var(k), Var(v), causal, 0.0f, nullptr);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t last = causal ? i : T - 1;  // the last key position query i sees
+        std::vector<double> w(last + 1);
+        double m = -1e30, z = 0;
+        for (int64_t j = 0; j <= last; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d) s += q.at({0, h, i, d}) * k.at({0, h, j, d});
+          w[j] = s / std::sqrt(double(D));
+          m = std::max(m, w[j]);
+        }
+        for (auto& x : w) z += (x = std::exp(x - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j <= last; ++j) o += w[j] / z * v.at({0, h, j, d});
+          CHECK(out.value().at({0, h, i, d}) == doctest::Approx(o).epsilon(1e-5));
+        }
       }
-      for (auto& x : w) z += (x = std::exp(x - m));
-      for (int64_t d = 0; d < D; ++d) {
-        double o = 0;
-        for (int64_t j = 0; j <= i; ++j) o += w[j] / z * v.at({0, h, j, d});
-        CHECK(out.value().at({0, h, i, d}) == doctest::Approx(o).epsilon(1e-5));
-      }
-    }
+  }
 }
 
 TEST_CASE("fused causal_attention equals the composition of primitives (values and gradients)") {
