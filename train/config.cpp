@@ -136,7 +136,7 @@ std::vector<std::string> known_keys() {
     const size_t d = edit_distance(key, k);
     if (d < best_d) best_d = d, best = k;
   }
-  fail("config ", origin, ": unknown key '", key, "'",
+  fail(origin == "--set" ? "--set" : "config " + origin, ": unknown key '", key, "'",
        best.empty() ? std::string() : " (did you mean '" + best + "'?)");
 }
 
@@ -161,10 +161,13 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
   TAPEFORMER_CHECK(root.is_object(), "config ", origin, ": top level must be a JSON object");
   std::map<std::string, json> flat;
   flatten(root, "", flat, origin);
+  const std::vector<std::string> keys = known_keys();
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
     TAPEFORMER_CHECK(eq != std::string::npos && eq > 0, "--set: expected key=value, got '", o, "'");
-    flat[o.substr(0, eq)] = parse_override_value(o.substr(eq + 1));
+    const std::string key = o.substr(0, eq);
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) unknown_key(key, "--set");
+    flat[key] = parse_override_value(o.substr(eq + 1));
   }
   TrainConfig cfg;
   visit_fields(cfg, [&](const std::string& key, auto& field) {

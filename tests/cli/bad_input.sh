@@ -59,7 +59,7 @@ echo '{"model": {"n_layers": 2}}' > "$work/unknown.json"
 expect_error "unknown config key" "unknown key 'model.n_layers' (did you mean 'model.n_layer'?)" -- tf train --config "$work/unknown.json" --data "$work/text.txt" --out "$work/o6"
 echo '{"train": {"batch_size": "twelve"}}' > "$work/type.json"
 expect_error "wrong value type" "'train.batch_size' must be an integer" -- tf train --config "$work/type.json" --data "$work/text.txt" --out "$work/o7"
-expect_error "bad --set" "unknown key 'train.iters'" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o8" --set train.iters=3
+expect_error "bad --set" "--set: unknown key 'train.iters'" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o8" --set train.iters=3
 expect_error "invalid JSON" "invalid JSON" -- tf train --config "$work/text.txt" --data "$work/text.txt" --out "$work/o9"
 expect_error "block size larger than the data" "block size 4096" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o10" --set model.block_size=4096
 # Sizes whose tensors would not fit anywhere: refused before allocating (2^58

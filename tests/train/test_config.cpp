@@ -57,7 +57,7 @@ TEST_CASE("config: unknown keys, wrong types and bad values are rejected with th
   CHECK(error_of("[1, 2]") == "config test.json: top level must be a JSON object");
   CHECK(error_of("{}", {"train.max_iters"}) == "--set: expected key=value, got 'train.max_iters'");
   CHECK(error_of("{}", {"train.max_iter=3"}) ==
-        "config test.json: unknown key 'train.max_iter' (did you mean 'train.max_iters'?)");
+        "--set: unknown key 'train.max_iter' (did you mean 'train.max_iters'?)");
   CHECK(error_of(R"({"_comment": "ignored", "model": {"_note": 1}})").empty());
 }
 
