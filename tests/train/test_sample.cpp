@@ -9,6 +9,21 @@
 
 using namespace tapeformer;
 
+namespace {
+
+// Vocabulary 7, block size 4: small enough to check by hand.
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab_size = 7;
+  c.block_size = 4;
+  c.n_layer = 1;
+  c.n_head = 1;
+  c.n_embd = 8;
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("sample_token: greedy, top-k and top-p restrict the support; frequencies follow softmax") {
   const std::vector<Scalar> logits{2.0f, 1.0f, 0.5f, -1.0f, 0.0f};
   Rng rng(1);
@@ -49,14 +64,8 @@ TEST_CASE("sample_token: greedy, top-k and top-p restrict the support; frequenci
 }
 
 TEST_CASE("generate: a sequence longer than the block size is cropped to its last block_size tokens") {
-  ModelConfig c;
-  c.vocab_size = 7;
-  c.block_size = 4;
-  c.n_layer = 1;
-  c.n_head = 1;
-  c.n_embd = 8;
   Rng init(3);
-  TransformerLM model(c, init);
+  TransformerLM model(tiny_config(), init);
   for (auto& [name, p] : model.named_parameters()) init.fill_normal(p.value(), 0.0f, 0.5f);  // distinct logits
   model.eval();
   SampleOptions greedy;
@@ -81,14 +90,8 @@ TEST_CASE("generate: a sequence longer than the block size is cropped to its las
 }
 
 TEST_CASE("generate: deterministic for a seed, crops to the block size, validates options") {
-  ModelConfig c;
-  c.vocab_size = 7;
-  c.block_size = 4;
-  c.n_layer = 1;
-  c.n_head = 1;
-  c.n_embd = 8;
   Rng init(3);
-  TransformerLM model(c, init);
+  TransformerLM model(tiny_config(), init);
   SampleOptions opt;
   opt.tokens = 10;
   Rng a(9), b(9);
