@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "temp_dir.h"
 #include "train/checkpoint.h"
+#include "train/commands.h"
 #include "train/trainer.h"
 
 using namespace tapeformer;
@@ -200,4 +201,19 @@ TEST_CASE("a byte-level run trains on a file a char-level run rejects (NUL bytes
   const TrainResult r = t.run();
   CHECK(r.steps == 3);
   CHECK(std::isfinite(r.val_loss));
+}
+
+TEST_CASE("a checkpoint whose weights do not fit its own config is refused naming both") {
+  TempDir dir("trainer-mismatch");
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "abcdefghij klmnop qrstuv wxyz\n";
+  const std::string data = write_text(dir.path, text);
+  Trainer(tiny(data, 2), (dir.path / "run").string()).run();
+  const std::string path = (dir.path / "run" / "checkpoint.bin").string();
+  CHECK(evaluate_file(path, data).tokens > 0);  // the intact checkpoint evaluates
+  Checkpoint c = load_checkpoint(path);
+  REQUIRE(c.model.size() > 1);
+  c.model.pop_back();  // as if written by a build whose model had one tensor fewer
+  save_checkpoint(path, c);
+  CHECK_THROWS_WITH_AS(evaluate_file(path, data), doctest::Contains("does not match its own config"), Error);
 }
