@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cereal/archives/binary.hpp>
@@ -9,6 +10,7 @@
 #include <cereal/types/utility.hpp>
 #include <cereal/types/vector.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -115,7 +117,17 @@ void remove_stale_temp_files(const std::string& path) {
   const std::string prefix = "." + target.filename().string() + ".tmp.";
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().rfind(prefix, 0) == 0) fs::remove(it->path(), ec);
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    // The suffix is the writer's pid: leave the file of a writer still running.
+    const std::string pid = name.substr(prefix.size());
+    char* rest = nullptr;
+    const long writer = std::strtol(pid.c_str(), &rest, 10);
+    const bool running = !pid.empty() && *rest == '\0' && writer > 0 && writer != ::getpid() &&
+                         (::kill(static_cast<pid_t>(writer), 0) == 0 || errno == EPERM);
+    if (running) continue;
+    std::error_code remove_ec;  // one that cannot be removed does not stop the others
+    fs::remove(it->path(), remove_ec);
   }
 }
 

@@ -38,8 +38,9 @@ Checkpoint load_checkpoint(const std::string& path);
 
 // Writes bytes to path atomically (temp file + fsync + rename + dir fsync).
 void write_file_atomic(const std::string& path, const std::string& bytes);
-// Removes the temp files ".NAME.tmp.*" that writes of `path` interrupted by a
-// kill left next to it (best effort; the file itself is never touched).
+// Removes the temp files ".NAME.tmp.PID" that writes of `path` interrupted by
+// a kill left next to it, except those of a process PID still running (best
+// effort; the file itself is never touched).
 void remove_stale_temp_files(const std::string& path);
 
 }  // namespace tapeformer

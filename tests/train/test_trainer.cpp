@@ -175,16 +175,19 @@ TEST_CASE("a run refused for its data creates no output directory; stale temp fi
   for (int i = 0; i < 60; ++i) text += "abcdefghij klmnop qrstuv wxyz\n";
   const TrainConfig c = tiny(write_text(dir.path, text), 20);
   fs::create_directories(dir.path / "run");
-  std::ofstream(dir.path / "run" / ".checkpoint.bin.tmp.12345") << "half a checkpoint";
-  std::ofstream(dir.path / "run" / ".metrics.jsonl.tmp.12345") << "half a log";
+  std::ofstream(dir.path / "run" / ".checkpoint.bin.tmp.999999998") << "half a checkpoint";
+  std::ofstream(dir.path / "run" / ".metrics.jsonl.tmp.999999998") << "half a log";
   std::ofstream(dir.path / "run" / "notes.txt") << "the user's own file";
   Trainer(c, (dir.path / "run").string()).run();
-  CHECK_FALSE(fs::exists(dir.path / "run" / ".checkpoint.bin.tmp.12345"));
-  CHECK_FALSE(fs::exists(dir.path / "run" / ".metrics.jsonl.tmp.12345"));
+  CHECK_FALSE(fs::exists(dir.path / "run" / ".checkpoint.bin.tmp.999999998"));
+  CHECK_FALSE(fs::exists(dir.path / "run" / ".metrics.jsonl.tmp.999999998"));
   CHECK(fs::exists(dir.path / "run" / "notes.txt"));
-  std::ofstream(dir.path / "run" / ".checkpoint.bin.tmp.999") << "again";
+  std::ofstream(dir.path / "run" / ".checkpoint.bin.tmp.999999999") << "again";
+  // A live process's write in progress (pid 1 always runs) is left alone.
+  std::ofstream(dir.path / "run" / ".checkpoint.bin.tmp.1") << "being written";
   Trainer::resume((dir.path / "run").string());
-  CHECK_FALSE(fs::exists(dir.path / "run" / ".checkpoint.bin.tmp.999"));
+  CHECK_FALSE(fs::exists(dir.path / "run" / ".checkpoint.bin.tmp.999999999"));
+  CHECK(fs::exists(dir.path / "run" / ".checkpoint.bin.tmp.1"));
   CHECK(load_checkpoint((dir.path / "run" / "checkpoint.bin").string()).step == 20);
 }
 
