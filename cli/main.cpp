@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 
@@ -19,6 +20,26 @@
 #include "train/commands.h"
 
 using namespace tapeformer;
+
+namespace {
+
+// Flag-value checks: a bad value is a command-line mistake (exit status 2).
+// CLI11's NonNegativeNumber would print DBL_MAX in its message.
+double number(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  return end != text.c_str() && *end == '\0' ? v : std::nan("");
+}
+const CLI::Validator at_least_zero(
+    [](std::string& text) { return number(text) >= 0 ? std::string() : "must be a number >= 0, got " + text; }, "");
+const CLI::Validator probability_mass(
+    [](std::string& text) {
+      const double v = number(text);
+      return v > 0 && v <= 1 ? std::string() : "must be a number in (0, 1], got " + text;
+    },
+    "");
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
@@ -42,12 +63,18 @@ int main(int argc, char** argv) {
   s->add_option("--checkpoint", sample.checkpoint, "run directory (or checkpoint.bin)")->required();
   s->add_option("--prompt", sample.prompt, "text to continue")->default_str("\\n");
   s->add_option("--tokens", sample.options.tokens, "tokens to generate (0: print the prompt only)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least_zero)
       ->capture_default_str();
-  s->add_option("--temperature", sample.options.temperature, "softmax temperature (0 = greedy)")->capture_default_str();
-  s->add_option("--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
-  s->add_option("--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
-  s->add_option("--seed", sample.options.seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  s->add_option("--temperature", sample.options.temperature, "softmax temperature (0 = greedy)")
+      ->check(at_least_zero)
+      ->capture_default_str();
+  s->add_option("--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)")
+      ->check(at_least_zero)
+      ->capture_default_str();
+  s->add_option("--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)")
+      ->check(probability_mass)
+      ->capture_default_str();
+  s->add_option("--seed", sample.options.seed, "random seed")->check(at_least_zero)->capture_default_str();
 
   EvalArgs eval;
   auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");

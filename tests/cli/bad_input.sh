@@ -100,7 +100,9 @@ expect_error "flag without its value" "--config" --usage tf train --config
 expect_error "negative --threads" "--threads" --usage tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o14" --threads -5
 expect_error "negative --seed" "--seed" --usage tf sample --checkpoint "$work/run" --seed -1
 expect_error "negative --tokens" "--tokens" --usage tf sample --checkpoint "$work/run" --tokens -3
-expect_error "negative temperature" "temperature must be >= 0" -- tf sample --checkpoint "$work/run" --temperature -1
+expect_error "negative temperature" "--temperature: must be a number >= 0, got -1" --usage tf sample --checkpoint "$work/run" --temperature -1
+expect_error "negative top-k" "--top-k: must be a number >= 0" --usage tf sample --checkpoint "$work/run" --top-k -1
+expect_error "top-p above 1" "--top-p: must be a number in (0, 1], got 2" --usage tf sample --checkpoint "$work/run" --top-p 2
 expect_error "bad TAPEFORMER_THREADS" "TAPEFORMER_THREADS" -- env TAPEFORMER_THREADS=abc "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o15"
 
 # TAPEFORMER_THREADS sets the default thread count of a run.
