@@ -1,5 +1,7 @@
 #include "data/sampler.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tapeformer {
@@ -14,19 +16,25 @@ RandomWindowSampler::RandomWindowSampler(const std::vector<int32_t>& tokens, int
                    " (use a smaller block size or more data)");
 }
 
+Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t block) {
+  const auto B = static_cast<int64_t>(starts.size());
+  std::vector<int32_t> inputs(B * block), targets(B * block);  // (B, T) each
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t s = starts[b];
+    TAPEFORMER_CHECK(s >= 0 && s + block < static_cast<int64_t>(tokens.size()), "window start ", s,
+                     " out of range for block size ", block, " in ", tokens.size(), " tokens");
+    std::copy(tokens.begin() + s, tokens.begin() + s + block, inputs.begin() + b * block);
+    std::copy(tokens.begin() + s + 1, tokens.begin() + s + block + 1, targets.begin() + b * block);
+  }
+  return {IndexTensor({B, block}, std::move(inputs)), IndexTensor({B, block}, std::move(targets))};
+}
+
 Batch RandomWindowSampler::next() {
   const auto windows = static_cast<uint64_t>(num_windows());
-  const int32_t* x = tokens_->data();
-  std::vector<int32_t> inputs(batch_ * block_), targets(batch_ * block_);  // (B, T) each
-  for (int64_t b = 0; b < batch_; ++b) {
-    const int64_t s = static_cast<int64_t>(rng_.below(windows));  // in [0, n - T - 1]
-    for (int64_t t = 0; t < block_; ++t) {
-      inputs[b * block_ + t] = x[s + t];
-      targets[b * block_ + t] = x[s + t + 1];
-    }
-  }
+  std::vector<int64_t> starts(batch_);
+  for (int64_t& s : starts) s = static_cast<int64_t>(rng_.below(windows));  // in [0, n - T - 1]
   ++drawn_;
-  return {IndexTensor({batch_, block_}, std::move(inputs)), IndexTensor({batch_, block_}, std::move(targets))};
+  return window_batch(*tokens_, starts, block_);
 }
 
 }  // namespace tapeformer

@@ -29,6 +29,11 @@ struct Batch {
   IndexTensor targets;  // (B, T) the next token after each input position
 };
 
+// The batch of windows starting at `starts` (one row each): inputs
+// x[s, s+T), targets x[s+1, s+T]. Throws Error for a start whose window of
+// T + 1 tokens does not fit in `tokens`.
+Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t block);
+
 class RandomWindowSampler {
  public:
   // `tokens` must outlive the sampler; `what` names them in errors. Throws

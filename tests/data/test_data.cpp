@@ -258,6 +258,16 @@ TEST_CASE("RandomWindowSampler: targets are inputs shifted by one, offsets in ra
   CHECK_THROWS_WITH_AS(RandomWindowSampler(tokens, 2, -1, 1, "t"), Contains("block size must be >= 1, got -1"), Error);
 }
 
+TEST_CASE("window_batch: rows are the windows at the given starts; a window past the end is refused") {
+  const std::vector<int32_t> tokens{10, 11, 12, 13, 14, 15};
+  const Batch b = window_batch(tokens, {0, 3, 2}, 2);
+  CHECK(b.inputs.data == std::vector<int32_t>{10, 11, 13, 14, 12, 13});
+  CHECK(b.targets.data == std::vector<int32_t>{11, 12, 14, 15, 13, 14});
+  CHECK(window_batch(tokens, {3}, 2).targets.data == std::vector<int32_t>{14, 15});  // the last that fits
+  CHECK_THROWS_WITH_AS(window_batch(tokens, {4}, 2), "window start 4 out of range for block size 2 in 6 tokens", Error);
+  CHECK_THROWS_AS(window_batch(tokens, {-1}, 2), Error);
+}
+
 TEST_CASE("RandomWindowSampler: state round-trips through cereal and continues identically") {
   const std::vector<int32_t> tokens = iota_tokens(100);
   RandomWindowSampler s(tokens, 3, 8, 11, "t");
