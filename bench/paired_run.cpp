@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/corpus.h"
+#include "data/sampler.h"
 #include "optim/clip.h"
 #include "train/build.h"
 #include "train/config.h"
@@ -51,18 +52,6 @@ NamedTensors read_initial_weights(const std::string& dir) {
   return state;
 }
 
-Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets, int64_t block) {
-  const auto B = static_cast<int64_t>(offsets.size());
-  std::vector<int32_t> inputs, targets;
-  for (int64_t o : offsets) {
-    TAPEFORMER_CHECK(o >= 0 && o + block < static_cast<int64_t>(tokens.size()), "batch offset ", o,
-                     " out of range");
-    inputs.insert(inputs.end(), tokens.begin() + o, tokens.begin() + o + block);
-    targets.insert(targets.end(), tokens.begin() + o + 1, tokens.begin() + o + block + 1);
-  }
-  return {IndexTensor({B, block}, std::move(inputs)), IndexTensor({B, block}, std::move(targets))};
-}
-
 int run(int argc, char** argv) {
   TAPEFORMER_CHECK(argc >= 4, "usage: paired_run CONFIG DATA DIR [key=value ...]");
   const std::string dir = argv[3];
@@ -77,8 +66,7 @@ int run(int argc, char** argv) {
   model.load_state(read_initial_weights(dir));
   std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, model.named_parameters());
   std::unique_ptr<Schedule> schedule = make_schedule(cfg);
-  const int64_t wanted = cfg.train.shards > 0 ? cfg.train.shards : parallel::num_threads();
-  DataParallel shards(model, static_cast<int>(std::min(wanted, cfg.train.batch_size)));
+  DataParallel shards(model, static_cast<int>(shard_count(cfg)));
 
   std::vector<Batch> train, final;
   std::ifstream batches(dir + "/batches.txt");
@@ -87,10 +75,10 @@ int run(int argc, char** argv) {
     std::istringstream in(line);
     std::string kind;
     in >> kind;
-    std::vector<int64_t> offsets;
-    for (int64_t o; in >> o;) offsets.push_back(o);
-    if (kind == "train") train.push_back(window_batch(data.corpus.train(), offsets, cfg.model.block_size));
-    else final.push_back(window_batch(data.corpus.val(), offsets, cfg.model.block_size));
+    std::vector<int64_t> starts;
+    for (int64_t o; in >> o;) starts.push_back(o);
+    if (kind == "train") train.push_back(window_batch(data.corpus.train(), starts, cfg.model.block_size));
+    else final.push_back(window_batch(data.corpus.val(), starts, cfg.model.block_size));
   }
   TAPEFORMER_CHECK(static_cast<int64_t>(train.size()) == cfg.train.max_iters * cfg.train.grad_accum && !final.empty(),
                    "'", dir, "/batches.txt' does not match the config (prepare it with the same config)");

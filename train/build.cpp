@@ -1,5 +1,9 @@
 #include "train/build.h"
 
+#include <algorithm>
+
+#include "core/parallel.h"
+
 namespace tapeformer {
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params) {
@@ -17,6 +21,11 @@ std::unique_ptr<Schedule> make_schedule(const TrainConfig& c) {
   if (c.schedule.name == "linear")
     return std::make_unique<LinearSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
   return std::make_unique<CosineSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
+}
+
+int64_t shard_count(const TrainConfig& c) {
+  const int64_t wanted = c.train.shards > 0 ? c.train.shards : parallel::num_threads();
+  return std::min(wanted, c.train.batch_size);
 }
 
 }  // namespace tapeformer

@@ -1,4 +1,4 @@
-// The optimizer and learning-rate schedule a TrainConfig names, built the way
+// The optimizer, learning-rate schedule and shard count a TrainConfig names, built the way
 // the Trainer builds them (also for tools that run their own loop, such as
 // bench/paired_run.cpp).
 //
@@ -20,5 +20,8 @@ namespace tapeformer {
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params);
 std::unique_ptr<Schedule> make_schedule(const TrainConfig& c);
+// Batch shards of a step (train/data_parallel.h): train.shards, or one per
+// thread when it is 0, and never more than the batch has rows.
+int64_t shard_count(const TrainConfig& c);
 
 }  // namespace tapeformer

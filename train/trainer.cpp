@@ -137,8 +137,7 @@ struct Trainer::State {
     tokenizer = tok ? std::move(tok) : make_tokenizer(cfg.data.tokenizer, text, origin);
     corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);
     cfg.model.vocab_size = tokenizer->vocab_size();
-    const int64_t wanted = cfg.train.shards > 0 ? cfg.train.shards : parallel::num_threads();
-    const int64_t num_shards = std::min(wanted, cfg.train.batch_size);
+    const int64_t num_shards = shard_count(cfg);
     check_fits_in_memory(cfg, num_shards);
     Rng init(stream_seed(cfg.train.seed, kInit));
     model = std::make_unique<TransformerLM>(cfg.model, init);
