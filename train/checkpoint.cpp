@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cereal/archives/binary.hpp>
 #include <cereal/types/array.hpp>
 #include <cereal/types/string.hpp>
@@ -51,14 +52,16 @@ std::vector<TensorRecord> to_records(const NamedTensors& tensors) {
 NamedTensors from_records(const std::vector<TensorRecord>& records, const std::string& path) {
   NamedTensors out;
   for (const auto& r : records) {
-    TAPEFORMER_CHECK(r.dims.size() <= static_cast<size_t>(kMaxRank), "checkpoint '", path, "': tensor '", r.name,
-                     "' has ", r.dims.size(), " dims");
-    bool fits = true;
-    int64_t n = 1;
-    for (int64_t d : r.dims) fits = fits && d >= 0 && !__builtin_mul_overflow(n, d, &n);
-    const Shape s(r.dims);
-    TAPEFORMER_CHECK(fits && n == static_cast<int64_t>(r.values.size()), "checkpoint '", path, "': tensor '", r.name,
-                     "' has ", r.values.size(), " values for shape ", s);
+    Shape s;
+    int64_t n = -1;
+    try {  // Shape checks the rank, numel the product
+      s = Shape(r.dims);
+      if (std::all_of(r.dims.begin(), r.dims.end(), [](int64_t d) { return d >= 0; })) n = s.numel();
+    } catch (const Error& e) {
+      fail("checkpoint '", path, "': tensor '", r.name, "': ", e.what());
+    }
+    TAPEFORMER_CHECK(n == static_cast<int64_t>(r.values.size()), "checkpoint '", path, "': tensor '", r.name, "' has ",
+                     r.values.size(), " values for shape ", s);
     out.emplace_back(r.name, Tensor::from(s, r.values));
   }
   return out;
