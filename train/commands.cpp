@@ -93,7 +93,6 @@ int run_sample(const SampleArgs& args) {
   } catch (const Error& e) {
     fail("prompt: ", e.what());
   }
-  TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one character)");
   Rng rng(args.options.seed);
   std::fputs(args.prompt.c_str(), stdout);
   generate(*l.model, prompt, args.options, rng, [&](int32_t id) {
