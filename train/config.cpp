@@ -129,14 +129,15 @@ std::vector<std::string> known_keys() {
   return keys;
 }
 
-[[noreturn]] void unknown_key(const std::string& key, const std::string& origin) {
+// `where`: "config 'FILE'" or "--set".
+[[noreturn]] void unknown_key(const std::string& key, const std::string& where) {
   std::string best;
   size_t best_d = 4;  // suggest only close matches
   for (const std::string& k : known_keys()) {
     const size_t d = edit_distance(key, k);
     if (d < best_d) best_d = d, best = k;
   }
-  fail(origin == "--set" ? "--set" : "config " + origin, ": unknown key '", key, "'",
+  fail(where, ": unknown key '", key, "'",
        best.empty() ? std::string() : " (did you mean '" + best + "'?)");
 }
 
@@ -176,7 +177,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
     read(key, it->second, field);
     flat.erase(it);
   });
-  if (!flat.empty()) unknown_key(flat.begin()->first, origin);
+  if (!flat.empty()) unknown_key(flat.begin()->first, "config " + origin);
   cfg.validate();
   return cfg;
 }
