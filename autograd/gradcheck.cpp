@@ -67,8 +67,12 @@ GradcheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<
     // R: standard normal draws, except for a single output (a loss), where
     // R = 1. One small draw there (seed 0 gives -0.014) would shrink every
     // gradient below atol, and then a wrong backward would pass.
-    upstream = out.numel() == 1 ? Tensor::ones(out.shape()) : Tensor::empty(out.shape());
-    if (out.numel() != 1) Rng(opt.seed).fill_normal(upstream, 0.0f, 1.0f);
+    if (out.numel() == 1) {
+      upstream = Tensor::ones(out.shape());
+    } else {
+      upstream = Tensor::empty(out.shape());
+      Rng(opt.seed).fill_normal(upstream, 0.0f, 1.0f);
+    }
     TAPEFORMER_CHECK(out.requires_grad(), "gradcheck(", opt.label,
                      "): output does not depend on any input");
     backward(out, upstream);
