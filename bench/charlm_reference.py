@@ -127,6 +127,27 @@ def tapeformer_parameters(model):
     return out
 
 
+def load_data(cfg, path):
+    """The file's characters as ids (sorted vocabulary), split 90/10 like
+    nanoGPT's prepare.py: (train ids, val ids, vocabulary size)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    n = int(len(data) * (1 - cfg["data"]["val_fraction"]))
+    return data[:n], data[n:], len(chars)
+
+
+def make_optimizer(params, o):
+    """nanoGPT's two AdamW (or Adam) groups: decay on rank >= 2 only."""
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt_cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[o["name"]]
+    return opt_cls([{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+                   lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+
+
 def get_lr(it, o, s):  # nanoGPT train.py
     if s["name"] == "constant":
         return o["lr"]
@@ -152,13 +173,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(t["seed"])
 
-    with open(args.data, encoding="utf-8") as f:
-        text = f.read()
-    chars = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(chars)}
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
-    n = int(len(data) * (1 - cfg["data"]["val_fraction"]))
-    train, val = data[:n], data[n:]
+    train, val, vocab = load_data(cfg, args.data)
     B, T = t["batch_size"], m["block_size"]
 
     def batch(d, gen):
@@ -171,13 +186,9 @@ def main():
     gf = torch.Generator().manual_seed(t["seed"] + 3)
     final_batches = [batch(val, gf) for _ in range(e["final_iters"])]
 
-    model = GPT(m, len(chars))
+    model = GPT(m, vocab)
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    opt_cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[o["name"]]
-    opt = opt_cls([{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-                  lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+    opt = make_optimizer(params, o)
 
     @torch.no_grad()
     def evaluate(batches):

@@ -31,19 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import charlm_reference as ref  # noqa: E402
 
 
-def load_data(cfg, path):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    chars = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(chars)}
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
-    n = int(len(data) * (1 - cfg["data"]["val_fraction"]))
-    return data[:n], data[n:], len(chars)
-
-
 def prepare(cfg, args):
     m, t, e = cfg["model"], cfg["train"], cfg["eval"]
-    train, val, vocab = load_data(cfg, args.data)
+    train, val, vocab = ref.load_data(cfg, args.data)
     torch.manual_seed(t["seed"])
     model = ref.GPT(m, vocab)
     with open(os.path.join(args.out, "init.txt"), "w") as names, open(os.path.join(args.out, "init.bin"), "wb") as values:
@@ -73,7 +63,7 @@ def train(cfg, args):
     m, t, o, s = cfg["model"], cfg["train"], cfg["optimizer"], cfg["schedule"]
     dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
     torch.set_num_threads(args.threads)
-    train_data, val_data, vocab = load_data(cfg, args.data)
+    train_data, val_data, vocab = ref.load_data(cfg, args.data)
     model = ref.GPT(m, vocab).to(dtype)
     params = ref.tapeformer_parameters(model)
     raw = open(os.path.join(args.out, "init.bin"), "rb").read()
@@ -93,11 +83,7 @@ def train(cfg, args):
         return torch.stack([d[i:i + T] for i in offsets]), torch.stack([d[i + 1:i + 1 + T] for i in offsets])
 
     trained = [p for _, p, _ in params]
-    decay = [p for p in trained if p.dim() >= 2]
-    no_decay = [p for p in trained if p.dim() < 2]
-    opt_cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[o["name"]]
-    opt = opt_cls([{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-                  lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+    opt = ref.make_optimizer(trained, o)
     out = open(os.path.join(args.out, "pytorch-%s.jsonl" % args.dtype), "w")
     for it in range(t["max_iters"]):
         lr = ref.get_lr(it, o, s)
