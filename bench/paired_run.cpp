@@ -7,10 +7,10 @@
 //
 //   paired_run CONFIG DATA DIR [key=value ...]
 //
-// The step is the Trainer's (train/trainer.cpp): lr from the schedule,
-// grad_accum micro-batches through DataParallel, global-norm clipping folded
-// into the optimizer step. Only the batches and the initial weights come
-// from outside.
+// The step is the Trainer's own (train_step in train/build.h: schedule,
+// grad_accum micro-batches through DataParallel, clipping folded into the
+// optimizer step). Only the batches and the initial weights come from
+// outside.
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -22,7 +22,6 @@
 #include "core/parallel.h"
 #include "data/corpus.h"
 #include "data/sampler.h"
-#include "optim/clip.h"
 #include "train/build.h"
 #include "train/config.h"
 #include "train/data_parallel.h"
@@ -88,18 +87,11 @@ int run(int argc, char** argv) {
   Rng no_dropout(0);
   model.train();
   for (int64_t step = 0; step < cfg.train.max_iters; ++step) {
-    const float lr = schedule->lr_at(step);
-    optimizer->set_lr(lr);
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < cfg.train.grad_accum; ++micro)
-      loss_sum += shards.train_batch(train[step * cfg.train.grad_accum + micro],
-                                     1.0f / static_cast<float>(cfg.train.grad_accum), no_dropout);
-    const float norm = grad_norm(model.parameters());
-    optimizer->step(cfg.optimizer.grad_clip > 0 ? clip_coefficient(norm, static_cast<float>(cfg.optimizer.grad_clip))
-                                                : 1.0f);
-    optimizer->zero_grad();
+    int64_t next = step * cfg.train.grad_accum;
+    const StepResult r = train_step(cfg, step, shards, model.parameters(), *optimizer, *schedule,
+                                    [&] { return train[next++]; }, no_dropout);
     std::fprintf(out, "{\"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"grad_norm\": %.9g}\n",
-                 static_cast<long long>(step + 1), lr, loss_sum / static_cast<double>(cfg.train.grad_accum), norm);
+                 static_cast<long long>(step + 1), r.lr, r.loss, r.grad_norm);
   }
   model.eval();
   double val = 0;

@@ -1,8 +1,10 @@
 #include "train/build.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/parallel.h"
+#include "optim/clip.h"
 
 namespace tapeformer {
 
@@ -26,6 +28,29 @@ std::unique_ptr<Schedule> make_schedule(const TrainConfig& c) {
 int64_t shard_count(const TrainConfig& c) {
   const int64_t wanted = c.train.shards > 0 ? c.train.shards : parallel::num_threads();
   return std::min(wanted, c.train.batch_size);
+}
+
+StepResult train_step(const TrainConfig& c, int64_t step, DataParallel& shards, const std::vector<Var>& params,
+                      Optimizer& optimizer, const Schedule& schedule, const std::function<Batch()>& next_batch,
+                      Rng& dropout_rng) {
+  StepResult r;
+  r.lr = schedule.lr_at(step);
+  optimizer.set_lr(r.lr);
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < c.train.grad_accum; ++micro)
+    loss_sum += shards.train_batch(next_batch(), 1.0f / static_cast<float>(c.train.grad_accum), dropout_rng);
+  r.loss = loss_sum / static_cast<double>(c.train.grad_accum);
+  if (!std::isfinite(r.loss)) {
+    r.grad_norm = std::nanf("");
+    return r;
+  }
+  r.grad_norm = grad_norm(params);
+  if (!std::isfinite(r.grad_norm)) return r;
+  // Clipping is folded into the update: the optimizer reads g * coef.
+  optimizer.step(c.optimizer.grad_clip > 0 ? clip_coefficient(r.grad_norm, static_cast<float>(c.optimizer.grad_clip))
+                                           : 1.0f);
+  optimizer.zero_grad();
+  return r;
 }
 
 }  // namespace tapeformer

@@ -16,7 +16,6 @@
 #include "data/corpus.h"
 #include "data/sampler.h"
 #include "data/tokenizer.h"
-#include "optim/clip.h"
 #include "train/build.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
@@ -243,25 +242,16 @@ TrainResult Trainer::run() {
 
   while (s.step < c.train.max_iters) {
     const auto t0 = std::chrono::steady_clock::now();
-    const float lr = s.schedule->lr_at(s.step);
-    s.optimizer->set_lr(lr);
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
-      loss_sum += s.shards->train_batch(s.train_batches->next(), 1.0f / static_cast<float>(c.train.grad_accum),
-                                        s.dropout_rng);
-    }
-    last_loss = loss_sum / static_cast<double>(c.train.grad_accum);
+    const StepResult step = train_step(c, s.step, *s.shards, s.model->parameters(), *s.optimizer, *s.schedule,
+                                       [&] { return s.train_batches->next(); }, s.dropout_rng);
+    const float lr = step.lr;
+    last_loss = step.loss;
     if (!std::isfinite(last_loss))
       fail("training diverged: loss is ", last_loss, " at step ", s.step + 1, " (lr ", lr, ")", s.checkpoint_note());
-    last_norm = grad_norm(s.model->parameters());
+    last_norm = step.grad_norm;
     if (!std::isfinite(last_norm))
       fail("training diverged: gradient norm is ", last_norm, " at step ", s.step + 1, " (lr ", lr, ")",
            s.checkpoint_note());
-    // Clipping is folded into the update: the optimizer reads g * coef.
-    s.optimizer->step(c.optimizer.grad_clip > 0
-                          ? clip_coefficient(last_norm, static_cast<float>(c.optimizer.grad_clip))
-                          : 1.0f);
-    s.optimizer->zero_grad();
     ++s.step;
     const double step_seconds = seconds_since(t0);
     s.train_seconds += step_seconds;
