@@ -15,9 +15,8 @@ FeedForward::FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropou
 }
 
 Var FeedForward::forward(const Var& x, Rng& rng) const {
-  Var h = fc->forward(x);  // (B, T, 4C)
-  h = activation == Activation::Gelu ? gelu(h) : relu(h);
-  return drop->forward(proj->forward(h), rng);
+  // proj(act(fc(x))) as one fused op (see feed_forward in autograd/ops.h).
+  return drop->forward(feed_forward(x, fc->weight, fc->bias, proj->weight, proj->bias, activation), rng);  // (B, T, C)
 }
 
 void ModelConfig::validate() const {

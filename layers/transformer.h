@@ -23,8 +23,6 @@
 
 namespace tapeformer {
 
-enum class Activation { Gelu, Relu };
-
 // FFN(x) = drop(act(x W1 + b1) W2 + b2), hidden = 4 C.
 class FeedForward : public Module {
  public:

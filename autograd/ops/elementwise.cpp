@@ -5,6 +5,7 @@
 #include "autograd/ops.h"
 #include "core/eigen.h"
 #include "core/error.h"
+#include "core/kernels/activation.h"
 #include "core/kernels/elementwise.h"
 #include "core/kernels/reduce.h"
 #include "core/parallel.h"
@@ -188,43 +189,32 @@ Var sigmoid(const Var& x) {
   return out;
 }
 
-Var relu(const Var& x) {
-  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).max(0.0f); });
-  Var out = unary_result(x, y, "relu");
-  record_unary_backward(out, x, y, "relu", [](const auto& X, const auto& Y) { return (X > 0.0f).template cast<Scalar>(); });
+namespace {
+// y = act(x) with the derivative act'(x) kept for the backward (see
+// core/kernels/activation.h): the backward is one multiply.
+Var activation(const Var& x, Activation act, const char* name) {
+  TAPEFORMER_CHECK(x.defined(), name, ": undefined input");
+  Tensor y = x.value().clone();  // activated in place
+  const bool grad = grad_enabled() && x.requires_grad();
+  Tensor dydx = grad ? Tensor::empty(y.shape()) : Tensor();
+  Scalar* yp = y.data();
+  Scalar* dp = grad ? dydx.data() : nullptr;
+  parallel::parallel_for(y.numel(), kernels::kElementwiseGrain, [&](int64_t b, int64_t e) {
+    kernels::activate_rows(act, yp + b, dp ? dp + b : nullptr, e - b);
+  });
+  Var out = unary_result(x, y, name);
+  record_backward(out, [x, dydx, name](const Tensor& g) {
+    accumulate_grad(x, map2(g, dydx, [](const Scalar* gp, const Scalar* dp, Scalar* o, int64_t n) {
+                      array(o, n) = array(gp, n) * array(dp, n);
+                    }), name);
+  });
   return out;
 }
-
-namespace {
-constexpr Scalar kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr Scalar kGeluC = 0.044715f;
 }  // namespace
 
-Var gelu(const Var& x) {
-  TAPEFORMER_CHECK(x.defined(), "gelu: undefined input");
-  // The forward keeps t = tanh(k (x + c x^3)) for the backward: the tanh is
-  // most of the cost of either pass, and re-computing it made the backward
-  // 1.5x slower than the forward.
-  const Tensor xv = x.value().contiguous();
-  Tensor y = Tensor::empty(xv.shape()), t = Tensor::empty(xv.shape());
-  const Scalar* xp = xv.data();
-  Scalar *yp = y.data(), *tp = t.data();
-  parallel::parallel_for(xv.numel(), kernels::kElementwiseGrain, [&](int64_t b, int64_t e) {
-    const auto X = array(xp + b, e - b);
-    auto T = array(tp + b, e - b);
-    T = (kGeluK * (X + kGeluC * X.cube())).tanh();
-    array(yp + b, e - b) = 0.5f * X * (1.0f + T);
-  });
-  Var out = unary_result(x, y, "gelu");
-  record_backward(out, [x, xv, t](const Tensor& g) {
-    accumulate_grad(x, map3(g, xv, t, [](const Scalar* gp, const Scalar* xp, const Scalar* tp, Scalar* o, int64_t n) {
-                      const auto X = array(xp, n), T = array(tp, n);
-                      array(o, n) = array(gp, n) * (0.5f * (1.0f + T) + 0.5f * X * (1.0f - T.square()) * kGeluK *
-                                                                          (1.0f + 3.0f * kGeluC * X.square()));
-                    }), "gelu");
-  });
-  return out;
-}
+Var relu(const Var& x) { return activation(x, Activation::Relu, "relu"); }
+
+Var gelu(const Var& x) { return activation(x, Activation::Gelu, "gelu"); }
 
 Var elu(const Var& x, Scalar alpha) {
   Tensor y = map(x.value(), [alpha](const Scalar* v, Scalar* o, int64_t n) {

@@ -6,6 +6,7 @@
 
 #include "core/eigen.h"
 #include "core/error.h"
+#include "core/kernels/activation_packet.h"
 #include "core/parallel.h"
 
 namespace tapeformer::kernels {
@@ -48,6 +49,18 @@ struct Operands {
   int64_t K;
   const Scalar* bias;  // added to every row of C, or null
   bool accumulate;     // C += ... instead of C = ...
+  Epilogue epilogue;   // its aux pointer moves with c
+
+  // The operands of the block of C at row i, column j.
+  Operands at(int64_t i, int64_t j) const {
+    Operands s = *this;
+    s.a += i * a_rs;
+    s.b += j;
+    s.c += i * ldc + j;
+    if (s.bias) s.bias += j;
+    if (s.epilogue.aux) s.epilogue.aux += i * ldc + j;
+    return s;
+  }
 };
 
 // One tile: rows [0, R) and packets [0, V) of the operands' origin. With
@@ -79,14 +92,26 @@ void tile(const Operands& o, int64_t lanes = kLanes) {
       for (int v = 0; v < V; ++v) acc[r][v] = pmadd(ar, bk[v], acc[r][v]);
     }
   }
+  auto store = [&](Scalar* p, const Packet& x, int v) {
+    if (Partial && v == V - 1) {
+      eigen::store_first(p, x, lanes);
+    } else {
+      pstoreu(p, x);
+    }
+  };
+  const Epilogue& e = o.epilogue;
   for (int r = 0; r < R; ++r) {
     for (int v = 0; v < V; ++v) {
-      Scalar* dst = o.c + r * o.ldc + v * kLanes;
-      if (Partial && v == V - 1) {
-        eigen::store_first(dst, acc[r][v], lanes);
-      } else {
-        pstoreu(dst, acc[r][v]);
+      const int64_t at = r * o.ldc + v * kLanes;
+      Packet z = acc[r][v];
+      if (e.op == Epilogue::Op::Multiply) {
+        z = pmul(z, load(e.aux + at, v));
+      } else if (e.op == Epilogue::Op::Activate) {
+        Packet dydx;
+        activate(e.act, z, z, dydx);
+        if (e.aux) store(e.aux + at, dydx, v);
       }
+      store(o.c + at, z, v);
     }
   }
 }
@@ -102,8 +127,7 @@ void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   auto run = [&](auto rows) {
     constexpr int n = decltype(rows)::value;
     tile<n, V, StridedA, Partial>(o, lanes);
-    o.a += n * o.a_rs;
-    o.c += n * o.ldc;
+    o = o.at(n, 0);
     i += n;
   };
   while (i + R <= M) run(std::integral_constant<int, R>());
@@ -123,13 +147,7 @@ void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
 template <bool StridedA>
 void packet_gemm(Operands o, int64_t M, int64_t N) {
   int64_t j = 0;
-  auto shifted = [&](int64_t col) {
-    Operands s = o;
-    s.b += col;
-    s.c += col;
-    if (s.bias) s.bias += col;
-    return s;
-  };
+  auto shifted = [&](int64_t col) { return o.at(0, col); };
   for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets, StridedA>(shifted(j), M);
   switch ((N - j) / kLanes) {  // whole packets left: fewer than kTilePackets
     case 3: column_block<3, StridedA>(shifted(j), M); break;
@@ -181,7 +199,10 @@ bool is_matrix_layout(const Tensor& t) {
   return false;
 }
 
-void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias) {
+void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias,
+          const Epilogue& epilogue) {
+  TAPEFORMER_CHECK(!accumulate || epilogue.op == Epilogue::Op::Store, "gemm: an epilogue needs accumulate == false");
+  TAPEFORMER_CHECK(epilogue.op != Epilogue::Op::Multiply || epilogue.aux, "gemm: a multiply epilogue needs its factor");
   if (a.rows == 0 || b.cols == 0) return;
   // A size-1 dim may have an arbitrary stride; normalise so the dispatch below
   // sees a consistent layout.
@@ -189,7 +210,8 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
   if (aa.cols == 1) aa.col_stride = 1, aa.row_stride = std::max<int64_t>(aa.row_stride, 1);
   if (bb.cols == 1) bb.col_stride = 1, bb.row_stride = std::max<int64_t>(bb.row_stride, 1);
   if (bb.col_stride == 1) {
-    const Operands o{aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate};
+    const Operands o{aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate,
+                     epilogue};
     if (aa.col_stride == 1) {
       packet_gemm<false>(o, aa.rows, bb.cols);
     } else {
@@ -206,9 +228,19 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
     dispatch_b(eigen::col_matrix(aa.data, aa.rows, aa.cols, aa.col_stride), bb, cm, accumulate);
   }
   if (bias) cm.rowwise() += eigen::matrix(bias, 1, bb.cols).row(0);
+  for (int64_t i = 0; i < aa.rows && epilogue.op != Epilogue::Op::Store; ++i) {
+    Scalar* row = c + i * ldc;
+    Scalar* aux = epilogue.aux ? epilogue.aux + i * ldc : nullptr;
+    if (epilogue.op == Epilogue::Op::Multiply) {
+      eigen::array(row, bb.cols) *= eigen::array(aux, bb.cols);
+    } else {
+      activate_rows(epilogue.act, row, aux, bb.cols);
+    }
+  }
 }
 
-void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias) {
+void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias,
+                    const Epilogue& epilogue) {
   const Tensor a = is_matrix_layout(a_in) ? a_in : a_in.contiguous();
   // The packet kernel reads B by rows: a transposed B is copied once here
   // (K x N floats, against M x K x N multiply-adds) rather than per row block.
@@ -261,7 +293,9 @@ void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool ac
       MatRef am = matrix_of(a, ab + a_off[bi]);
       am.data += m0 * am.row_stride;
       am.rows = m1 - m0;
-      gemm(am, matrix_of(b, bb + b_off[bi]), c + bi * M * N + m0 * N, N, accumulate, bias_data);
+      Epilogue e = epilogue;
+      if (e.aux) e.aux += bi * M * N + m0 * N;
+      gemm(am, matrix_of(b, bb + b_off[bi]), c + bi * M * N + m0 * N, N, accumulate, bias_data, e);
     }
   });
 }

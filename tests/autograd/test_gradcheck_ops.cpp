@@ -144,6 +144,11 @@ const std::vector<Row>& table() {
       {"matmul 4-D transposed rhs", {any({2, 3, 4, 5}), transposed({2, 3, 5, 6})}, [](V v) { return matmul(v[0], v[1]); }},
       {"linear with bias", {any({3, 4, 5}), any({5, 6}), any({6})}, [](V v) { return linear(v[0], v[1], v[2]); }},
       {"linear no bias, transposed weight", {sliced({3, 5}), transposed({5, 6})}, [](V v) { return linear(v[0], v[1], Var()); }},
+      // F = 20 and N = 6: a whole packet and partial ones in both GEMMs' epilogues.
+      {"feed_forward gelu with biases", {any({2, 3, 5}), any({5, 20}), any({20}), any({20, 6}), any({6})},
+       [](V v) { return feed_forward(v[0], v[1], v[2], v[3], v[4], Activation::Gelu); }},
+      {"feed_forward relu no bias, transposed weights", {sliced({3, 5}), transposed({5, 7}), transposed({7, 4})},
+       [](V v) { return feed_forward(v[0], v[1], Var(), v[2], Var(), Activation::Relu); }},
       {"matmul 2-D x 3-D", {sliced({3, 4}), any({2, 4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
       // ---- neural-network ----
       {"softmax", {any({3, 4, 5})}, [](V v) { return softmax(mul_scalar(v[0], 2.0f)); }},

@@ -2,9 +2,11 @@
 // Eigen fallback, bias and accumulation; the tiled transpose copy.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/kernels/activation.h"
 #include "core/kernels/attention.h"
 #include "core/kernels/matmul.h"
 #include "core/kernels/norm.h"
@@ -72,6 +74,70 @@ TEST_CASE("gemm equals the naive product for every tile remainder, layout, bias 
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("gemm epilogues equal the plain product followed by activate_rows or a multiply") {
+  // Both paths of gemm (the packet kernel; Eigen's for a B with strided rows)
+  // and tile remainders in rows and columns.
+  Rng rng(11);
+  for (int64_t M : {5, 13}) {
+    for (int64_t N : {7, 16, 70}) {
+      for (bool b_t : {false, true}) {
+        const int64_t K = 9;
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(b_t);
+        Tensor a = random_tensor({M, K}, rng), b = random_tensor(b_t ? Shape{N, K} : Shape{K, N}, rng);
+        Tensor bias = random_tensor({N}, rng), factor = random_tensor({M, N}, rng);
+        const kernels::MatRef am{a.data(), M, K, K, 1};
+        const kernels::MatRef bm = b_t ? kernels::MatRef{b.data(), K, N, 1, K} : kernels::MatRef{b.data(), K, N, N, 1};
+        Tensor plain = Tensor::empty({M, N});
+        kernels::gemm(am, bm, plain.data(), N, false, bias.data());
+        for (Activation act : {Activation::Gelu, Activation::Relu}) {
+          Tensor want = plain.clone(), want_d = Tensor::empty({M, N});
+          kernels::activate_rows(act, want.data(), want_d.data(), M * N);
+          Tensor got = Tensor::empty({M, N}), got_d = Tensor::empty({M, N}), got_nod = Tensor::empty({M, N});
+          kernels::gemm(am, bm, got.data(), N, false, bias.data(), kernels::Epilogue::activate(act, got_d.data()));
+          kernels::gemm(am, bm, got_nod.data(), N, false, bias.data(), kernels::Epilogue::activate(act, nullptr));
+          CHECK(got.to_vector() == want.to_vector());
+          CHECK(got_d.to_vector() == want_d.to_vector());
+          CHECK(got_nod.to_vector() == want.to_vector());
+        }
+        Tensor got = Tensor::empty({M, N});
+        kernels::gemm(am, bm, got.data(), N, false, bias.data(), kernels::Epilogue::multiply(factor.data()));
+        const auto g = got.to_vector(), p = plain.to_vector(), f = factor.to_vector();
+        for (size_t i = 0; i < g.size(); ++i) REQUIRE(g[i] == p[i] * f[i]);
+      }
+    }
+  }
+  Tensor a = random_tensor({2, 2}, rng), c = Tensor::empty({2, 2});
+  CHECK_THROWS_WITH(kernels::gemm({a.data(), 2, 2, 2, 1}, {a.data(), 2, 2, 2, 1}, c.data(), 2, true, nullptr,
+                                  kernels::Epilogue::activate(Activation::Gelu, nullptr)),
+                    doctest::Contains("accumulate"));
+}
+
+TEST_CASE("activate_rows: GELU (tanh form) and ReLU with their derivatives against double-precision formulas") {
+  std::vector<Scalar> z;
+  for (int i = -300; i <= 300; ++i) z.push_back(static_cast<Scalar>(i) / 50.0f);  // [-6, 6], 601: a partial packet
+  for (Activation act : {Activation::Gelu, Activation::Relu}) {
+    std::vector<Scalar> y = z, d(z.size());
+    kernels::activate_rows(act, y.data(), d.data(), static_cast<int64_t>(z.size()));
+    for (size_t i = 0; i < z.size(); ++i) {
+      const double x = z[i], k = std::sqrt(2.0 / M_PI), c = 0.044715, t = std::tanh(k * (x + c * x * x * x));
+      const double want_y = act == Activation::Gelu ? 0.5 * x * (1 + t) : std::max(x, 0.0);
+      const double want_d = act == Activation::Gelu ? 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x)
+                                                    : (x > 0 ? 1.0 : 0.0);
+      CAPTURE(x);
+      CHECK(y[i] == doctest::Approx(want_y).epsilon(1e-6).scale(1));
+      // In float32, 1 - t^2 loses digits as t nears -1 or 1: allow 4 ulps of
+      // t times the factor x k (1 + 3 c x^2) / 2 it is multiplied by. Past
+      // |k (x + c x^3)| ~ 7.9 (|x| > 4.8) Eigen's tanh is exactly -1 or 1 and
+      // the derivative 0 where the true one is at most 4e-6.
+      const double rounding = 2.4e-7 * std::abs(0.5 * x * k * (1 + 3 * c * x * x));
+      const double tol = act == Activation::Relu ? 0.0 : std::abs(x) > 4.8 ? 4e-6 : 1e-6 * (1 + std::abs(want_d)) + rounding;
+      CHECK(std::abs(d[i] - want_d) <= tol);
     }
   }
 }

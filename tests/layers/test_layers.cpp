@@ -201,6 +201,66 @@ TEST_CASE("fused causal_attention equals the composition of primitives (values a
   }
 }
 
+TEST_CASE("fused feed_forward equals linear -> activation -> linear (values and gradients)") {
+  // F = 20, N = 5: whole and partial packets in both epilogues; the second
+  // shape runs several row tiles and 64-column blocks. `needs` picks which
+  // inputs require grad (all, only x, only the parameters).
+  struct Case {
+    int64_t B, T, C, F, N;
+  };
+  for (const Case& k : {Case{2, 7, 5, 20, 5}, Case{2, 37, 24, 136, 70}}) {
+    for (Activation act : {Activation::Gelu, Activation::Relu}) {
+      for (bool bias : {true, false}) {
+        for (int needs = 0; needs < 3; ++needs) {
+          CAPTURE(k.T);
+          CAPTURE(static_cast<int>(act));
+          CAPTURE(bias);
+          CAPTURE(needs);
+          Rng rng(21);
+          auto random = [&](const Shape& s) {
+            Tensor t = Tensor::empty(s);
+            rng.fill_normal(t, 0, 1);
+            return t;
+          };
+          const std::vector<Tensor> values = {random({k.B, k.T, k.C}), random({k.C, k.F}), random({k.F}),
+                                              random({k.F, k.N}), random({k.N})};
+          const Tensor upstream = random({k.B, k.T, k.N});
+          auto inputs = [&] {
+            std::vector<Var> v;
+            for (size_t i = 0; i < values.size(); ++i)
+              v.emplace_back(values[i].clone(), needs == 0 || (needs == 1) == (i == 0));
+            if (!bias) v[2] = v[4] = Var();
+            return v;
+          };
+          std::vector<Var> a = inputs(), b = inputs();
+          Var fused, composed;
+          {
+            TapeScope tape;
+            fused = feed_forward(a[0], a[1], a[2], a[3], a[4], act);
+            backward(fused, upstream);
+          }
+          {
+            TapeScope tape;
+            Var h = linear(b[0], b[1], b[2]);
+            h = act == Activation::Gelu ? gelu(h) : relu(h);
+            composed = linear(h, b[3], b[4]);
+            backward(composed, upstream);
+          }
+          const auto fv = fused.value().to_vector(), cv = composed.value().to_vector();
+          for (size_t i = 0; i < fv.size(); ++i) REQUIRE(fv[i] == doctest::Approx(cv[i]).epsilon(1e-6).scale(1));
+          for (size_t i = 0; i < a.size(); ++i) {
+            CAPTURE(i);
+            REQUIRE(a[i].has_grad() == b[i].has_grad());
+            if (!a[i].has_grad()) continue;
+            const auto fg = a[i].grad().to_vector(), cg = b[i].grad().to_vector();
+            for (size_t j = 0; j < fg.size(); ++j) REQUIRE(fg[j] == doctest::Approx(cg[j]).epsilon(1e-6).scale(1));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("TransformerLM gradchecks through every parameter (tied and untied head)") {
   for (bool tie : {true, false}) {
     ModelConfig c = tiny_config();

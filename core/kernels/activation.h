@@ -1,0 +1,26 @@
+// Activations with their derivatives: the gelu/relu ops and the GEMM
+// epilogue that fuses an activation into a linear layer (feed_forward) share
+// one packet implementation (activation_packet.h).
+//
+//   kernels::activate_rows(Activation::Gelu, y, dydx, n);  // y = gelu(y), dydx = gelu'(y), in place
+//
+// The forward keeps the derivative instead of its input: the backward is then
+// one multiply, and the same derivative buffer serves the fused and the
+// composed paths, so both give the same numbers.
+#pragma once
+
+#include <cstdint>
+
+#include "core/storage.h"
+
+namespace tapeformer {
+
+enum class Activation { Gelu, Relu };
+
+namespace kernels {
+
+// y[i] = act(y[i]) and dydx[i] = act'(y[i]) for i < n (dydx may be null).
+void activate_rows(Activation act, Scalar* y, Scalar* dydx, int64_t n);
+
+}  // namespace kernels
+}  // namespace tapeformer
