@@ -66,7 +66,15 @@ struct Operands {
 // One tile: rows [0, R) and packets [0, V) of the operands' origin. With
 // Partial, only the first `lanes` lanes of the last packet are read and
 // written (e.g. the LM head's 65th column).
-template <int R, int V, bool StridedA, bool Partial = false>
+// What a kernel instance is compiled for: A's layout and the epilogue (a
+// runtime test per tile cost the plain product 3% with K = 128).
+template <bool StridedA_, Epilogue::Op Op_>
+struct Variant {
+  static constexpr bool StridedA = StridedA_;
+  static constexpr Epilogue::Op Op = Op_;
+};
+
+template <int R, int V, class Cfg, bool Partial = false>
 void tile(const Operands& o, int64_t lanes = kLanes) {
   using namespace Eigen::internal;
   auto load = [&](const Scalar* p, int v) {
@@ -80,7 +88,7 @@ void tile(const Operands& o, int64_t lanes = kLanes) {
       acc[r][v] = o.accumulate ? padd(init, load(o.c + r * o.ldc + v * kLanes, v)) : init;
   }
   for (int64_t k = 0; k < o.K; ++k) {
-    if constexpr (StridedA) {
+    if constexpr (Cfg::StridedA) {
       // A's rows are not contiguous in k (A = X^T for dW): every step of k
       // reads a new cache line, so fetch it ahead (prefetching never faults).
       for (int r = 0; r < R; ++r) prefetch(o.a + r * o.a_rs + (k + kPrefetchA) * o.a_cs);
@@ -104,9 +112,9 @@ void tile(const Operands& o, int64_t lanes = kLanes) {
     for (int v = 0; v < V; ++v) {
       const int64_t at = r * o.ldc + v * kLanes;
       Packet z = acc[r][v];
-      if (e.op == Epilogue::Op::Multiply) {
+      if constexpr (Cfg::Op == Epilogue::Op::Multiply) {
         z = pmul(z, load(e.aux + at, v));
-      } else if (e.op == Epilogue::Op::Activate) {
+      } else if constexpr (Cfg::Op == Epilogue::Op::Activate) {
         Packet dydx;
         activate(e.act, z, z, dydx);
         if (e.aux) store(e.aux + at, dydx, v);
@@ -120,43 +128,45 @@ void tile(const Operands& o, int64_t lanes = kLanes) {
 // (narrow column blocks take more rows, so every step of k still has 24
 // independent multiply-adds for one broadcast per row), then 6-row tiles,
 // then the leftover rows.
-template <int V, bool StridedA, bool Partial = false>
+template <int V, class Cfg, bool Partial = false>
 void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   constexpr int R = kAccumulators / V;
   int64_t i = 0;
   auto run = [&](auto rows) {
     constexpr int n = decltype(rows)::value;
-    tile<n, V, StridedA, Partial>(o, lanes);
-    o = o.at(n, 0);
+    tile<n, V, Cfg, Partial>(o, lanes);
+    o.a += n * o.a_rs;
+    o.c += n * o.ldc;
+    if (Cfg::Op != Epilogue::Op::Store && o.epilogue.aux) o.epilogue.aux += n * o.ldc;
     i += n;
   };
   while (i + R <= M) run(std::integral_constant<int, R>());
   while (i + kTileRows <= M) run(std::integral_constant<int, kTileRows>());
   static_assert(kTileRows == 6, "the switch below covers kTileRows - 1 leftover rows");
   switch (M - i) {
-    case 5: tile<5, V, StridedA, Partial>(o, lanes); break;
-    case 4: tile<4, V, StridedA, Partial>(o, lanes); break;
-    case 3: tile<3, V, StridedA, Partial>(o, lanes); break;
-    case 2: tile<2, V, StridedA, Partial>(o, lanes); break;
-    case 1: tile<1, V, StridedA, Partial>(o, lanes); break;
+    case 5: tile<5, V, Cfg, Partial>(o, lanes); break;
+    case 4: tile<4, V, Cfg, Partial>(o, lanes); break;
+    case 3: tile<3, V, Cfg, Partial>(o, lanes); break;
+    case 2: tile<2, V, Cfg, Partial>(o, lanes); break;
+    case 1: tile<1, V, Cfg, Partial>(o, lanes); break;
     default: break;
   }
 }
 
 // C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous.
-template <bool StridedA>
+template <class Cfg>
 void packet_gemm(Operands o, int64_t M, int64_t N) {
   int64_t j = 0;
   auto shifted = [&](int64_t col) { return o.at(0, col); };
-  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets, StridedA>(shifted(j), M);
+  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets, Cfg>(shifted(j), M);
   switch ((N - j) / kLanes) {  // whole packets left: fewer than kTilePackets
-    case 3: column_block<3, StridedA>(shifted(j), M); break;
-    case 2: column_block<2, StridedA>(shifted(j), M); break;
-    case 1: column_block<1, StridedA>(shifted(j), M); break;
+    case 3: column_block<3, Cfg>(shifted(j), M); break;
+    case 2: column_block<2, Cfg>(shifted(j), M); break;
+    case 1: column_block<1, Cfg>(shifted(j), M); break;
     default: break;
   }
   j += (N - j) / kLanes * kLanes;
-  if (j < N) column_block<1, StridedA, true>(shifted(j), M, N - j);
+  if (j < N) column_block<1, Cfg, true>(shifted(j), M, N - j);
 }
 
 // ---------------------------------------------------------------------------
@@ -212,10 +222,17 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
   if (bb.col_stride == 1) {
     const Operands o{aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate,
                      epilogue};
-    if (aa.col_stride == 1) {
-      packet_gemm<false>(o, aa.rows, bb.cols);
-    } else {
-      packet_gemm<true>(o, aa.rows, bb.cols);
+    const bool strided = aa.col_stride != 1;
+    switch (epilogue.op) {
+      case Epilogue::Op::Store:
+        return strided ? packet_gemm<Variant<true, Epilogue::Op::Store>>(o, aa.rows, bb.cols)
+                       : packet_gemm<Variant<false, Epilogue::Op::Store>>(o, aa.rows, bb.cols);
+      case Epilogue::Op::Activate:
+        return strided ? packet_gemm<Variant<true, Epilogue::Op::Activate>>(o, aa.rows, bb.cols)
+                       : packet_gemm<Variant<false, Epilogue::Op::Activate>>(o, aa.rows, bb.cols);
+      case Epilogue::Op::Multiply:
+        return strided ? packet_gemm<Variant<true, Epilogue::Op::Multiply>>(o, aa.rows, bb.cols)
+                       : packet_gemm<Variant<false, Epilogue::Op::Multiply>>(o, aa.rows, bb.cols);
     }
     return;
   }
