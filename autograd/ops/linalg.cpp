@@ -80,11 +80,11 @@ Tensor affine(const Tensor& x2, const Var& weight, const Var& bias,
   return out;
 }
 
-// W^T [N, K] for the backward's dx = g W^T, which reads it by rows. Copied in
-// the forward, right after the GEMM has left W in cache: the same copy in the
-// backward read W back from memory (1.0-1.6 ns per element against 0.5-1.1
-// on the recipe's shapes; 3% of a training step). A weight that is itself a
-// transposed view needs no copy.
+// W^T [N, K] for the backward's dx = g W^T: the packet GEMM reads B by rows.
+// (Copying it in the forward instead, right after the GEMM had left W in
+// cache, made the copy cheaper but not the step measurably faster, and kept
+// every copy alive until the backward.) A weight that is itself a transposed
+// view needs no copy.
 Tensor transposed_weight(const Var& weight) {
   const Tensor wt = weight.value().transpose(0, 1);
   return wt.is_contiguous() ? wt : wt.contiguous();
@@ -104,14 +104,13 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
   const Tensor x2 = x.value().reshape({-1, K});  // (rows, K)
   Var out = make_result(affine(x2, weight, bias).reshape(with_last(x.shape(), N)), {&x, &weight, &bias});
   if (!out.requires_grad()) return out;
-  const Tensor wt = x.requires_grad() ? transposed_weight(weight) : Tensor();
-  record_backward(out, [x, weight, bias, x2, wt, K, N](const Tensor& g) {
+  record_backward(out, [x, weight, bias, x2, K, N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
     Tensor dx, dw;
     // The two GEMMs are independent: run them side by side, each unsplit.
     parallel::invoke(
         [&] {  // dx = g W^T
-          if (x.requires_grad()) dx = product(g2, wt, {g2.dim(0), K});
+          if (x.requires_grad()) dx = product(g2, transposed_weight(weight), {g2.dim(0), K});
         },
         [&] {  // dW = x^T g
           if (weight.requires_grad()) dw = product(x2.transpose(0, 1), g2, {K, N});
@@ -145,9 +144,7 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
   const Tensor h = affine(x2, w1, b1, kernels::Epilogue::activate(act, grad ? dact.data() : nullptr));  // (rows, F)
   Var out = make_result(affine(h, w2, b2).reshape(with_last(x.shape(), N)), {&x, &w1, &b1, &w2, &b2});
   if (!out.requires_grad()) return out;
-  const Tensor w2t = first ? transposed_weight(w2) : Tensor();
-  const Tensor w1t = x.requires_grad() ? transposed_weight(w1) : Tensor();
-  record_backward(out, [x, w1, b1, w2, b2, x2, h, dact, w1t, w2t, first, C, F, N](const Tensor& g) {
+  record_backward(out, [x, w1, b1, w2, b2, x2, h, dact, first, C, F, N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
     const int64_t rows = g2.dim(0);
     Tensor da, dw2;
@@ -155,7 +152,8 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
         [&] {  // da = (g W2^T) act', the multiply in the GEMM's epilogue
           if (!first) return;
           da = Tensor::empty({rows, F});  // (rows, F)
-          kernels::batched_matmul(g2, w2t, da, false, Tensor(), kernels::Epilogue::multiply(dact.data()));
+          kernels::batched_matmul(g2, transposed_weight(w2), da, false, Tensor(),
+                                  kernels::Epilogue::multiply(dact.data()));
         },
         [&] {  // dW2 = h^T g
           if (w2.requires_grad()) dw2 = product(h.transpose(0, 1), g2, {F, N});
@@ -164,7 +162,7 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
     if (first) {
       parallel::invoke(
           [&] {  // dx = da W1^T
-            if (x.requires_grad()) dx = product(da, w1t, {rows, C});
+            if (x.requires_grad()) dx = product(da, transposed_weight(w1), {rows, C});
           },
           [&] {  // dW1 = x^T da
             if (w1.requires_grad()) dw1 = product(x2.transpose(0, 1), da, {C, F});
