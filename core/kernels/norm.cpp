@@ -59,23 +59,51 @@ void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* g
                               Scalar* dbeta, int64_t rows, int64_t C) {
   // dgamma and dbeta are summed per fixed block of rows in the same pass as
   // dx, then the blocks in order: one pass over dy and x, and the same sums
-  // for any thread count.
+  // for any thread count. Written with packets rather than Eigen array
+  // expressions: a row took seven expressions (each with its own setup and
+  // two with horizontal sums), 1 ns per element in a training step.
+  using namespace Eigen::internal;
+  using eigen::Packet;
+  constexpr int64_t L = eigen::kPacketSize;
   const int64_t blocks = (rows + kParamRowBlock - 1) / kParamRowBlock;
   std::vector<Scalar> partial(static_cast<size_t>((dgamma || dbeta) ? blocks * 2 * C : 0), 0.0f);
+  // The first n lanes at p (the others 0), and their store.
+  auto load = [](const Scalar* p, int64_t n) { return n == L ? ploadu<Packet>(p) : eigen::load_first(p, n); };
+  auto store = [](Scalar* p, const Packet& v, int64_t n) {
+    if (n == L) {
+      pstoreu(p, v);
+    } else {
+      eigen::store_first(p, v, n);
+    }
+  };
   parallel::parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-    eigen::Array g(C), xhat(C);
     for (int64_t blk = b0; blk < b1; ++blk) {
+      Scalar* pg = partial.empty() ? nullptr : partial.data() + blk * 2 * C;  // dgamma, then dbeta
       for (int64_t r = blk * kParamRowBlock, r1 = std::min(rows, r + kParamRowBlock); r < r1; ++r) {
-        const auto dyr = eigen::array(dy + r * C, C);
-        xhat = (eigen::array(x + r * C, C) - mean[r]) * rstd[r];
-        if (gamma) g = dyr * eigen::array(gamma, C);
-        else g = dyr;
-        const Scalar mg = g.mean(), mgx = (g * xhat).mean();
-        eigen::array(dx + r * C, C) = rstd[r] * (g - mg - xhat * mgx);
-        if (!partial.empty()) {
-          Scalar* pg = partial.data() + blk * 2 * C;
-          eigen::array(pg, C) += dyr * xhat;
-          eigen::array(pg + C, C) += dyr;
+        const Scalar* dyr = dy + r * C;
+        const Scalar* xr = x + r * C;
+        const Packet mu = pset1<Packet>(mean[r]), rs = pset1<Packet>(rstd[r]);
+        // g = dy gamma, xhat = (x - mean) rstd; first the row sums of g and g xhat.
+        Packet sum_g = pset1<Packet>(0.0f), sum_gx = pset1<Packet>(0.0f);
+        for (int64_t c = 0; c < C; c += L) {
+          const int64_t n = std::min(L, C - c);
+          const Packet d = load(dyr + c, n), xhat = pmul(psub(load(xr + c, n), mu), rs);
+          const Packet g = gamma ? pmul(d, load(gamma + c, n)) : d;
+          sum_g = padd(sum_g, g);
+          sum_gx = pmadd(g, xhat, sum_gx);
+          if (pg) {
+            store(pg + c, pmadd(d, xhat, load(pg + c, n)), n);
+            store(pg + C + c, padd(d, load(pg + C + c, n)), n);
+          }
+        }
+        const Packet mg = pset1<Packet>(predux(sum_g) / static_cast<Scalar>(C));
+        const Packet mgx = pset1<Packet>(predux(sum_gx) / static_cast<Scalar>(C));
+        // dx = rstd (g - mean(g) - xhat mean(g xhat))
+        for (int64_t c = 0; c < C; c += L) {
+          const int64_t n = std::min(L, C - c);
+          const Packet d = load(dyr + c, n), xhat = pmul(psub(load(xr + c, n), mu), rs);
+          const Packet g = gamma ? pmul(d, load(gamma + c, n)) : d;
+          store(dx + r * C + c, pmul(rs, psub(psub(g, mg), pmul(xhat, mgx))), n);
         }
       }
     }
