@@ -95,10 +95,11 @@ Var matmul(const Var& a, const Var& b);
 // x [..., K] @ weight [K, N] + bias [N] -> [..., N], one GEMM over all rows; bias may be undefined.
 //   dx = g W^T, dW = x^T g, db = sum over rows of g
 Var linear(const Var& x, const Var& weight, const Var& bias);
-// A two-layer MLP as one op: act(x [..., C] W1 [C, F] + b1) W2 [F, N] + b2 -> [..., N]; biases may be
-// undefined. The activation runs in the first GEMM's epilogue, keeping a = act'(x W1 + b1); the same as
-// linear(act(linear(x, W1, b1)), W2, b2).
-//   da = (g W2^T) a (in the GEMM's epilogue), dx = da W1^T, dW1 = x^T da, db1 = sum da, dW2 = h^T g, db2 = sum g
+// A two-layer MLP as one op: h W2 [F, N] + b2 -> [..., N] with h = act(z), z = x [..., C] W1 [C, F] + b1;
+// biases may be undefined. act (GELU or ReLU) runs in the first GEMM's epilogue, which also keeps act'(z);
+// the same numbers as linear(gelu-or-relu(linear(x, W1, b1)), W2, b2).
+//   dz = (g W2^T) act'(z) (in that GEMM's epilogue), dx = dz W1^T, dW1 = x^T dz, db1 = sum dz,
+//   dW2 = h^T g, db2 = sum g
 Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2, Activation act);
 
 // ---- neural-network ops (autograd/ops/nn.cpp) -------------------------------

@@ -136,23 +136,24 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
   TAPEFORMER_CHECK(!b2.defined() || (b2.rank() == 1 && b2.dim(0) == w2.dim(1)), "feed_forward: second bias ",
                    b2.defined() ? b2.shape().str() : "", " must be [", w2.dim(1), "] for weight ", w2.shape());
   const int64_t C = w1.dim(0), F = w1.dim(1), N = w2.dim(1);
-  const bool first = x.requires_grad() || w1.requires_grad() || b1.requires_grad();  // needs da
-  const bool grad = grad_enabled() && (first || w2.requires_grad() || b2.requires_grad());
+  const bool first = x.requires_grad() || w1.requires_grad() || b1.requires_grad();  // needs dz
   const Tensor x2 = x.value().reshape({-1, C});  // (rows, C)
-  // The activation runs in the first GEMM's epilogue and keeps its derivative.
-  Tensor dact = grad ? Tensor::empty({x2.dim(0), F}) : Tensor();  // (rows, F) act'(x W1 + b1)
-  const Tensor h = affine(x2, w1, b1, kernels::Epilogue::activate(act, grad ? dact.data() : nullptr));  // (rows, F)
+  // The activation runs in the first GEMM's epilogue, which keeps its
+  // derivative when a backward will need it.
+  Tensor dact = grad_enabled() && first ? Tensor::empty({x2.dim(0), F}) : Tensor();  // (rows, F) act'(z)
+  const Tensor h = affine(x2, w1, b1,
+                          kernels::Epilogue::activate(act, dact.defined() ? dact.data() : nullptr));  // (rows, F)
   Var out = make_result(affine(h, w2, b2).reshape(with_last(x.shape(), N)), {&x, &w1, &b1, &w2, &b2});
   if (!out.requires_grad()) return out;
   record_backward(out, [x, w1, b1, w2, b2, x2, h, dact, first, C, F, N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
     const int64_t rows = g2.dim(0);
-    Tensor da, dw2;
+    Tensor dz, dw2;
     parallel::invoke(
-        [&] {  // da = (g W2^T) act', the multiply in the GEMM's epilogue
+        [&] {  // dz = (g W2^T) act'(z), the multiply in the GEMM's epilogue
           if (!first) return;
-          da = Tensor::empty({rows, F});  // (rows, F)
-          kernels::batched_matmul(g2, transposed_weight(w2), da, false, Tensor(),
+          dz = Tensor::empty({rows, F});  // (rows, F)
+          kernels::batched_matmul(g2, transposed_weight(w2), dz, false, Tensor(),
                                   kernels::Epilogue::multiply(dact.data()));
         },
         [&] {  // dW2 = h^T g
@@ -161,11 +162,11 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
     Tensor dx, dw1;
     if (first) {
       parallel::invoke(
-          [&] {  // dx = da W1^T
-            if (x.requires_grad()) dx = product(da, transposed_weight(w1), {rows, C});
+          [&] {  // dx = dz W1^T
+            if (x.requires_grad()) dx = product(dz, transposed_weight(w1), {rows, C});
           },
-          [&] {  // dW1 = x^T da
-            if (w1.requires_grad()) dw1 = product(x2.transpose(0, 1), da, {C, F});
+          [&] {  // dW1 = x^T dz
+            if (w1.requires_grad()) dw1 = product(x2.transpose(0, 1), dz, {C, F});
           });
     }
     if (dx.defined()) {
@@ -173,7 +174,7 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
       accumulate_grad(x, dx, "feed_forward");
     }
     if (dw1.defined()) accumulate_grad(w1, dw1, "feed_forward");
-    if (b1.requires_grad()) accumulate_grad(b1, kernels::sum_axis(da, 0).reshape({F}), "feed_forward");
+    if (b1.requires_grad()) accumulate_grad(b1, kernels::sum_axis(dz, 0).reshape({F}), "feed_forward");
     if (dw2.defined()) accumulate_grad(w2, dw2, "feed_forward");
     if (b2.requires_grad()) accumulate_grad(b2, kernels::sum_axis(g2, 0).reshape({N}), "feed_forward");
   });

@@ -204,14 +204,15 @@ TEST_CASE("fused causal_attention equals the composition of primitives (values a
 TEST_CASE("fused feed_forward equals linear -> activation -> linear (values and gradients)") {
   // F = 20, N = 5: whole and partial packets in both epilogues; the second
   // shape runs several row tiles and 64-column blocks. `needs` picks which
-  // inputs require grad (all, only x, only the parameters).
+  // inputs require grad (all, only x, only the parameters, only the second
+  // layer's: then no derivative is kept).
   struct Case {
     int64_t B, T, C, F, N;
   };
   for (const Case& k : {Case{2, 7, 5, 20, 5}, Case{2, 37, 24, 136, 70}}) {
     for (Activation act : {Activation::Gelu, Activation::Relu}) {
       for (bool bias : {true, false}) {
-        for (int needs = 0; needs < 3; ++needs) {
+        for (int needs = 0; needs < 4; ++needs) {
           CAPTURE(k.T);
           CAPTURE(static_cast<int>(act));
           CAPTURE(bias);
@@ -228,7 +229,8 @@ TEST_CASE("fused feed_forward equals linear -> activation -> linear (values and 
           auto inputs = [&] {
             std::vector<Var> v;
             for (size_t i = 0; i < values.size(); ++i)
-              v.emplace_back(values[i].clone(), needs == 0 || (needs == 1) == (i == 0));
+              v.emplace_back(values[i].clone(), needs == 0 || (needs == 1 && i == 0) || (needs == 2 && i > 0) ||
+                                                    (needs == 3 && i >= 3));
             if (!bias) v[2] = v[4] = Var();
             return v;
           };
