@@ -118,6 +118,48 @@ TEST_CASE("gemm epilogues equal the plain product followed by activate_rows or a
                     doctest::Contains("accumulate"));
 }
 
+TEST_CASE("batched_matmul epilogues: aux offsets per batch and per row block, for 1 and 3 threads") {
+  // batch 2, M = 64, K = 16: with 3 threads (batch < threads) rows split into 4 blocks, so aux is
+  // offset by batch and by row block; N = 70 ends in a partial packet.
+  Rng rng(12);
+  const int64_t batch = 2, M = 64, K = 16, N = 70;
+  Tensor a = random_tensor({batch, M, K}, rng), b = random_tensor({K, N}, rng), factor = random_tensor({batch, M, N}, rng);
+  const Tensor be = b.unsqueeze(0).expand({batch, K, N});
+  Tensor plain = Tensor::empty({batch, M, N});
+  kernels::batched_matmul(a, be, plain);
+  Tensor want = plain.clone(), want_d = Tensor::empty({batch, M, N});
+  kernels::activate_rows(Activation::Gelu, want.data(), want_d.data(), batch * M * N);
+  for (int threads : {1, 3}) {
+    CAPTURE(threads);
+    parallel::set_num_threads(threads);
+    Tensor got = Tensor::empty({batch, M, N}), got_d = Tensor::empty({batch, M, N});
+    kernels::batched_matmul(a, be, got, false, Tensor(), kernels::Epilogue::activate(Activation::Gelu, got_d.data()));
+    CHECK(got.to_vector() == want.to_vector());
+    CHECK(got_d.to_vector() == want_d.to_vector());
+    kernels::batched_matmul(a, be, got, false, Tensor(), kernels::Epilogue::multiply(factor.data()));
+    const auto g = got.to_vector(), p = plain.to_vector(), f = factor.to_vector();
+    for (size_t i = 0; i < g.size(); ++i) REQUIRE(g[i] == p[i] * f[i]);
+  }
+  parallel::set_num_threads(0);  // back to the default
+  // ldc > N: the epilogue writes aux with C's leading dimension and nothing past N.
+  const int64_t ldc = 80;
+  std::vector<Scalar> c(static_cast<size_t>(M * ldc), 42.0f), d(static_cast<size_t>(M * ldc), 42.0f);
+  kernels::gemm({a.data(), M, K, K, 1}, {b.data(), K, N, N, 1}, c.data(), ldc, false, nullptr,
+                kernels::Epilogue::activate(Activation::Gelu, d.data()));
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const size_t at = static_cast<size_t>(i * ldc + j), flat = static_cast<size_t>(i * N + j);
+      if (j < N) {
+        REQUIRE(c[at] == want.data()[flat]);
+        REQUIRE(d[at] == want_d.data()[flat]);
+      } else {
+        REQUIRE(c[at] == 42.0f);
+        REQUIRE(d[at] == 42.0f);
+      }
+    }
+  }
+}
+
 TEST_CASE("activate_rows: GELU (tanh form) and ReLU with their derivatives against double-precision formulas") {
   std::vector<Scalar> z;
   for (int i = -300; i <= 300; ++i) z.push_back(static_cast<Scalar>(i) / 50.0f);  // [-6, 6], 601: a partial packet

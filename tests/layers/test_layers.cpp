@@ -250,6 +250,12 @@ TEST_CASE("fused feed_forward equals linear -> activation -> linear (values and 
           }
           const auto fv = fused.value().to_vector(), cv = composed.value().to_vector();
           for (size_t i = 0; i < fv.size(); ++i) REQUIRE(fv[i] == doctest::Approx(cv[i]).epsilon(1e-6).scale(1));
+          {
+            NoGradGuard no_grad;  // no derivative kept: the same forward
+            const Var eval = feed_forward(a[0], a[1], a[2], a[3], a[4], act);
+            CHECK_FALSE(eval.requires_grad());
+            CHECK(eval.value().to_vector() == fv);
+          }
           for (size_t i = 0; i < a.size(); ++i) {
             CAPTURE(i);
             REQUIRE(a[i].has_grad() == b[i].has_grad());
