@@ -1,4 +1,5 @@
 // Adam and AdamW update rules (torch.optim.Adam / AdamW, single-tensor path).
+#include <algorithm>
 #include <cmath>
 
 #include "core/eigen.h"
@@ -22,28 +23,50 @@ AdamW::AdamW(std::vector<ParamGroup> groups, float beta1, float beta2, float eps
     : Adam("AdamW", /*decoupled=*/true, std::move(groups), beta1, beta2, eps) {}
 
 void Adam::update(const ParamGroup& group, int64_t step, const Block& blk) const {
-  auto p = eigen::array(blk.param, blk.n);
-  const auto g = eigen::array(blk.grad, blk.n) * blk.grad_scale;  // the clipped gradient
-  auto m = eigen::array(blk.buffers[0], blk.n);  // exp_avg
-  auto v = eigen::array(blk.buffers[1], blk.n);  // exp_avg_sq
+  // One packet loop over the block: each element's p, g, m and v are read
+  // once (four Eigen expressions read the block four times). The arithmetic
+  // is the same, operation for operation, as torch's single-tensor path.
+  using namespace Eigen::internal;
+  using eigen::Packet;
+  constexpr int64_t L = eigen::kPacketSize;
   // Scalars in double, then rounded once to float, as PyTorch does with its
   // Python-float hyperparameters.
   const double t = static_cast<double>(step), lr = group.lr;
   const auto step_size = static_cast<Scalar>(lr / (1 - std::pow(static_cast<double>(beta1_), t)));
   const auto bc2_sqrt = static_cast<Scalar>(std::sqrt(1 - std::pow(static_cast<double>(beta2_), t)));
-  const Scalar b1 = beta1_, b2 = beta2_, wd = group.weight_decay;
-  if (decoupled_) {
-    p *= static_cast<Scalar>(1 - lr * group.weight_decay);
-    m = b1 * m + (1 - b1) * g;
-    v = b2 * v + (1 - b2) * g * g;  // addcmul order: ((1-b2) g) g
-  } else {
-    // d = g + wd p, re-evaluated (p is not written until the last line).
-    const auto d = g + wd * p;
-    m = b1 * m + (1 - b1) * d;
-    v = b2 * v + (1 - b2) * d * d;
+  const Packet b1 = pset1<Packet>(beta1_), b2 = pset1<Packet>(beta2_);
+  const Packet one_b1 = pset1<Packet>(1 - beta1_), one_b2 = pset1<Packet>(1 - beta2_);
+  const Packet wd = pset1<Packet>(group.weight_decay), scale = pset1<Packet>(blk.grad_scale);
+  const Packet decay = pset1<Packet>(static_cast<Scalar>(1 - lr * group.weight_decay));
+  const Packet psteps = pset1<Packet>(step_size), pbc2 = pset1<Packet>(bc2_sqrt), peps = pset1<Packet>(eps_);
+  Scalar* pp = blk.param;
+  Scalar* mp = blk.buffers[0];  // exp_avg
+  Scalar* vp = blk.buffers[1];  // exp_avg_sq
+  for (int64_t i = 0; i < blk.n; i += L) {
+    const int64_t n = std::min(L, blk.n - i);
+    auto load = [n](const Scalar* q) { return n == L ? ploadu<Packet>(q) : eigen::load_first(q, n); };
+    auto store = [n](Scalar* q, const Packet& x) {
+      if (n == L) {
+        pstoreu(q, x);
+      } else {
+        eigen::store_first(q, x, n);
+      }
+    };
+    Packet p = load(pp + i), m = load(mp + i), v = load(vp + i);
+    Packet d = pmul(load(blk.grad + i), scale);  // the clipped gradient
+    if (decoupled_) {
+      p = pmul(p, decay);
+    } else {
+      d = padd(d, pmul(wd, p));  // + wd p (p is not written until the end)
+    }
+    m = padd(pmul(b1, m), pmul(one_b1, d));
+    v = padd(pmul(b2, v), pmul(pmul(one_b2, d), d));  // addcmul order: ((1-b2) d) d
+    // addcdiv: p + (-step_size m) / denom, denom = sqrt(v) / sqrt(1 - b2^t) + eps.
+    p = psub(p, pdiv(pmul(psteps, m), padd(pdiv(psqrt(v), pbc2), peps)));
+    store(pp + i, p);
+    store(mp + i, m);
+    store(vp + i, v);
   }
-  // addcdiv: p + (-step_size m) / denom, denom = sqrt(v) / sqrt(1 - b2^t) + eps.
-  p -= step_size * m / (v.sqrt() / bc2_sqrt + eps_);
 }
 
 }  // namespace tapeformer
