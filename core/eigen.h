@@ -68,4 +68,18 @@ inline void store_first(Scalar* p, const Packet& x, int64_t n) {
 #endif
 }
 
+// n (1 <= n <= kPacketSize) floats at p as a packet: a whole packet, or the
+// first n lanes through load_first / store_first, for loops over a row that
+// end in a partial packet.
+inline Packet load_upto(const Scalar* p, int64_t n) {
+  return n == kPacketSize ? Eigen::internal::ploadu<Packet>(p) : load_first(p, n);
+}
+inline void store_upto(Scalar* p, const Packet& x, int64_t n) {
+  if (n == kPacketSize) {
+    Eigen::internal::pstoreu(p, x);
+  } else {
+    store_first(p, x, n);
+  }
+}
+
 }  // namespace tapeformer::eigen

@@ -44,16 +44,8 @@ void Adam::update(const ParamGroup& group, int64_t step, const Block& blk) const
   Scalar* vp = blk.buffers[1];  // exp_avg_sq
   for (int64_t i = 0; i < blk.n; i += L) {
     const int64_t n = std::min(L, blk.n - i);
-    auto load = [n](const Scalar* q) { return n == L ? ploadu<Packet>(q) : eigen::load_first(q, n); };
-    auto store = [n](Scalar* q, const Packet& x) {
-      if (n == L) {
-        pstoreu(q, x);
-      } else {
-        eigen::store_first(q, x, n);
-      }
-    };
-    Packet p = load(pp + i), m = load(mp + i), v = load(vp + i);
-    Packet d = pmul(load(blk.grad + i), scale);  // the clipped gradient
+    Packet p = eigen::load_upto(pp + i, n), m = eigen::load_upto(mp + i, n), v = eigen::load_upto(vp + i, n);
+    Packet d = pmul(eigen::load_upto(blk.grad + i, n), scale);  // the clipped gradient
     if (decoupled_) {
       p = pmul(p, decay);
     } else {
@@ -63,9 +55,9 @@ void Adam::update(const ParamGroup& group, int64_t step, const Block& blk) const
     v = padd(pmul(b2, v), pmul(pmul(one_b2, d), d));  // addcmul order: ((1-b2) d) d
     // addcdiv: p + (-step_size m) / denom, denom = sqrt(v) / sqrt(1 - b2^t) + eps.
     p = psub(p, pdiv(pmul(psteps, m), padd(pdiv(psqrt(v), pbc2), peps)));
-    store(pp + i, p);
-    store(mp + i, m);
-    store(vp + i, v);
+    eigen::store_upto(pp + i, p, n);
+    eigen::store_upto(mp + i, m, n);
+    eigen::store_upto(vp + i, v, n);
   }
 }
 

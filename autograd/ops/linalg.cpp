@@ -59,15 +59,20 @@ Var matmul(const Var& a, const Var& b) {
 
 namespace {
 
+// bias [N] (or undefined) for weight [K, N].
+void check_bias(const char* op, const Var& bias, const Var& weight) {
+  TAPEFORMER_CHECK(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == weight.dim(1)), op, ": bias ",
+                   bias.defined() ? bias.shape().str() : "", " must be [", weight.dim(1), "] for weight ",
+                   weight.shape());
+}
+
 // x [..., K] against weight [K, N] and bias [N] (bias may be undefined).
 void check_linear(const char* op, const Var& x, const Var& weight, const Var& bias) {
   TAPEFORMER_CHECK(x.defined() && weight.defined(), op, ": undefined input");
   TAPEFORMER_CHECK(weight.rank() == 2, op, ": weight must be [in, out], got ", weight.shape());
   TAPEFORMER_CHECK(x.rank() >= 1 && x.shape()[-1] == weight.dim(0), op, ": input ", x.shape(),
                    " last dim does not match weight [in, out] = ", weight.shape());
-  TAPEFORMER_CHECK(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == weight.dim(1)), op, ": bias ",
-                   bias.defined() ? bias.shape().str() : "", " must be [", weight.dim(1), "] for weight ",
-                   weight.shape());
+  check_bias(op, bias, weight);
 }
 
 // out (rows, N) = x2 (rows, K) W + bias, then the epilogue. The bias seeds the
@@ -85,10 +90,7 @@ Tensor affine(const Tensor& x2, const Var& weight, const Var& bias,
 // cache, made the copy cheaper but not the step measurably faster, and kept
 // every copy alive until the backward.) A weight that is itself a transposed
 // view needs no copy.
-Tensor transposed_weight(const Var& weight) {
-  const Tensor wt = weight.value().transpose(0, 1);
-  return wt.is_contiguous() ? wt : wt.contiguous();
-}
+Tensor transposed_weight(const Var& weight) { return weight.value().transpose(0, 1).contiguous(); }
 
 Shape with_last(Shape s, int64_t n) {
   s[-1] = n;
@@ -133,8 +135,7 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
   TAPEFORMER_CHECK(w2.defined() && w2.rank() == 2 && w2.dim(0) == w1.dim(1), "feed_forward: second weight ",
                    w2.defined() ? w2.shape().str() : "(undefined)", " must be [", w1.dim(1), ", out] after ",
                    w1.shape());
-  TAPEFORMER_CHECK(!b2.defined() || (b2.rank() == 1 && b2.dim(0) == w2.dim(1)), "feed_forward: second bias ",
-                   b2.defined() ? b2.shape().str() : "", " must be [", w2.dim(1), "] for weight ", w2.shape());
+  check_bias("feed_forward (second layer)", b2, w2);
   const int64_t C = w1.dim(0), F = w1.dim(1), N = w2.dim(1);
   const bool first = x.requires_grad() || w1.requires_grad() || b1.requires_grad();  // needs dz
   const Tensor x2 = x.value().reshape({-1, C});  // (rows, C)

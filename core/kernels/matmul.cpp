@@ -63,9 +63,6 @@ struct Operands {
   }
 };
 
-// One tile: rows [0, R) and packets [0, V) of the operands' origin. With
-// Partial, only the first `lanes` lanes of the last packet are read and
-// written (e.g. the LM head's 65th column).
 // What a kernel instance is compiled for: A's layout and the epilogue (a
 // runtime test per tile cost the plain product 3% with K = 128).
 template <bool StridedA_, Epilogue::Op Op_>
@@ -74,6 +71,9 @@ struct Variant {
   static constexpr Epilogue::Op Op = Op_;
 };
 
+// One tile: rows [0, R) and packets [0, V) of the operands' origin, for the
+// Variant Cfg. With Partial, only the first `lanes` lanes of the last packet
+// are read and written (e.g. the LM head's 65th column).
 template <int R, int V, class Cfg, bool Partial = false>
 void tile(const Operands& o, int64_t lanes = kLanes) {
   using namespace Eigen::internal;

@@ -67,15 +67,8 @@ void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* g
   constexpr int64_t L = eigen::kPacketSize;
   const int64_t blocks = (rows + kParamRowBlock - 1) / kParamRowBlock;
   std::vector<Scalar> partial(static_cast<size_t>((dgamma || dbeta) ? blocks * 2 * C : 0), 0.0f);
-  // The first n lanes at p (the others 0), and their store.
-  auto load = [](const Scalar* p, int64_t n) { return n == L ? ploadu<Packet>(p) : eigen::load_first(p, n); };
-  auto store = [](Scalar* p, const Packet& v, int64_t n) {
-    if (n == L) {
-      pstoreu(p, v);
-    } else {
-      eigen::store_first(p, v, n);
-    }
-  };
+  using eigen::load_upto;  // a partial last packet reads 0 in its other lanes
+  using eigen::store_upto;
   parallel::parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       Scalar* pg = partial.empty() ? nullptr : partial.data() + blk * 2 * C;  // dgamma, then dbeta
@@ -87,13 +80,13 @@ void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* g
         Packet sum_g = pset1<Packet>(0.0f), sum_gx = pset1<Packet>(0.0f);
         for (int64_t c = 0; c < C; c += L) {
           const int64_t n = std::min(L, C - c);
-          const Packet d = load(dyr + c, n), xhat = pmul(psub(load(xr + c, n), mu), rs);
-          const Packet g = gamma ? pmul(d, load(gamma + c, n)) : d;
+          const Packet d = load_upto(dyr + c, n), xhat = pmul(psub(load_upto(xr + c, n), mu), rs);
+          const Packet g = gamma ? pmul(d, load_upto(gamma + c, n)) : d;
           sum_g = padd(sum_g, g);
           sum_gx = pmadd(g, xhat, sum_gx);
           if (pg) {
-            store(pg + c, pmadd(d, xhat, load(pg + c, n)), n);
-            store(pg + C + c, padd(d, load(pg + C + c, n)), n);
+            store_upto(pg + c, pmadd(d, xhat, load_upto(pg + c, n)), n);
+            store_upto(pg + C + c, padd(d, load_upto(pg + C + c, n)), n);
           }
         }
         const Packet mg = pset1<Packet>(predux(sum_g) / static_cast<Scalar>(C));
@@ -101,9 +94,9 @@ void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* g
         // dx = rstd (g - mean(g) - xhat mean(g xhat))
         for (int64_t c = 0; c < C; c += L) {
           const int64_t n = std::min(L, C - c);
-          const Packet d = load(dyr + c, n), xhat = pmul(psub(load(xr + c, n), mu), rs);
-          const Packet g = gamma ? pmul(d, load(gamma + c, n)) : d;
-          store(dx + r * C + c, pmul(rs, psub(psub(g, mg), pmul(xhat, mgx))), n);
+          const Packet d = load_upto(dyr + c, n), xhat = pmul(psub(load_upto(xr + c, n), mu), rs);
+          const Packet g = gamma ? pmul(d, load_upto(gamma + c, n)) : d;
+          store_upto(dx + r * C + c, pmul(rs, psub(psub(g, mg), pmul(xhat, mgx))), n);
         }
       }
     }
