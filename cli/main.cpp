@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "train/checkpoint.h"
 #include "train/commands.h"
 
 using namespace tapeformer;
@@ -44,6 +45,8 @@ const CLI::Validator probability_mass(
 int main(int argc, char** argv) {
   CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tapeformer ") + TAPEFORMER_VERSION + " (checkpoint format " +
+                                        std::to_string(kCheckpointVersion) + ")");
   app.fallthrough();  // --threads works before or after the subcommand
   // Command-line mistakes get one line, like every other error.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {

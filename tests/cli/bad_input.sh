@@ -112,6 +112,12 @@ if ! TAPEFORMER_THREADS=1 "$bin" train --config "$work/tiny.json" --data "$work/
   echo "FAIL: TAPEFORMER_THREADS=1 did not give a 1-thread run"; failures=$((failures + 1))
 fi
 
+# --version names the release and the checkpoint format this build reads.
+checks=$((checks + 1))
+if ! "$bin" --version | grep -Eq '^tapeformer [0-9]+\.[0-9]+\.[0-9]+ \(checkpoint format [0-9]+\)$'; then
+  echo "FAIL: --version printed '$("$bin" --version 2>&1)'"; failures=$((failures + 1))
+fi
+
 # Nothing half-written: no temp files are left, and failed runs leave no directory.
 checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
