@@ -103,10 +103,13 @@ GradcheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<
       const double numeric = (fp - fm) / (up_x - down_x);
       const double err = std::abs(a[e] - numeric);
       const double tol = opt.atol + opt.rtol * std::abs(numeric);
-      result.max_abs_error = std::max(result.max_abs_error, err);
+      // A NaN error (analytic or numeric NaN) is the worst failure there is;
+      // written so that no comparison with NaN can let it through.
+      const double ratio = std::isnan(err) ? INFINITY : err / tol;
+      if (std::isnan(err) || err > result.max_abs_error) result.max_abs_error = err;
       ++result.checked;
-      if (!(err <= tol) && err / tol > worst_ratio) {  // !(<=) also catches NaN
-        worst_ratio = std::isnan(err) ? INFINITY : err / tol;
+      if (!(err <= tol) && (result.ok || ratio > worst_ratio)) {
+        worst_ratio = ratio;
         std::ostringstream msg;
         msg << "gradcheck(" << opt.label << "): input " << i << " " << x.shape() << " element "
             << index_string(x.shape(), e) << ": analytic " << a[e] << " vs numeric " << numeric
