@@ -17,6 +17,10 @@ void SampleOptions::validate() const {
 }
 
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng) {
+  // A NaN would break the sort's ordering and silently pick the last token.
+  for (int64_t i = 0; i < V; ++i)
+    TAPEFORMER_CHECK(std::isfinite(logits[i]), "sample: the model's logit for token ", i, " is ", logits[i],
+                     " (the weights hold NaN or inf values)");
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
   // Most likely first; ties keep the lower id, so results do not depend on the sort.

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
+#include "sampling_stats.h"
 #include "train/sample.h"
 
 using namespace tapeformer;
@@ -26,41 +28,65 @@ ModelConfig tiny_config() {
 
 TEST_CASE("sample_token: greedy, top-k and top-p restrict the support; frequencies follow softmax") {
   const std::vector<Scalar> logits{2.0f, 1.0f, 0.5f, -1.0f, 0.0f};
+  // softmax(logits / temperature), in double, over the tokens in `keep`.
+  const auto softmax = [&](double temperature, std::vector<int> keep) {
+    std::vector<double> p(logits.size(), 0.0);
+    double z = 0;
+    for (int t : keep) z += p[t] = std::exp(logits[t] / temperature);
+    for (double& x : p) x /= z;
+    return p;
+  };
+  // Draws n tokens and checks each token's frequency against p (5 standard
+  // errors; a token with p = 0 must never appear).
   Rng rng(1);
+  const auto check_frequencies = [&](const SampleOptions& opt, const std::vector<double>& p, int n) {
+    std::map<int32_t, int> counts;
+    for (int i = 0; i < n; ++i) counts[sample_token(logits.data(), 5, opt, rng)]++;
+    for (int t = 0; t < 5; ++t) {
+      CAPTURE(t);
+      CAPTURE(counts[t]);
+      if (p[t] == 0) CHECK(counts[t] == 0);
+      else CHECK(binomial_z(counts[t] / double(n), p[t], n) < kZ);
+    }
+  };
+
   SampleOptions greedy;
   greedy.temperature = 0;
   CHECK(sample_token(logits.data(), 5, greedy, rng) == 0);
 
+  // top-k 2 renormalises over {0, 1}: p0 = e^2 / (e^2 + e^1) = 0.731.
   SampleOptions k2;
   k2.top_k = 2;
-  std::map<int32_t, int> counts;
-  for (int i = 0; i < 20000; ++i) counts[sample_token(logits.data(), 5, k2, rng)]++;
-  CHECK(counts.size() == 2);
-  // Renormalised over {0, 1}: p0 = e^2 / (e^2 + e^1) = 0.731.
-  CHECK(counts[0] / 20000.0 == doctest::Approx(0.731).epsilon(0.02));
+  check_frequencies(k2, softmax(1, {0, 1}), 20000);
+  // top-k 4 drops only the least likely token (3).
+  SampleOptions k4;
+  k4.top_k = 4;
+  check_frequencies(k4, softmax(1, {0, 1, 2, 4}), 50000);
 
+  // top-p 0.6: p0 alone is 0.53 of the full softmax; adding p1 (0.20) crosses
+  // 0.6, so the nucleus is {0, 1}, renormalised to 0.731 and 0.269.
   SampleOptions p;
-  p.top_p = 0.6f;  // p0 alone is 0.53 of the full softmax; adding p1 (0.20) crosses 0.6
-  counts.clear();
-  for (int i = 0; i < 20000; ++i) counts[sample_token(logits.data(), 5, p, rng)]++;
-  CHECK(counts.size() == 2);
+  p.top_p = 0.6f;
+  check_frequencies(p, softmax(1, {0, 1}), 20000);
 
   SampleOptions full;
-  counts.clear();
-  for (int i = 0; i < 50000; ++i) counts[sample_token(logits.data(), 5, full, rng)]++;
-  double z = 0;
-  for (Scalar l : logits) z += std::exp(l);
-  for (int t = 0; t < 5; ++t) CHECK(counts[t] / 50000.0 == doctest::Approx(std::exp(logits[t]) / z).epsilon(0.05));
+  check_frequencies(full, softmax(1, {0, 1, 2, 3, 4}), 50000);
 
   // Temperature divides the logits: at 0.5 the distribution is softmax(2 * logits)
   // (p0 = 0.83; multiplying instead would give softmax(logits / 2), p0 = 0.37).
   SampleOptions cool;
   cool.temperature = 0.5f;
-  counts.clear();
-  for (int i = 0; i < 50000; ++i) counts[sample_token(logits.data(), 5, cool, rng)]++;
-  double zc = 0;
-  for (Scalar l : logits) zc += std::exp(2.0 * l);
-  for (int t = 0; t < 3; ++t) CHECK(counts[t] / 50000.0 == doctest::Approx(std::exp(2.0 * logits[t]) / zc).epsilon(0.05));
+  check_frequencies(cool, softmax(0.5, {0, 1, 2, 3, 4}), 50000);
+}
+
+TEST_CASE("sample_token: NaN or inf logits are an error, not a silently chosen token") {
+  Rng rng(1);
+  SampleOptions opt;
+  for (Scalar bad : {std::nanf(""), std::numeric_limits<Scalar>::infinity()}) {
+    const std::vector<Scalar> logits{0.5f, bad, 0.1f};
+    CHECK_THROWS_WITH_AS(sample_token(logits.data(), 3, opt, rng),
+                         doctest::Contains("logit for token 1 is"), Error);
+  }
 }
 
 TEST_CASE("generate: a sequence longer than the block size is cropped to its last block_size tokens") {
