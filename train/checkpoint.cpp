@@ -78,9 +78,11 @@ T get(const std::string& in, size_t at) {
   return v;
 }
 
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) return;  // best effort for directories on odd filesystems
+// Makes a rename durable. Best effort: some filesystems cannot open or sync
+// a directory, and the file itself is already synced.
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
 }
@@ -92,25 +94,34 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TAPEFORMER_CHECK(out.good(), "cannot write '", tmp, "': ", std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out.good()) {  // e.g. the disk is full: leave no partial temp file behind
-      const std::string why = std::strerror(errno);
-      out.close();
-      std::remove(tmp.c_str());
-      fail("writing '", tmp, "' failed: ", why);
-    }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TAPEFORMER_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
+  // Any failure, including one that only shows at fsync or close (a full
+  // disk, a quota, NFS), removes the temp file and leaves `path` as it was.
+  const auto give_up = [&](const char* what) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    std::remove(tmp.c_str());
+    fail(what, " '", tmp, "' failed: ", why);
+  };
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) give_up("writing");
+    done += static_cast<size_t>(n);
   }
-  fsync_path(tmp, O_RDONLY);
+  if (::fsync(fd) != 0) give_up("syncing");
+  if (::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    fail("closing '", tmp, "' failed: ", why);
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
     fail("cannot rename '", tmp, "' to '", path, "': ", why);
   }
-  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+  fsync_directory(dir.string());
 }
 
 void remove_stale_temp_files(const std::string& path) {
@@ -167,8 +178,10 @@ Checkpoint load_checkpoint(const std::string& path) {
   std::stringstream rest;
   rest << in.rdbuf();
   const std::string payload = rest.str();
-  TAPEFORMER_CHECK(payload.size() == length, "checkpoint '", path, "': truncated (", payload.size(), " of ", length,
+  TAPEFORMER_CHECK(payload.size() >= length, "checkpoint '", path, "': truncated (", payload.size(), " of ", length,
                    " payload bytes)");
+  TAPEFORMER_CHECK(payload.size() == length, "checkpoint '", path, "': corrupted (", payload.size() - length,
+                   " bytes after the ", length, "-byte payload)");
   TAPEFORMER_CHECK(fnv1a64(payload) == checksum, "checkpoint '", path, "': corrupted (checksum mismatch)");
 
   Checkpoint c;

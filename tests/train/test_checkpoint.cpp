@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -72,6 +75,9 @@ TEST_CASE("checkpoint: truncated, corrupted, foreign and missing files get one c
   write_all(path, good.substr(0, good.size() - 10));
   CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("truncated"), Error);
 
+  write_all(path, good + "extra");
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("corrupted (5 bytes after the"), Error);
+
   std::string bad = good;
   bad[bad.size() / 2] ^= 0x5a;
   write_all(path, bad);
@@ -110,6 +116,37 @@ TEST_CASE("checkpoint: overwriting keeps the old file until the new one is compl
   // Writing into a directory that does not exist fails cleanly and names the file.
   CHECK_THROWS_WITH_AS(save_checkpoint((dir.path / "missing" / "c.bin").string(), c),
                        doctest::Contains("cannot write"), Error);
+}
+
+TEST_CASE("checkpoint: a write cut short (disk full) throws, removes its temp file and keeps the old checkpoint") {
+  TempDir dir("ckpt-full");
+  const fs::path path = dir.path / "checkpoint.bin";
+  Checkpoint c = sample_checkpoint();
+  save_checkpoint(path.string(), c);
+  const auto size = static_cast<rlim_t>(fs::file_size(path));
+  // A file size limit below the checkpoint's size makes write() fail part way
+  // (EFBIG), as a full disk would. Only save_checkpoint runs under the limit.
+  struct rlimit saved;
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = saved;
+  small.rlim_cur = size / 2;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  c.step = 44;
+  std::string error;
+  try {
+    save_checkpoint(path.string(), c);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  CHECK(error.find("writing '") != std::string::npos);
+  CHECK(error.find("failed: File too large") != std::string::npos);
+  CHECK(load_checkpoint(path.string()).step == 42);
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file();
+  CHECK(files == 1);
 }
 
 TEST_CASE("metrics lines round-trip through MetricsRecord::parse; broken lines are rejected") {
