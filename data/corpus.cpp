@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "core/error.h"
 
@@ -12,8 +13,18 @@ namespace {
 
 std::string origin_of(const std::string& path) { return "data file '" + path + "'"; }
 
-// The non-empty contents of a regular (or special, e.g. a pipe) file.
-std::string read_nonempty_file(const std::string& path) {
+// A corpus is held in memory as text and again as 32-bit token ids.
+constexpr size_t kMaxCorpusBytes = size_t{1} << 31;
+
+[[noreturn]] void binary_file(const std::string& path, size_t nul) {
+  fail(origin_of(path), " looks binary (NUL byte at offset ", nul, "), not text");
+}
+
+// The non-empty contents of a regular (or special, e.g. a pipe) file, read
+// in chunks so that an endless or binary source (/dev/zero, /dev/urandom) is
+// refused as soon as it shows: at the first NUL byte when `text_only`, at
+// kMaxCorpusBytes otherwise.
+std::string read_nonempty_file(const std::string& path, bool text_only) {
   namespace fs = std::filesystem;
   const std::string origin = origin_of(path);
   std::error_code ec;
@@ -22,40 +33,34 @@ std::string read_nonempty_file(const std::string& path) {
   if (ec) fail(origin, ": cannot open (", ec.message(), ")");
   if (fs::is_directory(status)) fail(origin, " is a directory, not a text file");
 
-  std::FILE* file = std::fopen(path.c_str(), "rb");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) fail(origin, ": cannot open (", std::strerror(errno), ")");
   std::string text;
   char chunk[1 << 16];
   size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, file)) > 0) text.append(chunk, got);
-  const bool read_failed = std::ferror(file) != 0;
-  const int read_errno = errno;
-  std::fclose(file);
-  if (read_failed) fail(origin, ": cannot read (", std::strerror(read_errno), ")");
+  while ((got = std::fread(chunk, 1, sizeof chunk, file.get())) > 0) {
+    if (text_only) {
+      const void* nul = std::memchr(chunk, '\0', got);
+      if (nul) binary_file(path, text.size() + static_cast<size_t>(static_cast<const char*>(nul) - chunk));
+    }
+    if (text.size() + got > kMaxCorpusBytes)
+      fail(origin, " is larger than ", kMaxCorpusBytes >> 30, " GiB, the most tapeformer reads into memory");
+    text.append(chunk, got);
+  }
+  if (std::ferror(file.get())) fail(origin, ": cannot read (", std::strerror(errno), ")");
   if (text.empty()) fail(origin, " is empty");
   return text;
 }
 
-void check_no_nul(const std::string& text, const std::string& path) {
-  const size_t nul = text.find('\0');
-  if (nul == std::string::npos) return;
-  fail(origin_of(path), " looks binary (NUL byte at offset ", nul, "), not text");
-}
-
 }  // namespace
 
-std::string read_text_file(const std::string& path) {
-  std::string text = read_nonempty_file(path);
-  check_no_nul(text, path);
-  return text;
-}
+std::string read_text_file(const std::string& path) { return read_nonempty_file(path, true); }
 
 std::string read_corpus_file(const std::string& path, const std::string& tokenizer_kind) {
   TAPEFORMER_CHECK(tokenizer_kind == "char" || tokenizer_kind == "byte", "unknown tokenizer '",
                    tokenizer_kind, "' (expected \"char\" or \"byte\")");
-  std::string text = read_nonempty_file(path);
+  std::string text = read_nonempty_file(path, tokenizer_kind == "char");
   if (tokenizer_kind == "byte") return text;
-  check_no_nul(text, path);
   const size_t bad = utf8_error_offset(text);
   if (bad != std::string::npos)
     fail(origin_of(path), " is not valid UTF-8 (bad byte ", hex_byte(static_cast<unsigned char>(text[bad])),

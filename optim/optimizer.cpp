@@ -11,12 +11,6 @@
 #include "core/parallel.h"
 
 namespace tapeformer {
-namespace {
-
-// PyTorch keeps state['step'] as a float32 tensor; beyond 2^24 it stops counting.
-constexpr int64_t kMaxExactStep = int64_t{1} << 24;
-
-}  // namespace
 
 std::vector<ParamGroup> decay_groups(const NamedVars& params, float lr, float weight_decay) {
   ParamGroup decay{{}, lr, weight_decay}, no_decay{{}, lr, 0.0f};
@@ -135,7 +129,7 @@ NamedTensors Optimizer::state_tensors() const {
     for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
       const std::string& pname = groups_[gi].params[pi].first;
       const ParamState& s = state_[gi][pi];
-      TAPEFORMER_CHECK(s.step <= kMaxExactStep, name_, " optimizer state: step of '", pname, "' (", s.step,
+      TAPEFORMER_CHECK(s.step <= kMaxOptimizerSteps, name_, " optimizer state: step of '", pname, "' (", s.step,
                        ") exceeds 2^24, which a float32 step tensor cannot hold");
       out.emplace_back("step." + pname, Tensor::scalar(static_cast<Scalar>(s.step)));
       for (size_t b = 0; b < buffer_names_.size(); ++b) out.emplace_back(buffer_names_[b] + "." + pname, s.buffers[b]);

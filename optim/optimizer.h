@@ -41,6 +41,10 @@
 
 namespace tapeformer {
 
+// Saved state keeps each parameter's step count as a float32 tensor, as
+// PyTorch's state['step'] does; beyond 2^24 a float stops counting exactly.
+inline constexpr int64_t kMaxOptimizerSteps = int64_t{1} << 24;
+
 struct ParamGroup {
   NamedVars params;  // dotted names are the state keys; each Var at most once
   float lr = 1e-3f;

@@ -1,6 +1,8 @@
 #include "train/config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "optim/optimizer.h"
 
 namespace tapeformer {
 namespace {
@@ -61,6 +64,9 @@ void visit_fields(Cfg& c, Visitor&& v) {
 }
 void read(const std::string& key, const json& j, int64_t& out) {
   if (!j.is_number_integer()) type_error(key, "an integer", j);
+  // An integer above INT64_MAX parses as unsigned and would wrap to a negative.
+  if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    type_error(key, "an integer below 2^63", j);
   out = j.get<int64_t>();
 }
 void read(const std::string& key, const json& j, double& out) {
@@ -209,8 +215,11 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::fields() const {
 }
 
 void TrainConfig::validate() const {
+  // Sizes and counts: at least 1, at most 2^31 - 1, so products of a few of
+  // them (tokens per step, iteration arithmetic) cannot overflow.
   const auto positive = [](const char* key, int64_t v) {
     TAPEFORMER_CHECK(v > 0, "config: '", key, "' must be > 0, got ", v);
+    TAPEFORMER_CHECK(v <= INT32_MAX, "config: '", key, "' must be at most ", INT32_MAX, ", got ", v);
   };
   positive("model.n_layer", model.n_layer);
   positive("model.n_head", model.n_head);
@@ -227,6 +236,11 @@ void TrainConfig::validate() const {
   positive("train.batch_size", train.batch_size);
   positive("train.grad_accum", train.grad_accum);
   positive("train.max_iters", train.max_iters);
+  TAPEFORMER_CHECK(train.max_iters <= kMaxOptimizerSteps, "config: 'train.max_iters' must be at most ",
+                   kMaxOptimizerSteps, " (optimizer step counts are saved as float32), got ", train.max_iters);
+  const double tokens_per_step = static_cast<double>(train.batch_size) * model.block_size * train.grad_accum;
+  TAPEFORMER_CHECK(tokens_per_step <= 0x1p40, "config: 'train.batch_size' x 'model.block_size' x 'train.grad_accum' = ",
+                   tokens_per_step, " tokens per step is more than 2^40");
   TAPEFORMER_CHECK(train.seed >= 0, "config: 'train.seed' must be >= 0, got ", train.seed);
   TAPEFORMER_CHECK(train.threads >= 0 && train.threads <= 1024, "config: 'train.threads' must be in [0, 1024], got ",
                    train.threads);
@@ -237,6 +251,13 @@ void TrainConfig::validate() const {
   // Optimizers compute in float: check the values as they will be used
   // (lr 1e-50 would become 0, a beta of 0.99999999 would become 1).
   const auto as_float = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  for (const auto& [key, v] : {std::pair<const char*, double>{"optimizer.lr", optimizer.lr},
+                               {"optimizer.eps", optimizer.eps},
+                               {"optimizer.weight_decay", optimizer.weight_decay},
+                               {"optimizer.momentum", optimizer.momentum},
+                               {"optimizer.grad_clip", optimizer.grad_clip},
+                               {"schedule.min_lr", schedule.min_lr}})
+    TAPEFORMER_CHECK(std::isfinite(as_float(v)), "config: '", key, "' (", v, ") is too large for a float");
   TAPEFORMER_CHECK(as_float(optimizer.lr) > 0, "config: 'optimizer.lr' must be > 0 (as a float), got ", optimizer.lr);
   for (double b : optimizer.betas) {
     char shown[32];
@@ -248,13 +269,15 @@ void TrainConfig::validate() const {
   TAPEFORMER_CHECK(optimizer.weight_decay >= 0, "config: 'optimizer.weight_decay' must be >= 0, got ",
                    optimizer.weight_decay);
   TAPEFORMER_CHECK(optimizer.momentum >= 0, "config: 'optimizer.momentum' must be >= 0, got ", optimizer.momentum);
-  TAPEFORMER_CHECK(optimizer.grad_clip >= 0, "config: 'optimizer.grad_clip' must be >= 0 (0 = off), got ",
-                   optimizer.grad_clip);
+  TAPEFORMER_CHECK(optimizer.grad_clip == 0 || as_float(optimizer.grad_clip) > 0,
+                   "config: 'optimizer.grad_clip' must be 0 (off) or > 0 (as a float), got ", optimizer.grad_clip);
   TAPEFORMER_CHECK(schedule.name == "constant" || schedule.name == "linear" || schedule.name == "cosine",
                    "config: 'schedule.name' must be \"constant\", \"linear\" or \"cosine\", got \"",
                    schedule.name, "\"");
-  TAPEFORMER_CHECK(schedule.warmup_iters >= 0, "config: 'schedule.warmup_iters' must be >= 0, got ",
-                   schedule.warmup_iters);
+  TAPEFORMER_CHECK(schedule.warmup_iters >= 0 && schedule.warmup_iters <= INT32_MAX,
+                   "config: 'schedule.warmup_iters' must be in [0, ", INT32_MAX, "], got ", schedule.warmup_iters);
+  TAPEFORMER_CHECK(schedule.decay_iters <= INT32_MAX, "config: 'schedule.decay_iters' must be at most ", INT32_MAX,
+                   ", got ", schedule.decay_iters);
   TAPEFORMER_CHECK(schedule.decay_iters >= schedule.warmup_iters, "config: 'schedule.decay_iters' (",
                    schedule.decay_iters, ") must be >= 'schedule.warmup_iters' (", schedule.warmup_iters, ")");
   TAPEFORMER_CHECK(schedule.min_lr >= 0 && schedule.min_lr <= optimizer.lr, "config: 'schedule.min_lr' (",

@@ -64,9 +64,10 @@ expect_error "invalid JSON" "invalid JSON" -- tf train --config "$work/text.txt"
 expect_error "block size larger than the data" "block size 4096" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o10" --set model.block_size=4096
 # Sizes whose tensors would not fit anywhere: refused before allocating (2^58
 # used to wrap the element count to a small buffer and crash).
-expect_error "block size beyond any memory" "model.block_size=288230376151711744" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o11" --set model.block_size=288230376151711744
-expect_error "width beyond any memory" "of memory (model.n_layer=1, model.n_embd=4611686018427387904" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o12" --set model.n_embd=4611686018427387904 --set model.n_head=1
-expect_error "evaluation batches beyond any memory" "eval.iters=100000000000" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o13" --set eval.iters=100000000000
+expect_error "block size beyond any memory" "model.block_size=1073741824" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o11" --set model.block_size=1073741824
+expect_error "width beyond any memory" "of memory (model.n_layer=1, model.n_embd=2147483647" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o12" --set model.n_embd=2147483647 --set model.n_head=1
+expect_error "evaluation batches beyond any memory" "eval.iters=2000000000" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o13" --set eval.iters=2000000000
+expect_error "count beyond 32 bits" "'train.grad_accum' must be at most 2147483647" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o18" --set train.grad_accum=1000000000000000000
 
 # A real run to get a checkpoint, then damaged copies of it.
 if ! "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run" > "$work/run.json" 2> "$work/run.log"; then
@@ -83,6 +84,7 @@ expect_error "missing checkpoint" "cannot open" -- tf sample --checkpoint "$work
 expect_error "a text file as checkpoint" "not a tapeformer checkpoint" -- tf sample --checkpoint "$work/text.txt" --tokens 5
 expect_error "--resume without a checkpoint" "--resume: no checkpoint at" -- tf train --out "$work/nothing" --resume
 expect_error "no data file" "no data file" -- tf train --config "$work/tiny.json" --out "$work/o16"
+expect_error "endless binary data" "'/dev/zero' looks binary (NUL byte at offset 0)" -- tf train --config "$work/tiny.json" --data /dev/zero --out "$work/o17"
 printf 'a' > "$work/one.txt"
 expect_error "eval on a one-character file" "fewer than 2 tokens" -- tf eval --checkpoint "$work/run" --data "$work/one.txt"
 cp -r "$work/run" "$work/resume"
@@ -123,7 +125,7 @@ checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
   echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
 fi
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16; do
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16 o17 o18; do
   if [ -e "$work/$d" ]; then echo "FAIL: failed run $d left a directory behind"; failures=$((failures + 1)); fi
 done
 

@@ -78,6 +78,26 @@ TEST_CASE("config: range checks name the key, with values as the optimizer will 
   CHECK(error_of(R"({"train": {"shards": -1}})") == "config: 'train.shards' must be in [0, 1024], got -1");
 }
 
+TEST_CASE("config: huge values are refused with the key named, before they overflow or round away") {
+  CHECK(error_of(R"({"train": {"max_iters": 18446744073709551615}})") ==
+        "config: 'train.max_iters' must be an integer below 2^63, got 18446744073709551615");
+  CHECK(error_of(R"({"train": {"max_iters": 20000000}})") ==
+        "config: 'train.max_iters' must be at most 16777216 (optimizer step counts are saved as float32), got 20000000");
+  CHECK(error_of(R"({"train": {"grad_accum": 1000000000000000000}})") ==
+        "config: 'train.grad_accum' must be at most 2147483647, got 1000000000000000000");
+  CHECK(error_of(R"({"train": {"grad_accum": 2000000000, "batch_size": 2000}})") ==
+        "config: 'train.batch_size' x 'model.block_size' x 'train.grad_accum' = 2.56e+14 tokens per step is more "
+        "than 2^40");
+  CHECK(error_of(R"({"eval": {"iters": 4294967296}})") ==
+        "config: 'eval.iters' must be at most 2147483647, got 4294967296");
+  CHECK(error_of(R"({"schedule": {"warmup_iters": 9223372036854775807, "decay_iters": 9223372036854775807}})") ==
+        "config: 'schedule.warmup_iters' must be in [0, 2147483647], got 9223372036854775807");
+  CHECK(error_of(R"({"optimizer": {"lr": 1e39}})") == "config: 'optimizer.lr' (1e+39) is too large for a float");
+  CHECK(error_of(R"({"optimizer": {"grad_clip": 1e-50}})") ==
+        "config: 'optimizer.grad_clip' must be 0 (off) or > 0 (as a float), got 1e-50");
+  CHECK(error_of(R"({"optimizer": {"grad_clip": 0}})").empty());
+}
+
 TEST_CASE("config: a missing file or a directory is named") {
   CHECK_THROWS_WITH_AS(TrainConfig::load("/nonexistent/x.json"), "config: cannot open '/nonexistent/x.json'", Error);
   CHECK_THROWS_WITH_AS(TrainConfig::load("/tmp"), "config: '/tmp' is a directory, not a JSON file", Error);
