@@ -51,6 +51,26 @@ Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropou
   return reshape(permute(y, {0, 2, 1, 3}), {B, T, C});                    // (B, T, C)
 }
 
+KVCache::KVCache(int64_t batch, int64_t n_head, int64_t head_dim, int64_t capacity)
+    : k_(Tensor::zeros({batch, n_head, capacity, head_dim})), v_(Tensor::zeros({batch, n_head, capacity, head_dim})) {
+  TAPEFORMER_CHECK(batch > 0 && n_head > 0 && head_dim > 0 && capacity > 0, "KVCache: batch ", batch, ", heads ",
+                   n_head, ", head dim ", head_dim, " and capacity ", capacity, " must all be >= 1");
+}
+
+std::pair<Tensor, Tensor> KVCache::append(const Tensor& k, const Tensor& v) {
+  const int64_t t = k.rank() == 4 ? k.dim(2) : 0;
+  TAPEFORMER_CHECK(k.rank() == 4 && k.shape() == v.shape() && k.dim(0) == k_.dim(0) && k.dim(1) == k_.dim(1) &&
+                       k.dim(3) == k_.dim(3),
+                   "KVCache: k ", k.shape(), " and v ", v.shape(), " must both be (", k_.dim(0), ", ", k_.dim(1),
+                   ", t, ", k_.dim(3), ")");
+  TAPEFORMER_CHECK(length_ + t <= capacity(), "KVCache: ", length_, " cached positions + ", t, " new exceed its capacity ",
+                   capacity());
+  k_.slice(2, length_, length_ + t).copy_from(k);
+  v_.slice(2, length_, length_ + t).copy_from(v);
+  length_ += t;
+  return {k_.slice(2, 0, length_), v_.slice(2, 0, length_)};
+}
+
 MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
                                        float proj_init_std, Rng& rng, bool causal_)
     : n_embd(n_embd_), n_head(n_head_), dropout_p(dropout), causal(causal_) {
@@ -68,6 +88,26 @@ Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
   Var y = causal ? causal_attention(qkv->forward(x), n_head, p, &rng)  // fused kernel, (B, T, C)
                  : composed_attention(qkv->forward(x), n_head, false, p, &rng);
   return resid_drop->forward(proj->forward(y), rng);
+}
+
+std::unique_ptr<KVCache> MultiHeadAttention::make_cache(int64_t batch, int64_t capacity) const {
+  return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, capacity);
+}
+
+Var MultiHeadAttention::forward(const Var& x, KVCache& cache) const {
+  TAPEFORMER_CHECK(causal, "MultiHeadAttention: a KV cache needs causal attention");
+  TAPEFORMER_CHECK(!grad_enabled() && !is_training(),
+                   "MultiHeadAttention: the KV-cache forward is for inference (eval() and NoGradGuard)");
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "MultiHeadAttention: input ", x.shape(),
+                   " must be (B, t, ", n_embd, ")");
+  const int64_t B = x.dim(0), t = x.dim(1), C = n_embd, H = n_head, D = C / H;
+  // (B, t, 3C) -> (3, B, H, t, D), as in composed_attention.
+  const Tensor heads = qkv->forward(x).value().reshape({B, t, 3, H, D}).permute({2, 0, 3, 1, 4});
+  const auto part = [&](int64_t i) { return heads.slice(0, i, i + 1).reshape({B, H, t, D}); };
+  const auto [k, v] = cache.append(part(1), part(2));  // (B, H, L + t, D) each
+  // The causal mask is offset so new query i sees cached keys and new keys <= i.
+  const Var y = scaled_dot_product_attention(Var(part(0)), Var(k), Var(v), true, 0.0f, nullptr);  // (B, H, t, D)
+  return proj->forward(reshape(permute(y, {0, 2, 1, 3}), {B, t, C}));                          // (B, t, C)
 }
 
 }  // namespace tapeformer

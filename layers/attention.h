@@ -14,8 +14,10 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "layers/basic.h"
+#include "layers/inference_state.h"
 
 namespace tapeformer {
 
@@ -27,11 +29,35 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool 
 // The composition of primitives that causal_attention fuses: qkv (B, T, 3C) -> (B, T, C).
 Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropout_p, Rng* rng);
 
+// Keys and values of the positions a causal attention layer has seen, so a
+// new position attends to the past without recomputing it.
+class KVCache : public InferenceState {
+ public:
+  KVCache(int64_t batch, int64_t n_head, int64_t head_dim, int64_t capacity);
+  int64_t length() const override { return length_; }
+  void reset() override { length_ = 0; }
+  int64_t capacity() const { return k_.dim(2); }
+  // Appends k, v (B, H, t, D) after the cached positions and returns views of
+  // all keys and values so far, (B, H, length + t, D) each.
+  std::pair<Tensor, Tensor> append(const Tensor& k, const Tensor& v);
+
+ private:
+  Tensor k_, v_;  // (B, H, capacity, D)
+  int64_t length_ = 0;
+};
+
 class MultiHeadAttention : public Module {
  public:
   MultiHeadAttention(int64_t n_embd, int64_t n_head, bool bias, float dropout,
                      float proj_init_std, Rng& rng, bool causal = true);
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
+
+  // Inference, causal only: x (B, t, C) holds the t positions after the
+  // cache's; they attend to the cached ones and causally to each other, and
+  // their keys and values join the cache. Equals the matching rows of
+  // forward() on the whole sequence. Needs NoGradGuard and eval mode.
+  std::unique_ptr<KVCache> make_cache(int64_t batch, int64_t capacity) const;
+  Var forward(const Var& x, KVCache& cache) const;  // (B, t, C) -> (B, t, C)
 
   int64_t n_embd, n_head;
   float dropout_p;

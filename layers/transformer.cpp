@@ -52,6 +52,16 @@ Var TransformerBlock::forward(const Var& x_in, Rng& rng) const {
   return add(x, mlp->forward(ln_2->forward(x), rng));
 }
 
+std::unique_ptr<InferenceState> TransformerBlock::make_state(int64_t batch, int64_t capacity) const {
+  return attn->make_cache(batch, capacity);
+}
+
+Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
+  Var x = add(x_in, attn->forward(ln_1->forward(x_in), state_as<KVCache>(state, "TransformerBlock")));
+  Rng unused(0);  // eval mode: no dropout draws
+  return add(x, mlp->forward(ln_2->forward(x), unused));
+}
+
 TransformerLM::TransformerLM(const ModelConfig& cfg, Rng& rng) : cfg_(cfg) {
   cfg.validate();
   tok_emb = register_module("tok_emb", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, rng));
@@ -64,19 +74,63 @@ TransformerLM::TransformerLM(const ModelConfig& cfg, Rng& rng) : cfg_(cfg) {
     lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, false, rng));
 }
 
+Var TransformerLM::embed(const IndexTensor& ids, int64_t start) const {
+  const int64_t T = ids.shape[1];
+  std::vector<int32_t> positions(T);
+  for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>(start + t);
+  return add(tok_emb->forward(ids), pos_emb->forward(IndexTensor({1, T}, positions)));  // (B, T, C)
+}
+
+Var TransformerLM::head(const Var& x) const {
+  const Var h = ln_f->forward(x);
+  if (lm_head) return lm_head->forward(h);              // (B, T, V)
+  return matmul(h, transpose(tok_emb->weight, 0, 1));  // tied: h E^T, (B, T, V)
+}
+
 Var TransformerLM::forward(const IndexTensor& ids, Rng& rng) const {
   TAPEFORMER_CHECK(ids.shape.rank() == 2, "TransformerLM: ids must be (B, T), got ", ids.shape);
   const int64_t T = ids.shape[1];
   TAPEFORMER_CHECK(T >= 1 && T <= cfg_.block_size, "TransformerLM: sequence length ", T,
                    " exceeds the block size ", cfg_.block_size);
-  std::vector<int32_t> positions(T);
-  for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>(t);
-  Var x = add(tok_emb->forward(ids), pos_emb->forward(IndexTensor({1, T}, positions)));  // (B, T, C)
-  x = drop->forward(x, rng);
+  Var x = drop->forward(embed(ids, 0), rng);
   for (const auto& block : blocks) x = block->forward(x, rng);
-  x = ln_f->forward(x);
-  if (lm_head) return lm_head->forward(x);                      // (B, T, V)
-  return matmul(x, transpose(tok_emb->weight, 0, 1));           // tied: x E^T, (B, T, V)
+  return head(x);
+}
+
+namespace {
+// The model's state: its blocks' states, in order, and the positions seen.
+class LMState : public InferenceState {
+ public:
+  int64_t length() const override { return length_; }
+  void reset() override {
+    for (auto& s : blocks) s->reset();
+    length_ = 0;
+  }
+  std::vector<std::unique_ptr<InferenceState>> blocks;
+  int64_t batch = 0, length_ = 0;
+};
+}  // namespace
+
+std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch) const {
+  TAPEFORMER_CHECK(batch >= 1, "TransformerLM: batch size must be >= 1, got ", batch);
+  auto state = std::make_unique<LMState>();
+  state->batch = batch;
+  for (const auto& block : blocks) state->blocks.push_back(block->make_state(batch, cfg_.block_size));
+  return state;
+}
+
+Var TransformerLM::forward(const IndexTensor& ids, InferenceState& state) const {
+  LMState& s = state_as<LMState>(state, "TransformerLM");
+  TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[0] == s.batch && ids.shape[1] >= 1, "TransformerLM: ids ",
+                   ids.shape, " must be (", s.batch, ", t) with t >= 1 for this state");
+  const int64_t t = ids.shape[1];
+  TAPEFORMER_CHECK(s.length_ + t <= cfg_.block_size, "TransformerLM: ", s.length_, " positions seen + ", t,
+                   " new exceed the block size ", cfg_.block_size, " (reset the state and feed the last ",
+                   cfg_.block_size, " tokens)");
+  Var x = embed(ids, s.length_);
+  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.blocks[i]);
+  s.length_ += t;
+  return head(x);
 }
 
 }  // namespace tapeformer

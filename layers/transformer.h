@@ -53,6 +53,9 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(const ModelConfig& cfg, Rng& rng);
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
+  // Inference with the attention's KV cache (see MultiHeadAttention).
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t capacity) const;
+  Var forward(const Var& x, InferenceState& state) const;  // (B, t, C) -> (B, t, C)
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<MultiHeadAttention> attn;
   std::shared_ptr<FeedForward> mlp;
@@ -63,6 +66,15 @@ class TransformerLM : public Module {
   TransformerLM(const ModelConfig& cfg, Rng& rng);
   // ids (B, T) with T <= block_size -> logits (B, T, V).
   Var forward(const IndexTensor& ids, Rng& rng) const;
+
+  // Reading a sequence piece by piece (sampling): make_state(B) holds every
+  // block's state, and forward(ids, state) takes the next t positions, ids
+  // (B, t) -> logits (B, t, V), equal (to float rounding) to the matching
+  // rows of forward() on the whole sequence so far. Positions are absolute,
+  // so state.length() + t must stay within block_size; past that, reset()
+  // and feed the last block_size tokens again. Needs NoGradGuard and eval().
+  std::unique_ptr<InferenceState> make_state(int64_t batch) const;
+  Var forward(const IndexTensor& ids, InferenceState& state) const;
   const ModelConfig& config() const { return cfg_; }
 
   std::shared_ptr<Embedding> tok_emb, pos_emb;
@@ -72,6 +84,8 @@ class TransformerLM : public Module {
   std::shared_ptr<Linear> lm_head;  // null when tied
 
  private:
+  Var embed(const IndexTensor& ids, int64_t start) const;  // token + position (start + t), (B, T, C)
+  Var head(const Var& x) const;                            // ln_f and the output head, (B, T, V)
   ModelConfig cfg_;
 };
 

@@ -58,14 +58,27 @@ std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& 
   model.eval();
   NoGradGuard no_grad;
   std::vector<int32_t> seq = prompt;
-  Rng unused(0);  // dropout is off in eval mode
+  // The model reads the last block_size tokens (positions 0..T-1). While the
+  // sequence fits, each new token is one more position on the KV caches;
+  // once it is longer, every window starts at a new token, so the caches are
+  // refilled with the last block_size tokens (what a full forward would see).
+  const std::unique_ptr<InferenceState> state = model.make_state(1);
+  const auto feed = [&](std::vector<int32_t>::const_iterator begin) {
+    const auto t = static_cast<int64_t>(seq.cend() - begin);
+    return model.forward(IndexTensor({1, t}, std::vector<int32_t>(begin, seq.cend())), *state).value();  // (1, t, V)
+  };
+  Tensor logits = feed(seq.end() - std::min<int64_t>(block, static_cast<int64_t>(seq.size())));
   for (int64_t n = 0; n < opt.tokens; ++n) {
-    const int64_t T = std::min<int64_t>(block, static_cast<int64_t>(seq.size()));
-    IndexTensor ids({1, T}, std::vector<int32_t>(seq.end() - T, seq.end()));
-    const Tensor logits = model.forward(ids, unused).value();  // (1, T, V)
-    const int32_t next = sample_token(logits.data() + (T - 1) * V, V, opt, rng);
+    const int32_t next = sample_token(logits.data() + (logits.dim(1) - 1) * V, V, opt, rng);
     seq.push_back(next);
     if (on_token) on_token(next);
+    if (n + 1 == opt.tokens) break;
+    if (state->length() < block) {
+      logits = feed(seq.end() - 1);
+    } else {
+      state->reset();
+      logits = feed(seq.end() - block);
+    }
   }
   model.train(was_training);
   return seq;

@@ -301,3 +301,71 @@ TEST_CASE("TransformerLM gradchecks through every parameter (tied and untied hea
     }
   }
 }
+
+TEST_CASE("TransformerLM with an inference state (KV caches) equals the full forward, piece by piece") {
+  for (bool tie : {true, false}) {
+    CAPTURE(tie);
+    ModelConfig c = tiny_config();
+    c.tie_weights = tie;
+    Rng rng(21);
+    TransformerLM model(c, rng);
+    for (auto& [name, p] : model.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.3f);  // distinct rows
+    model.eval();
+    NoGradGuard no_grad;
+    const int64_t B = 2, T = c.block_size, V = c.vocab_size;
+    const IndexTensor ids = random_ids(B, T, static_cast<int32_t>(V), 22);
+    Rng unused(0);
+    const Tensor full = model.forward(ids, unused).value();  // (B, T, V)
+    const auto piece = [&](int64_t t0, int64_t t1) {
+      std::vector<int32_t> v;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[b * T + t]);
+      return IndexTensor({B, t1 - t0}, v);
+    };
+    auto state = model.make_state(B);
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass after reset() is a new sequence
+      CAPTURE(pass);
+      // A prompt of 3, then single tokens, then a piece of 2, then the last token.
+      for (auto [t0, t1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 8}}) {
+        CAPTURE(t0);
+        const Tensor got = model.forward(piece(t0, t1), *state).value();  // (B, t1 - t0, V)
+        REQUIRE(got.shape() == Shape{B, t1 - t0, V});
+        CHECK(state->length() == t1);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = t0; t < t1; ++t)
+            for (int64_t v = 0; v < V; ++v) {
+              const Scalar want = full.at({b, t, v});
+              REQUIRE(std::abs(got.at({b, t - t0, v}) - want) <= 1e-5f * std::max(1.0f, std::abs(want)));
+            }
+      }
+      CHECK_THROWS_WITH_AS(model.forward(piece(0, 1), *state),
+                           "TransformerLM: 8 positions seen + 1 new exceed the block size 8 (reset the state and "
+                           "feed the last 8 tokens)",
+                           Error);
+      state->reset();
+      CHECK(state->length() == 0);
+    }
+  }
+}
+
+TEST_CASE("inference states: wrong batch, foreign state, training mode and gradients are refused") {
+  Rng rng(23);
+  TransformerLM model(tiny_config(), rng);
+  const IndexTensor one = random_ids(1, 1, 11, 24);
+  {
+    NoGradGuard no_grad;
+    auto state = model.make_state(1);
+    CHECK_THROWS_WITH_AS(model.forward(one, *state), doctest::Contains("is for inference (eval() and NoGradGuard)"),
+                         Error);  // still in training mode
+    model.eval();
+    CHECK_THROWS_WITH_AS(model.forward(random_ids(2, 1, 11, 25), *state),
+                         "TransformerLM: ids [2, 1] must be (1, t) with t >= 1 for this state", Error);
+    KVCache foreign(1, 2, 4, 8);
+    CHECK_THROWS_WITH_AS(model.forward(one, foreign), doctest::Contains("TransformerLM: got an inference state of type"),
+                         Error);
+    CHECK(model.forward(one, *state).value().shape() == Shape{1, 1, 11});
+  }
+  auto state = model.make_state(1);
+  CHECK_THROWS_WITH_AS(model.forward(one, *state), doctest::Contains("is for inference (eval() and NoGradGuard)"),
+                       Error);  // gradients on
+}

@@ -115,6 +115,29 @@ TEST_CASE("generate: a sequence longer than the block size is cropped to its las
   }
 }
 
+TEST_CASE("generate (KV caches) draws what a full forward per token would, before and after the block fills") {
+  Rng init(5);
+  TransformerLM model(tiny_config(), init);
+  for (auto& [name, p] : model.named_parameters()) init.fill_normal(p.value(), 0.0f, 0.5f);
+  SampleOptions opt;
+  opt.tokens = 9;  // prompt 2 + 9 crosses block size 4
+  opt.top_k = 5;
+  Rng a(17);
+  const std::vector<int32_t> out = generate(model, {3, 1}, opt, a);
+  REQUIRE(out.size() == 11);
+  // The same draws from full forwards of the last <= 4 tokens.
+  model.eval();
+  NoGradGuard no_grad;
+  Rng b(17), unused(0);
+  std::vector<int32_t> seq{3, 1};
+  while (seq.size() < out.size()) {
+    const int64_t T = std::min<int64_t>(4, static_cast<int64_t>(seq.size()));
+    const Tensor l = model.forward(IndexTensor({1, T}, std::vector<int32_t>(seq.end() - T, seq.end())), unused).value();
+    seq.push_back(sample_token(l.data() + (T - 1) * 7, 7, opt, b));
+  }
+  CHECK(out == seq);
+}
+
 TEST_CASE("generate: deterministic for a seed, crops to the block size, validates options") {
   Rng init(3);
   TransformerLM model(tiny_config(), init);

@@ -1,0 +1,42 @@
+// InferenceState: what a layer carries from one call to the next when a
+// model reads a sequence piece by piece (sampling one token at a time).
+//
+//   auto state = model.make_state(/*batch=*/1);
+//   Var logits = model.forward(prompt_ids, *state);   // (1, t, V); the state now holds t positions
+//   logits = model.forward(next_id, *state);          // (1, 1, V), the past is not recomputed
+//
+// Each layer that needs state defines its own subclass and makes it: the KV
+// cache of softmax attention (KVCache, layers/attention.h); later the running
+// sums S, z of causal linear attention and Transformer-XL's memories. A model
+// composes its layers' states into one. States are for inference only: the
+// forward passes that take one run under NoGradGuard, in eval mode.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <typeinfo>
+
+#include "core/error.h"
+
+namespace tapeformer {
+
+class InferenceState {
+ public:
+  virtual ~InferenceState() = default;
+  // Positions seen since construction or the last reset().
+  virtual int64_t length() const = 0;
+  // Forgets every position (the next call starts a new sequence).
+  virtual void reset() = 0;
+};
+
+// `state` as the subclass layer `who` made, or an Error naming both types
+// (a state passed to a layer other than the one that made it).
+template <class S>
+S& state_as(InferenceState& state, const char* who) {
+  S* s = dynamic_cast<S*>(&state);
+  TAPEFORMER_CHECK(s != nullptr, who, ": got an inference state of type ", typeid(state).name(),
+                   ", not the one this layer makes (", typeid(S).name(), ")");
+  return *s;
+}
+
+}  // namespace tapeformer
