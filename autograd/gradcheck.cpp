@@ -101,12 +101,14 @@ GradcheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<
       v = saved;
       // Divide by the step actually taken after rounding to float.
       const double numeric = (fp - fm) / (up_x - down_x);
-      const double err = std::abs(a[e] - numeric);
-      const double tol = opt.atol + opt.rtol * std::abs(numeric);
-      // A NaN error (analytic or numeric NaN) is the worst failure there is;
-      // written so that no comparison with NaN can let it through.
-      const double ratio = std::isnan(err) ? INFINITY : err / tol;
-      if (std::isnan(err) || err > result.max_abs_error) result.max_abs_error = err;
+      // A non-finite gradient on either side (NaN, or an overflow that makes
+      // err and tol both inf) is the worst failure there is; written so that
+      // no comparison with NaN or inf can let it through.
+      const bool finite = std::isfinite(a[e]) && std::isfinite(numeric);
+      const double err = finite ? std::abs(a[e] - numeric) : INFINITY;
+      const double tol = finite ? opt.atol + opt.rtol * std::abs(numeric) : 0.0;
+      const double ratio = finite ? err / tol : INFINITY;
+      if (err > result.max_abs_error) result.max_abs_error = err;
       ++result.checked;
       if (!(err <= tol) && (result.ok || ratio > worst_ratio)) {
         worst_ratio = ratio;

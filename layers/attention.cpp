@@ -51,24 +51,29 @@ Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropou
   return reshape(permute(y, {0, 2, 1, 3}), {B, T, C});                    // (B, T, C)
 }
 
-KVCache::KVCache(int64_t batch, int64_t n_head, int64_t head_dim, int64_t capacity)
-    : k_(Tensor::zeros({batch, n_head, capacity, head_dim})), v_(Tensor::zeros({batch, n_head, capacity, head_dim})) {
+namespace {
+Shape cache_shape(int64_t batch, int64_t n_head, int64_t head_dim, int64_t capacity) {
   TAPEFORMER_CHECK(batch > 0 && n_head > 0 && head_dim > 0 && capacity > 0, "KVCache: batch ", batch, ", heads ",
                    n_head, ", head dim ", head_dim, " and capacity ", capacity, " must all be >= 1");
+  return {batch, n_head, capacity, head_dim};  // (B, H, capacity, D)
 }
+}  // namespace
+
+KVCache::KVCache(int64_t batch, int64_t n_head, int64_t head_dim, int64_t capacity)
+    : k_(Tensor::zeros(cache_shape(batch, n_head, head_dim, capacity))), v_(Tensor::zeros(k_.shape())) {}
 
 std::pair<Tensor, Tensor> KVCache::append(const Tensor& k, const Tensor& v) {
-  const int64_t t = k.rank() == 4 ? k.dim(2) : 0;
   TAPEFORMER_CHECK(k.rank() == 4 && k.shape() == v.shape() && k.dim(0) == k_.dim(0) && k.dim(1) == k_.dim(1) &&
                        k.dim(3) == k_.dim(3),
                    "KVCache: k ", k.shape(), " and v ", v.shape(), " must both be (", k_.dim(0), ", ", k_.dim(1),
-                   ", t, ", k_.dim(3), ")");
-  TAPEFORMER_CHECK(length_ + t <= capacity(), "KVCache: ", length_, " cached positions + ", t, " new exceed its capacity ",
-                   capacity());
-  k_.slice(2, length_, length_ + t).copy_from(k);
-  v_.slice(2, length_, length_ + t).copy_from(v);
-  length_ += t;
-  return {k_.slice(2, 0, length_), v_.slice(2, 0, length_)};
+                   ", T, ", k_.dim(3), ")");
+  const int64_t T = k.dim(2);
+  TAPEFORMER_CHECK(length_ + T <= capacity(), "KVCache: ", length_, " cached positions + ", T,
+                   " new exceed its capacity ", capacity());
+  k_.slice(2, length_, length_ + T).copy_from(k);
+  v_.slice(2, length_, length_ + T).copy_from(v);
+  length_ += T;
+  return {k_.slice(2, 0, length_), v_.slice(2, 0, length_)};  // (B, H, M + T, D) each
 }
 
 MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
@@ -99,15 +104,23 @@ Var MultiHeadAttention::forward(const Var& x, KVCache& cache) const {
   TAPEFORMER_CHECK(!grad_enabled() && !is_training(),
                    "MultiHeadAttention: the KV-cache forward is for inference (eval() and NoGradGuard)");
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "MultiHeadAttention: input ", x.shape(),
-                   " must be (B, t, ", n_embd, ")");
-  const int64_t B = x.dim(0), t = x.dim(1), C = n_embd, H = n_head, D = C / H;
-  // (B, t, 3C) -> (3, B, H, t, D), as in composed_attention.
-  const Tensor heads = qkv->forward(x).value().reshape({B, t, 3, H, D}).permute({2, 0, 3, 1, 4});
-  const auto part = [&](int64_t i) { return heads.slice(0, i, i + 1).reshape({B, H, t, D}); };
-  const auto [k, v] = cache.append(part(1), part(2));  // (B, H, L + t, D) each
-  // The causal mask is offset so new query i sees cached keys and new keys <= i.
-  const Var y = scaled_dot_product_attention(Var(part(0)), Var(k), Var(v), true, 0.0f, nullptr);  // (B, H, t, D)
-  return proj->forward(reshape(permute(y, {0, 2, 1, 3}), {B, t, C}));                          // (B, t, C)
+                   " must be (B, T, ", n_embd, ")");
+  const int64_t B = x.dim(0), T = x.dim(1), C = n_embd, H = n_head, D = C / H;
+  const Var qkv_x = qkv->forward(x);  // (B, T, 3C)
+  // (B, T, 3C) -> (3, B, H, T, D), as in composed_attention.
+  const Tensor heads = qkv_x.value().reshape({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});
+  const auto part = [&](int64_t i) { return heads.slice(0, i, i + 1).reshape({B, H, T, D}); };
+  const bool first = cache.length() == 0;
+  const auto [k, v] = cache.append(part(1), part(2));  // (B, H, M + T, D) each, M = positions cached before
+  // An empty cache sees what forward(x, rng) sees: the same fused kernel,
+  // so a sequence fed whole gives bit-identical outputs. New positions after
+  // cached ones attend through the offset causal mask (query i sees the M
+  // cached keys and new keys <= i).
+  const Var y = first ? causal_attention(qkv_x, n_head)  // (B, T, C)
+                      : reshape(permute(scaled_dot_product_attention(Var(part(0)), Var(k), Var(v), true, 0.0f, nullptr),
+                                        {0, 2, 1, 3}),
+                                {B, T, C});
+  return proj->forward(y);  // (B, T, C)
 }
 
 }  // namespace tapeformer

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "layers/basic.h"
@@ -29,16 +30,21 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool 
 // The composition of primitives that causal_attention fuses: qkv (B, T, 3C) -> (B, T, C).
 Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropout_p, Rng* rng);
 
-// Keys and values of the positions a causal attention layer has seen, so a
-// new position attends to the past without recomputing it.
+// Keys and values of the M positions a causal attention layer has seen, so
+// a new position attends to the past without recomputing it.
+//
+//   auto cache = attn.make_cache(/*batch=*/1, /*capacity=*/64);
+//   Var y = attn.forward(x_prompt, *cache);   // (1, T, C); cache->length() == T
+//   y = attn.forward(x_next, *cache);         // (1, 1, C), attends to all T + 1
 class KVCache : public InferenceState {
  public:
   KVCache(int64_t batch, int64_t n_head, int64_t head_dim, int64_t capacity);
+  std::string name() const override { return "KVCache"; }
   int64_t length() const override { return length_; }
   void reset() override { length_ = 0; }
   int64_t capacity() const { return k_.dim(2); }
-  // Appends k, v (B, H, t, D) after the cached positions and returns views of
-  // all keys and values so far, (B, H, length + t, D) each.
+  // Appends k, v (B, H, T, D) after the M cached positions and returns views
+  // of all keys and values so far, (B, H, M + T, D) each.
   std::pair<Tensor, Tensor> append(const Tensor& k, const Tensor& v);
 
  private:
@@ -52,12 +58,14 @@ class MultiHeadAttention : public Module {
                      float proj_init_std, Rng& rng, bool causal = true);
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
 
-  // Inference, causal only: x (B, t, C) holds the t positions after the
-  // cache's; they attend to the cached ones and causally to each other, and
+  // Inference, causal only: x (B, T, C) holds the T positions after the
+  // cache's M; they attend to the cached ones and causally to each other, and
   // their keys and values join the cache. Equals the matching rows of
-  // forward() on the whole sequence. Needs NoGradGuard and eval mode.
+  // forward() on the whole sequence: bit for bit from an empty cache (the
+  // same fused kernel), to float rounding after cached positions. Needs
+  // NoGradGuard and eval mode.
   std::unique_ptr<KVCache> make_cache(int64_t batch, int64_t capacity) const;
-  Var forward(const Var& x, KVCache& cache) const;  // (B, t, C) -> (B, t, C)
+  Var forward(const Var& x, KVCache& cache) const;  // (B, T, C) -> (B, T, C)
 
   int64_t n_embd, n_head;
   float dropout_p;

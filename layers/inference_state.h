@@ -14,7 +14,6 @@
 
 #include <cstdint>
 #include <string>
-#include <typeinfo>
 
 #include "core/error.h"
 
@@ -23,19 +22,20 @@ namespace tapeformer {
 class InferenceState {
  public:
   virtual ~InferenceState() = default;
+  // For error messages: "KVCache", "TransformerLM state".
+  virtual std::string name() const = 0;
   // Positions seen since construction or the last reset().
   virtual int64_t length() const = 0;
   // Forgets every position (the next call starts a new sequence).
   virtual void reset() = 0;
 };
 
-// `state` as the subclass layer `who` made, or an Error naming both types
-// (a state passed to a layer other than the one that made it).
+// `state` as the subclass S that layer `who` makes (named `expected`), or an
+// Error naming both (a state passed to a layer other than the one that made it).
 template <class S>
-S& state_as(InferenceState& state, const char* who) {
+S& state_as(InferenceState& state, const char* who, const char* expected) {
   S* s = dynamic_cast<S*>(&state);
-  TAPEFORMER_CHECK(s != nullptr, who, ": got an inference state of type ", typeid(state).name(),
-                   ", not the one this layer makes (", typeid(S).name(), ")");
+  TAPEFORMER_CHECK(s != nullptr, who, ": got a ", state.name(), " as its inference state, not a ", expected);
   return *s;
 }
 

@@ -57,7 +57,7 @@ std::unique_ptr<InferenceState> TransformerBlock::make_state(int64_t batch, int6
 }
 
 Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
-  Var x = add(x_in, attn->forward(ln_1->forward(x_in), state_as<KVCache>(state, "TransformerBlock")));
+  Var x = add(x_in, attn->forward(ln_1->forward(x_in), state_as<KVCache>(state, "TransformerBlock", "KVCache")));
   Rng unused(0);  // eval mode: no dropout draws
   return add(x, mlp->forward(ln_2->forward(x), unused));
 }
@@ -101,11 +101,13 @@ namespace {
 // The model's state: its blocks' states, in order, and the positions seen.
 class LMState : public InferenceState {
  public:
+  std::string name() const override { return "TransformerLM state"; }
   int64_t length() const override { return length_; }
   void reset() override {
     for (auto& s : blocks) s->reset();
     length_ = 0;
   }
+  const TransformerLM* owner = nullptr;  // the model that made it
   std::vector<std::unique_ptr<InferenceState>> blocks;
   int64_t batch = 0, length_ = 0;
 };
@@ -114,23 +116,30 @@ class LMState : public InferenceState {
 std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch) const {
   TAPEFORMER_CHECK(batch >= 1, "TransformerLM: batch size must be >= 1, got ", batch);
   auto state = std::make_unique<LMState>();
+  state->owner = this;
   state->batch = batch;
   for (const auto& block : blocks) state->blocks.push_back(block->make_state(batch, cfg_.block_size));
   return state;
 }
 
 Var TransformerLM::forward(const IndexTensor& ids, InferenceState& state) const {
-  LMState& s = state_as<LMState>(state, "TransformerLM");
+  LMState& s = state_as<LMState>(state, "TransformerLM", "TransformerLM state");
+  TAPEFORMER_CHECK(s.owner == this, "TransformerLM: this inference state was made by another model");
   TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[0] == s.batch && ids.shape[1] >= 1, "TransformerLM: ids ",
-                   ids.shape, " must be (", s.batch, ", t) with t >= 1 for this state");
-  const int64_t t = ids.shape[1];
-  TAPEFORMER_CHECK(s.length_ + t <= cfg_.block_size, "TransformerLM: ", s.length_, " positions seen + ", t,
+                   ids.shape, " must be (", s.batch, ", T) with T >= 1 for this state");
+  const int64_t T = ids.shape[1];
+  TAPEFORMER_CHECK(s.length_ + T <= cfg_.block_size, "TransformerLM: ", s.length_, " positions seen + ", T,
                    " new exceed the block size ", cfg_.block_size, " (reset the state and feed the last ",
                    cfg_.block_size, " tokens)");
-  Var x = embed(ids, s.length_);
-  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.blocks[i]);
-  s.length_ += t;
-  return head(x);
+  try {
+    Var x = embed(ids, s.length_);  // positions continue after the M seen, (B, T, C)
+    for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.blocks[i]);
+    s.length_ += T;
+    return head(x);  // (B, T, V)
+  } catch (...) {
+    s.reset();  // some caches may have grown: start over rather than misalign
+    throw;
+  }
 }
 
 }  // namespace tapeformer

@@ -68,11 +68,13 @@ class TransformerLM : public Module {
   Var forward(const IndexTensor& ids, Rng& rng) const;
 
   // Reading a sequence piece by piece (sampling): make_state(B) holds every
-  // block's state, and forward(ids, state) takes the next t positions, ids
-  // (B, t) -> logits (B, t, V), equal (to float rounding) to the matching
-  // rows of forward() on the whole sequence so far. Positions are absolute,
-  // so state.length() + t must stay within block_size; past that, reset()
-  // and feed the last block_size tokens again. Needs NoGradGuard and eval().
+  // block's state, and forward(ids, state) takes the next T positions, ids
+  // (B, T) -> logits (B, T, V), equal to the matching rows of forward() on
+  // the whole sequence so far (bit for bit from a fresh or reset state, to
+  // float rounding after that). Positions are absolute, so state.length() +
+  // T must stay within block_size; past that, reset() and feed the last
+  // block_size tokens again. Needs NoGradGuard and eval(). A state belongs to
+  // the model that made it; after an error it is reset.
   std::unique_ptr<InferenceState> make_state(int64_t batch) const;
   Var forward(const IndexTensor& ids, InferenceState& state) const;
   const ModelConfig& config() const { return cfg_; }

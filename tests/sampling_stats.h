@@ -17,6 +17,7 @@ inline constexpr double kZ = 5.0;
 
 // How many standard errors an observed frequency of n draws is from p.
 inline double binomial_z(double observed, double p, double n) {
+  if (p <= 0.0 || p >= 1.0) return observed == p ? 0.0 : INFINITY;  // no spread: exact or wrong
   return std::abs(observed - p) / std::sqrt(p * (1.0 - p) / n);
 }
 

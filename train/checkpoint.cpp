@@ -94,7 +94,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
   TAPEFORMER_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
   // Any failure, including one that only shows at fsync or close (a full
   // disk, a quota, NFS), removes the temp file and leaves `path` as it was.
@@ -107,6 +107,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   for (size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;  // no progress and no error code: report it as an I/O error
     if (n <= 0) give_up("writing");
     done += static_cast<size_t>(n);
   }

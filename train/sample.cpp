@@ -54,9 +54,15 @@ std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& 
   const int64_t V = model.config().vocab_size, block = model.config().block_size;
   for (int32_t id : prompt)
     TAPEFORMER_CHECK(id >= 0 && id < V, "sample: prompt token ", id, " is outside the vocabulary of ", V);
-  const bool was_training = model.is_training();
+  // Eval mode for the draw, the caller's mode back afterwards, even on a throw.
+  struct ModeRestore {
+    TransformerLM& model;
+    bool was_training;
+    ~ModeRestore() { model.train(was_training); }
+  } restore{model, model.is_training()};
   model.eval();
   NoGradGuard no_grad;
+  if (opt.tokens == 0) return prompt;
   std::vector<int32_t> seq = prompt;
   // The model reads the last block_size tokens (positions 0..T-1). While the
   // sequence fits, each new token is one more position on the KV caches;
@@ -80,7 +86,6 @@ std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& 
       logits = feed(seq.end() - block);
     }
   }
-  model.train(was_training);
   return seq;
 }
 

@@ -4,8 +4,10 @@
 //   Rng rng(opt.seed);
 //   std::vector<int32_t> out = generate(model, prompt_ids, opt, rng);   // prompt + new tokens
 //
-// Each step runs the model on the last block_size tokens and draws the next
-// token from softmax(logits / temperature), restricted to the k most likely
+// Each step draws the next token from the model's logits for the last
+// block_size tokens (read through the KV caches: one new position per token
+// while the text fits in the block, the whole last block once it does not),
+// from softmax(logits / temperature), restricted to the k most likely
 // tokens (top_k > 0) and to the smallest set whose probability reaches top_p
 // (top_p < 1). temperature 0 picks the most likely token.
 #pragma once

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <regex>
@@ -190,10 +191,10 @@ TEST_CASE("gradcheck: every op in the table") {
   }
 }
 
-TEST_CASE("gradcheck can fail: a gradient 5% off, or NaN, in any input of any row is caught") {
+TEST_CASE("gradcheck can fail: a gradient 5% off, NaN or infinite, in any input of any row is caught") {
   for (const Row& row : table()) {
     for (size_t which = 0; which < row.inputs.size(); ++which) {
-      for (Scalar k : {0.95f, 1.05f, std::numeric_limits<Scalar>::quiet_NaN()}) {
+      for (Scalar k : {0.95f, 1.05f, std::numeric_limits<Scalar>::quiet_NaN(), std::numeric_limits<Scalar>::infinity()}) {
         Rng rng(2024);
         std::vector<Tensor> inputs;
         for (const In& in : row.inputs) inputs.push_back(make(in, rng));
@@ -207,6 +208,13 @@ TEST_CASE("gradcheck can fail: a gradient 5% off, or NaN, in any input of any ro
       }
     }
   }
+}
+
+TEST_CASE("gradcheck fails where the function overflows (an infinite numeric gradient is no pass)") {
+  // exp(88.722) is finite in float, exp(88.723) is not: numeric = inf.
+  const GradcheckResult r = gradcheck([](V v) { return exp(v[0]); }, {Tensor::full({1}, 88.722f)});
+  CHECK_FALSE(r.ok);
+  CHECK(std::isinf(r.max_abs_error));
 }
 
 TEST_CASE("detach stops the gradient (no finite-difference counterpart)") {

@@ -323,6 +323,9 @@ TEST_CASE("TransformerLM with an inference state (KV caches) equals the full for
       return IndexTensor({B, t1 - t0}, v);
     };
     auto state = model.make_state(B);
+    // Fed whole to a fresh state: the same kernels, so the same bits.
+    CHECK(model.forward(ids, *state).value().to_vector() == full.to_vector());
+    state->reset();
     for (int pass = 0; pass < 2; ++pass) {  // the second pass after reset() is a new sequence
       CAPTURE(pass);
       // A prompt of 3, then single tokens, then a piece of 2, then the last token.
@@ -359,11 +362,22 @@ TEST_CASE("inference states: wrong batch, foreign state, training mode and gradi
                          Error);  // still in training mode
     model.eval();
     CHECK_THROWS_WITH_AS(model.forward(random_ids(2, 1, 11, 25), *state),
-                         "TransformerLM: ids [2, 1] must be (1, t) with t >= 1 for this state", Error);
+                         "TransformerLM: ids [2, 1] must be (1, T) with T >= 1 for this state", Error);
     KVCache foreign(1, 2, 4, 8);
-    CHECK_THROWS_WITH_AS(model.forward(one, foreign), doctest::Contains("TransformerLM: got an inference state of type"),
+    CHECK_THROWS_WITH_AS(model.forward(one, foreign),
+                         "TransformerLM: got a KVCache as its inference state, not a TransformerLM state", Error);
+    Rng rng2(26);
+    TransformerLM other(tiny_config(), rng2);
+    CHECK_THROWS_WITH_AS(other.forward(one, *state), "TransformerLM: this inference state was made by another model",
                          Error);
     CHECK(model.forward(one, *state).value().shape() == Shape{1, 1, 11});
+    // A failure part way (block 1 left in training mode) resets the state
+    // instead of leaving block 0's cache a position ahead.
+    model.blocks[1]->train();
+    CHECK_THROWS_WITH_AS(model.forward(one, *state), doctest::Contains("is for inference"), Error);
+    CHECK(state->length() == 0);
+    model.eval();
+    CHECK(model.forward(random_ids(1, 8, 11, 27), *state).value().shape() == Shape{1, 8, 11});
   }
   auto state = model.make_state(1);
   CHECK_THROWS_WITH_AS(model.forward(one, *state), doctest::Contains("is for inference (eval() and NoGradGuard)"),

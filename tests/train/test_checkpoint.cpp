@@ -126,21 +126,31 @@ TEST_CASE("checkpoint: a write cut short (disk full) throws, removes its temp fi
   const auto size = static_cast<rlim_t>(fs::file_size(path));
   // A file size limit below the checkpoint's size makes write() fail part way
   // (EFBIG), as a full disk would. Only save_checkpoint runs under the limit.
-  struct rlimit saved;
-  REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = saved;
-  small.rlim_cur = size / 2;
-  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  // The limit and the ignored SIGXFSZ are undone on leaving the block, however.
+  struct FileSizeLimit {
+    struct rlimit saved {};
+    void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+    explicit FileSizeLimit(rlim_t bytes) {
+      REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+      struct rlimit small = saved;
+      small.rlim_cur = bytes;
+      REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    }
+    ~FileSizeLimit() {
+      ::setrlimit(RLIMIT_FSIZE, &saved);
+      std::signal(SIGXFSZ, old_handler);
+    }
+  };
   c.step = 44;
   std::string error;
-  try {
-    save_checkpoint(path.string(), c);
-  } catch (const Error& e) {
-    error = e.what();
+  {
+    FileSizeLimit limit(size / 2);
+    try {
+      save_checkpoint(path.string(), c);
+    } catch (const Error& e) {
+      error = e.what();
+    }
   }
-  ::setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, old_handler);
   CHECK(error.find("writing '") != std::string::npos);
   CHECK(error.find("failed: File too large") != std::string::npos);
   CHECK(load_checkpoint(path.string()).step == 42);

@@ -153,4 +153,8 @@ TEST_CASE("generate: deterministic for a seed, crops to the block size, validate
   opt.top_p = 1;
   CHECK_THROWS_WITH_AS(generate(model, {9}, opt, a), "sample: prompt token 9 is outside the vocabulary of 7", Error);
   CHECK_THROWS_WITH_AS(generate(model, {}, opt, a), doctest::Contains("prompt is empty"), Error);
+  // Weights holding NaN: an error, and the model is back in training mode.
+  model.named_parameters().front().second.value().data()[0] = std::nanf("");
+  CHECK_THROWS_WITH_AS(generate(model, {1}, opt, a), doctest::Contains("the weights hold NaN or inf values"), Error);
+  CHECK(model.is_training());
 }
