@@ -36,6 +36,9 @@ def load_config(path, overrides):
     return cfg
 
 
+GELU_FORM = "tanh"  # F.gelu's `approximate`; --gelu exact sets "none"
+
+
 class Block(nn.Module):
     def __init__(self, m):
         super().__init__()
@@ -62,7 +65,7 @@ class Block(nn.Module):
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.proj(y)
         h = self.fc(self.ln_2(x))
-        h = F.gelu(h, approximate="tanh") if self.act == "gelu" else F.relu(h)
+        h = F.gelu(h, approximate=GELU_FORM) if self.act == "gelu" else F.relu(h)
         return x + self.fc_proj(h)
 
 
@@ -167,7 +170,12 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--gelu", choices=["tanh", "exact"], default="tanh",
+                    help="GELU form: tanh (GPT-2's approximation, as tapeformer and nanoGPT's old new_gelu) "
+                         "or exact (erf, nn.GELU() in later nanoGPT)")
     args = ap.parse_args()
+    global GELU_FORM
+    GELU_FORM = "none" if args.gelu == "exact" else "tanh"
     cfg = load_config(args.config, args.set)
     m, t, o, s, e = cfg["model"], cfg["train"], cfg["optimizer"], cfg["schedule"], cfg["eval"]
     torch.set_num_threads(args.threads)
