@@ -91,7 +91,7 @@ bool parse_int(const std::string& tok, long long* out) {
   return end == tok.c_str() + tok.size() && !tok.empty() && errno == 0;
 }
 
-Golden load_golden_file(const std::string& path) {
+[[maybe_unused]] Golden load_golden_file(const std::string& path) {
   std::ifstream in(path);
   if (!in)
     throw GoldenError("golden fixture '" + path +
@@ -186,10 +186,11 @@ std::string index_string(int64_t flat, const Shape& shape) {
   return out.str();
 }
 
-// Empty when actual matches expected within tolerance; otherwise a message
-// naming `what`, the number of bad elements and the worst one with its index.
-std::optional<std::string> compare(const Tensor& actual, const Tensor& expected,
-                                   const std::string& what) {
+// Empty when |actual - expected| <= rel_tol * max(1, |expected|) everywhere
+// (NaN never passes); otherwise a message naming `what`, the number of bad
+// elements and the worst one with its index.
+std::optional<std::string> compare(const Tensor& actual, const Tensor& expected, const std::string& what,
+                                   double rel_tol = kRelTol) {
   std::ostringstream msg;
   msg.precision(9);
   if (!actual.defined()) return what + ": result is undefined";
@@ -202,7 +203,7 @@ std::optional<std::string> compare(const Tensor& actual, const Tensor& expected,
   double worst_ratio = -1;
   for (size_t i = 0; i < a.size(); ++i) {
     const double x = a[i], y = b[i];
-    const double bound = kRelTol * std::max(1.0, std::abs(y));
+    const double bound = rel_tol * std::max(1.0, std::abs(y));
     const double err = std::abs(x - y);
     const double ratio = std::isnan(err) ? std::numeric_limits<double>::infinity() : err / bound;
     if (!(err <= bound)) ++bad;  // NaN counts as bad
@@ -210,15 +211,16 @@ std::optional<std::string> compare(const Tensor& actual, const Tensor& expected,
   }
   if (bad == 0) return std::nullopt;
   msg << what << ": " << bad << " of " << a.size()
-      << " elements differ beyond |a - b| <= " << kRelTol << " * max(1, |b|); worst at "
+      << " elements differ beyond |a - b| <= " << rel_tol << " * max(1, |b|); worst at "
       << index_string(worst, expected.shape()) << ": got " << a[worst] << ", expected "
       << b[worst] << " (|a - b| = " << std::abs(static_cast<double>(a[worst]) - b[worst])
       << ", " << worst_ratio << "x the bound)";
   return msg.str();
 }
 
-[[maybe_unused]] void check_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
-  if (auto failure = compare(actual, expected, what)) FAIL_CHECK(*failure);
+[[maybe_unused]] void check_close(const Tensor& actual, const Tensor& expected, const std::string& what,
+                                  double rel_tol = kRelTol) {
+  if (auto failure = compare(actual, expected, what, rel_tol)) FAIL_CHECK(*failure);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "autograd/ops.h"
 #include "core/rng.h"
+#include "golden.h"
 
 using namespace tapeformer;
 
@@ -16,23 +17,12 @@ namespace {
 
 using Fn = std::function<Var(const std::vector<Var>&)>;
 
+constexpr double kFusedTol = 2e-6;  // |fused - composed| <= kFusedTol * max(1, |composed|); NaN fails
+
 Tensor random(Shape s, Rng& rng, float scale = 1.0f) {
   Tensor t = Tensor::empty(s);
   rng.fill_normal(t, 0.0f, scale);
   return t;
-}
-
-// |a - b| <= 2e-6 max(1, |b|), element by element; NaN fails.
-void check_same(const Tensor& a, const Tensor& b, const char* what) {
-  REQUIRE(a.shape() == b.shape());
-  const auto x = a.to_vector(), y = b.to_vector();
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double err = std::abs(double(x[i]) - y[i]), bound = 2e-6 * std::max(1.0, std::abs(double(y[i])));
-    if (!(err <= bound)) {
-      FAIL_CHECK(std::string(what), " element ", i, ": fused ", x[i], " vs composed ", y[i]);
-      return;
-    }
-  }
 }
 
 // Runs both on fresh copies of `inputs` with the same upstream gradient and
@@ -59,12 +49,12 @@ void check_fused_equals_composed(const Fn& fused, const Fn& composed, const std:
     fb = composed(b);
     backward(fb, upstream);
   }
-  check_same(fa.value(), fb.value(), "value");
+  check_close(fa.value(), fb.value(), "value", kFusedTol);
   for (size_t i = 0; i < a.size(); ++i) {
     CAPTURE(i);
     REQUIRE(a[i].has_grad());
     REQUIRE(b[i].has_grad());
-    check_same(a[i].grad(), b[i].grad(), "gradient");
+    check_close(a[i].grad(), b[i].grad(), "gradient of input " + std::to_string(i), kFusedTol);
   }
 }
 
