@@ -87,55 +87,55 @@ void fsync_directory(const std::string& dir) {
   ::close(fd);
 }
 
+// Writes of `path` go through ".NAME.tmp.PID" in the same directory.
+struct TempName {
+  std::filesystem::path dir;
+  std::string prefix;  // ".NAME.tmp."
+};
+TempName temp_name(const std::string& path) {
+  const std::filesystem::path target(path);
+  return {target.has_parent_path() ? target.parent_path() : std::filesystem::path("."),
+          "." + target.filename().string() + ".tmp."};
+}
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
+  const TempName names = temp_name(path);
+  const std::string tmp = (names.dir / (names.prefix + std::to_string(::getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
   TAPEFORMER_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
   // Any failure, including one that only shows at fsync or close (a full
   // disk, a quota, NFS), removes the temp file and leaves `path` as it was.
-  const auto give_up = [&](const char* what) {
+  const auto give_up = [&](const std::string& what) {
     const std::string why = std::strerror(errno);
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     std::remove(tmp.c_str());
-    fail(what, " '", tmp, "' failed: ", why);
+    fail(what, ": ", why);
   };
   for (size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) errno = EIO;  // no progress and no error code: report it as an I/O error
-    if (n <= 0) give_up("writing");
+    if (n <= 0) give_up("writing '" + tmp + "' failed");
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) give_up("syncing");
-  if (::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    fail("closing '", tmp, "' failed: ", why);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    fail("cannot rename '", tmp, "' to '", path, "': ", why);
-  }
-  fsync_directory(dir.string());
+  if (::fsync(fd) != 0) give_up("syncing '" + tmp + "' failed");
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) give_up("closing '" + tmp + "' failed");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) give_up("cannot rename '" + tmp + "' to '" + path + "'");
+  fsync_directory(names.dir.string());
 }
 
 void remove_stale_temp_files(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string prefix = "." + target.filename().string() + ".tmp.";
+  const TempName names = temp_name(path);
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(names.dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
+    if (name.rfind(names.prefix, 0) != 0) continue;
     // The suffix is the writer's pid: leave the file of a writer still running.
-    const std::string pid = name.substr(prefix.size());
+    const std::string pid = name.substr(names.prefix.size());
     char* rest = nullptr;
     const long writer = std::strtol(pid.c_str(), &rest, 10);
     const bool running = !pid.empty() && *rest == '\0' && writer > 0 && writer != ::getpid() &&
