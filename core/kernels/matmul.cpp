@@ -135,9 +135,7 @@ void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   auto run = [&](auto rows) {
     constexpr int n = decltype(rows)::value;
     tile<n, V, Cfg, Partial>(o, lanes);
-    o.a += n * o.a_rs;
-    o.c += n * o.ldc;
-    if (Cfg::Op != Epilogue::Op::Store && o.epilogue.aux) o.epilogue.aux += n * o.ldc;
+    o = o.at(n, 0);
     i += n;
   };
   while (i + R <= M) run(std::integral_constant<int, R>());
@@ -157,16 +155,15 @@ void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
 template <class Cfg>
 void packet_gemm(Operands o, int64_t M, int64_t N) {
   int64_t j = 0;
-  auto shifted = [&](int64_t col) { return o.at(0, col); };
-  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets, Cfg>(shifted(j), M);
+  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets, Cfg>(o.at(0, j), M);
   switch ((N - j) / kLanes) {  // whole packets left: fewer than kTilePackets
-    case 3: column_block<3, Cfg>(shifted(j), M); break;
-    case 2: column_block<2, Cfg>(shifted(j), M); break;
-    case 1: column_block<1, Cfg>(shifted(j), M); break;
+    case 3: column_block<3, Cfg>(o.at(0, j), M); break;
+    case 2: column_block<2, Cfg>(o.at(0, j), M); break;
+    case 1: column_block<1, Cfg>(o.at(0, j), M); break;
     default: break;
   }
   j += (N - j) / kLanes * kLanes;
-  if (j < N) column_block<1, Cfg, true>(shifted(j), M, N - j);
+  if (j < N) column_block<1, Cfg, true>(o.at(0, j), M, N - j);
 }
 
 // ---------------------------------------------------------------------------
