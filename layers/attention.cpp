@@ -1,5 +1,6 @@
 #include "layers/attention.h"
 
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -13,6 +14,20 @@ Tensor causal_mask(int64_t Tq, int64_t Tk) {
   for (int64_t i = 0; i < Tq; ++i)
     for (int64_t j = i + (Tk - Tq) + 1; j < Tk; ++j) m.at({i, j}) = 1.0f;
   return m;
+}
+
+// qkv (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v (B, H, T, D)
+// each, as strided views where the layout allows.
+std::array<Var, 3> split_heads(const Var& qkv, int64_t n_head) {
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = n_head, D = C / n_head;
+  const Var heads = permute(reshape(qkv, {B, T, 3, H, D}), {2, 0, 3, 1, 4});
+  const auto part = [&](int64_t i) { return reshape(slice(heads, 0, i, i + 1), {B, H, T, D}); };
+  return {part(0), part(1), part(2)};
+}
+
+// y (B, H, T, D) -> (B, T, C), heads side by side.
+Var merge_heads(const Var& y) {
+  return reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), y.dim(1) * y.dim(3)});
 }
 
 }  // namespace
@@ -41,14 +56,8 @@ Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool 
 Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropout_p, Rng* rng) {
   TAPEFORMER_CHECK(qkv.rank() == 3 && qkv.dim(2) % (3 * n_head) == 0, "composed_attention: qkv ", qkv.shape(),
                    " must be (B, T, 3C) with C divisible by n_head ", n_head);
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = n_head, D = C / n_head;
-  // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v as strided views, no copies.
-  Var heads = permute(reshape(qkv, {B, T, 3, H, D}), {2, 0, 3, 1, 4});
-  Var q = reshape(slice(heads, 0, 0, 1), {B, H, T, D});
-  Var k = reshape(slice(heads, 0, 1, 2), {B, H, T, D});
-  Var v = reshape(slice(heads, 0, 2, 3), {B, H, T, D});
-  Var y = scaled_dot_product_attention(q, k, v, causal, dropout_p, rng);  // (B, H, T, D)
-  return reshape(permute(y, {0, 2, 1, 3}), {B, T, C});                    // (B, T, C)
+  const auto [q, k, v] = split_heads(qkv, n_head);  // (B, H, T, D) each
+  return merge_heads(scaled_dot_product_attention(q, k, v, causal, dropout_p, rng));  // (B, T, C)
 }
 
 namespace {
@@ -105,21 +114,16 @@ Var MultiHeadAttention::forward(const Var& x, KVCache& cache) const {
                    "MultiHeadAttention: the KV-cache forward is for inference (eval() and NoGradGuard)");
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "MultiHeadAttention: input ", x.shape(),
                    " must be (B, T, ", n_embd, ")");
-  const int64_t B = x.dim(0), T = x.dim(1), C = n_embd, H = n_head, D = C / H;
-  const Var qkv_x = qkv->forward(x);  // (B, T, 3C)
-  // (B, T, 3C) -> (3, B, H, T, D), as in composed_attention.
-  const Tensor heads = qkv_x.value().reshape({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});
-  const auto part = [&](int64_t i) { return heads.slice(0, i, i + 1).reshape({B, H, T, D}); };
+  const Var qkv_x = qkv->forward(x);                          // (B, T, 3C)
+  const auto [q, k_new, v_new] = split_heads(qkv_x, n_head);  // (B, H, T, D) each
   const bool first = cache.length() == 0;
-  const auto [k, v] = cache.append(part(1), part(2));  // (B, H, M + T, D) each, M = positions cached before
+  const auto [k, v] = cache.append(k_new.value(), v_new.value());  // (B, H, M + T, D) each, M cached before
   // An empty cache sees what forward(x, rng) sees: the same fused kernel,
   // so a sequence fed whole gives bit-identical outputs. New positions after
   // cached ones attend through the offset causal mask (query i sees the M
   // cached keys and new keys <= i).
   const Var y = first ? causal_attention(qkv_x, n_head)  // (B, T, C)
-                      : reshape(permute(scaled_dot_product_attention(Var(part(0)), Var(k), Var(v), true, 0.0f, nullptr),
-                                        {0, 2, 1, 3}),
-                                {B, T, C});
+                      : merge_heads(scaled_dot_product_attention(q, Var(k), Var(v), true, 0.0f, nullptr));
   return proj->forward(y);  // (B, T, C)
 }
 

@@ -55,7 +55,7 @@ class TransformerBlock : public Module {
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   // Inference with the attention's KV cache (see MultiHeadAttention).
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t capacity) const;
-  Var forward(const Var& x, InferenceState& state) const;  // (B, t, C) -> (B, t, C)
+  Var forward(const Var& x, InferenceState& state) const;  // (B, T, C) -> (B, T, C)
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<MultiHeadAttention> attn;
   std::shared_ptr<FeedForward> mlp;
