@@ -35,9 +35,13 @@ if [ -z "$data" ]; then
   bash scripts/setup.sh fortunes
   # The fortunes package ships plain-text files next to binary .dat indexes;
   # join the text ones (regular files only, not the .dat/.u8 or symlinks).
+  # Joined once per run directory: a resumed run keeps training on the same text.
   data="$out/fortunes.txt"
-  find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 \
-    | sort -z | xargs -0 cat > "$data"
+  if [ ! -s "$data" ]; then
+    find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 \
+      | sort -z | xargs -0 cat > "$data.tmp"
+    mv "$data.tmp" "$data"
+  fi
   echo "run.sh: training on Debian's fortunes ($(wc -c < "$data") bytes, $data)" >&2
 else
   bash scripts/setup.sh
