@@ -35,15 +35,15 @@ class FeedForward : public Module {
 };
 
 struct ModelConfig {
-  int64_t vocab_size = 0;
-  int64_t block_size = 64;
-  int64_t n_layer = 4;
-  int64_t n_head = 4;
-  int64_t n_embd = 128;
-  float dropout = 0.0f;
-  bool bias = true;
-  bool tie_weights = true;
-  Activation activation = Activation::Gelu;
+  int64_t vocab_size = 0;   // tokens; set from the tokenizer when training
+  int64_t block_size = 64;  // longest context, in tokens (learned positions)
+  int64_t n_layer = 4;      // Transformer blocks
+  int64_t n_head = 4;       // attention heads; must divide n_embd
+  int64_t n_embd = 128;     // model width
+  float dropout = 0.0f;     // on attention weights, residual branches and embeddings
+  bool bias = true;         // biases in Linear and LayerNorm layers
+  bool tie_weights = true;  // output head shares the token embedding matrix
+  Activation activation = Activation::Gelu;  // MLP: "gelu" (tanh form) | "relu"
 
   // Throws Error naming the first invalid field.
   void validate() const;

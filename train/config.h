@@ -26,10 +26,10 @@ struct DataConfig {
 };
 
 struct LoopConfig {
-  int64_t batch_size = 12;
+  int64_t batch_size = 12;  // sequences per micro-batch, each block_size + 1 tokens
   int64_t grad_accum = 1;  // micro-batches per optimizer step
-  int64_t max_iters = 2000;
-  int64_t seed = 1337;
+  int64_t max_iters = 2000;  // optimizer steps (at most 2^24)
+  int64_t seed = 1337;  // initial weights, batch order, dropout and val windows
   int64_t threads = 0;  // 0 = $TAPEFORMER_THREADS when set, else all hardware threads
   // Batch shards run concurrently, one per thread (train/data_parallel.h).
   // 0 = one per thread. Results depend on the shard count (by rounding), not
@@ -39,10 +39,10 @@ struct LoopConfig {
 
 struct OptimizerConfig {
   std::string name = "adamw";  // "adamw" | "adam" | "sgd"
-  double lr = 1e-3;
-  std::array<double, 2> betas{0.9, 0.99};
-  double eps = 1e-8;
-  double weight_decay = 0.1;
+  double lr = 1e-3;  // peak learning rate (the schedule scales it)
+  std::array<double, 2> betas{0.9, 0.99};  // adam/adamw moment decay rates
+  double eps = 1e-8;  // adam/adamw denominator term
+  double weight_decay = 0.1;  // adamw: decoupled; adam, sgd: L2 in the gradient. Rank >= 2 only
   double momentum = 0.9;  // sgd only
   bool nesterov = false;  // sgd only
   double grad_clip = 1.0;  // 0 = no clipping
