@@ -1,6 +1,7 @@
 // Elementwise ops: forward, then the backward closure right below it.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "autograd/ops.h"
 #include "core/eigen.h"
@@ -56,7 +57,8 @@ Var sum_to(const Var& x, const Shape& shape) {
 }
 
 Var add(const Var& a_in, const Var& b_in) {
-  auto [a, b] = broadcast(a_in, b_in, "add");
+  Var a, b;  // not a structured binding: C++17 lambdas cannot capture those
+  std::tie(a, b) = broadcast(a_in, b_in, "add");
   Var out = make_result(map2(a.value(), b.value(), [](const Scalar* x, const Scalar* y, Scalar* o,
                                                       int64_t n) { array(o, n) = array(x, n) + array(y, n); }),
                         {&a, &b});
@@ -68,7 +70,8 @@ Var add(const Var& a_in, const Var& b_in) {
 }
 
 Var sub(const Var& a_in, const Var& b_in) {
-  auto [a, b] = broadcast(a_in, b_in, "sub");
+  Var a, b;
+  std::tie(a, b) = broadcast(a_in, b_in, "sub");
   Var out = make_result(map2(a.value(), b.value(), [](const Scalar* x, const Scalar* y, Scalar* o,
                                                       int64_t n) { array(o, n) = array(x, n) - array(y, n); }),
                         {&a, &b});
@@ -82,7 +85,8 @@ Var sub(const Var& a_in, const Var& b_in) {
 }
 
 Var mul(const Var& a_in, const Var& b_in) {
-  auto [a, b] = broadcast(a_in, b_in, "mul");
+  Var a, b;
+  std::tie(a, b) = broadcast(a_in, b_in, "mul");
   const auto times = [](const Scalar* x, const Scalar* y, Scalar* o, int64_t n) {
     array(o, n) = array(x, n) * array(y, n);
   };
@@ -95,7 +99,8 @@ Var mul(const Var& a_in, const Var& b_in) {
 }
 
 Var div(const Var& a_in, const Var& b_in) {
-  auto [a, b] = broadcast(a_in, b_in, "div");
+  Var a, b;
+  std::tie(a, b) = broadcast(a_in, b_in, "div");
   Var out = make_result(map2(a.value(), b.value(), [](const Scalar* x, const Scalar* y, Scalar* o,
                                                       int64_t n) { array(o, n) = array(x, n) / array(y, n); }),
                         {&a, &b});

@@ -271,7 +271,8 @@ TEST_CASE("golden harness: missing and malformed fixtures fail naming the file")
       {"scalar e 1\nscalar e 2\n", "duplicate name 'e'"},
   };
   int n = 0;
-  for (const auto& [text, expect] : bad) {
+  for (const auto& [bad_text, expect] : bad) {
+    const std::string& text = bad_text;  // CAPTURE's lambda cannot take a binding (C++17)
     const std::string path = write_temp("tapeformer_golden_bad_" + std::to_string(n++) + ".txt",
                                         "# malformed on purpose\n" + text);
     const std::string e = load_error(path);

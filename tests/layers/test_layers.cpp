@@ -330,8 +330,9 @@ TEST_CASE("TransformerLM with an inference state (KV caches) equals the full for
     for (int pass = 0; pass < 2; ++pass) {  // the second pass after reset() is a new sequence
       CAPTURE(pass);
       // A prompt of 3, then single tokens, then a piece of 2, then the last token.
-      for (auto [t0, t1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 8}}) {
-        CAPTURE(t0);
+      for (const auto& [t0, t1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 8}}) {
+        const int64_t from = t0;  // CAPTURE's lambda cannot take a binding (C++17)
+        CAPTURE(from);
         const Tensor got = model.forward(piece(t0, t1), *state).value();  // (B, t1 - t0, V)
         REQUIRE(got.shape() == Shape{B, t1 - t0, V});
         CHECK(state->length() == t1);

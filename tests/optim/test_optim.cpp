@@ -79,7 +79,8 @@ bool skips_bias(const std::string& name, int step) {
 }  // namespace
 
 TEST_CASE("SGD, Adam and AdamW match torch.optim for three steps") {
-  for (const auto& [name, make] : cases()) {
+  for (const auto& [case_name, make] : cases()) {
+    const std::string& name = case_name;  // CAPTURE's lambda cannot take a binding (C++17)
     CAPTURE(name);
     Params p;
     auto opt = make(p);
@@ -166,7 +167,8 @@ TEST_CASE("cosine schedule matches nanoGPT's get_lr; linear and constant schedul
 }
 
 TEST_CASE("state round trip: a restored optimizer continues exactly like the uninterrupted one") {
-  for (const auto& [name, make] : cases()) {
+  for (const auto& [case_name, make] : cases()) {
+    const std::string& name = case_name;  // CAPTURE's lambda cannot take a binding (C++17)
     CAPTURE(name);
     Params a, b;
     auto oa = make(a);
@@ -340,7 +342,8 @@ TEST_CASE("large parameters: the blocked parallel update is per-element and thre
 }
 
 TEST_CASE("step(clip_coefficient(grad_norm)) equals clip_grad_norm then step(), for every optimizer") {
-  for (const auto& [name, make] : cases()) {
+  for (const auto& [case_name, make] : cases()) {
+    const std::string& name = case_name;  // CAPTURE's lambda cannot take a binding (C++17)
     CAPTURE(name);
     Params in_place, folded;
     auto a = make(in_place), b = make(folded);

@@ -97,7 +97,8 @@ TEST_CASE("DataParallel: results are bitwise identical on 1 and 2 threads for a 
   parallel::set_num_threads(before);
   CHECK(loss_a == loss_b);
   for (size_t i = 0; i < g_a.size(); ++i) {
-    INFO(g_a[i].first);
+    const std::string& name = g_a[i].first;  // INFO's lambda cannot take a binding (C++17)
+    INFO(name);
     CHECK(g_a[i].second.to_vector() == g_b[i].second.to_vector());
   }
 }

@@ -153,8 +153,8 @@ TEST_CASE("a diverging run stops with an error and leaves the last checkpoint in
   const Checkpoint last = load_checkpoint((dir.path / "run" / "checkpoint.bin").string());
   CHECK(last.step == bad_step - 1);
   CHECK(last.step >= 1);
-  for (const auto& [name, value] : last.model) {
-    for (float v : value.to_vector()) REQUIRE_MESSAGE(std::isfinite(v), name);
+  for (const auto& entry : last.model) {  // a binding cannot go into REQUIRE_MESSAGE's lambda (C++17)
+    for (float v : entry.second.to_vector()) REQUIRE_MESSAGE(std::isfinite(v), entry.first);
   }
 
   // Diverging before the first checkpoint says so instead of pointing at a file.
