@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/utf8.h"
 #include "optim/optimizer.h"
 
 namespace tapeformer {
@@ -162,7 +163,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax, and numbers beyond a double (1e400)
     fail("config ", origin, ": invalid JSON: ", e.what());
   }
   TAPEFORMER_CHECK(root.is_object(), "config ", origin, ": top level must be a JSON object");
@@ -174,7 +175,11 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
     TAPEFORMER_CHECK(eq != std::string::npos && eq > 0, "--set: expected key=value, got '", o, "'");
     const std::string key = o.substr(0, eq);
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) unknown_key(key, "--set");
-    flat[key] = parse_override_value(o.substr(eq + 1));
+    const std::string value = o.substr(eq + 1);
+    const size_t bad = utf8_error_offset(value);
+    TAPEFORMER_CHECK(bad == std::string::npos, "--set ", key, ": the value is not valid UTF-8 (byte ",
+                     hex_byte(static_cast<unsigned char>(value[bad])), " at offset ", bad, ")");
+    flat[key] = parse_override_value(value);
   }
   TrainConfig cfg;
   visit_fields(cfg, [&](const std::string& key, auto& field) {

@@ -55,10 +55,18 @@ TEST_CASE("config: unknown keys, wrong types and bad values are rejected with th
         "config: 'model.activation' must be \"gelu\" or \"relu\", got \"swish\"");
   CHECK(error_of("{\"model\": ") .find("config test.json: invalid JSON") == 0);
   CHECK(error_of("[1, 2]") == "config test.json: top level must be a JSON object");
+  // Found by tests/fuzz/fuzz_config: JSON's overflow error escaped as a different exception.
+  CHECK(error_of(R"({"model": {"n_layer": 1e400}})") ==
+        "config test.json: invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
   CHECK(error_of("{}", {"train.max_iters"}) == "--set: expected key=value, got 'train.max_iters'");
   CHECK(error_of("{}", {"train.max_iter=3"}) ==
         "--set: unknown key 'train.max_iter' (did you mean 'train.max_iters'?)");
   CHECK(error_of(R"({"_comment": "ignored", "model": {"_note": 1}})").empty());
+  // Found by tests/fuzz/fuzz_config: JSON's own error here named neither the key nor --set.
+  CHECK(error_of("{}", {"model.n_head=1\xff\xff"}) ==
+        "--set model.n_head: the value is not valid UTF-8 (byte 0xFF at offset 1)");
+  CHECK(error_of("{}", {"optimizer.name=caf\xc3"}) ==
+        "--set optimizer.name: the value is not valid UTF-8 (byte 0xC3 at offset 3)");
 }
 
 TEST_CASE("config: range checks name the key, with values as the optimizer will see them") {
