@@ -4,7 +4,7 @@
 //   std::vector<int32_t> ids = tok.encode("ROMEO:");
 //   std::string text = tok.decode(ids);
 //
-//   ar(tok.state());                                 // into any cereal archive (versioned)
+//   ar(tok.state());                                 // into a cereal binary archive (versioned)
 //   TokenizerState s;  ar(s);
 //   std::unique_ptr<Tokenizer> back = make_tokenizer(s);
 //
@@ -34,11 +34,15 @@
 
 namespace tapeformer {
 
-// Any tokenizer as plain data: what checkpoints store. Serialises with any
-// cereal archive as (format version, kind, vocab); loading a different
-// version throws Error instead of misreading the fields after it.
+// Any tokenizer as plain data: what checkpoints store. Serialises with a
+// cereal binary archive as (format version, kind, vocab); loading a different
+// version throws Error instead of misreading the fields after it, and counts
+// beyond what a tokenizer can have (a kind name over 16 bytes, more entries
+// than Unicode has scalar values) are refused before anything is allocated.
 struct TokenizerState {
   static constexpr uint32_t kVersion = 1;
+  static constexpr uint64_t kMaxKindBytes = 16;
+  static constexpr uint64_t kMaxVocab = 0x110000 - 0x800;  // Unicode scalar values
   std::string kind;             // "char" | "byte"
   std::vector<uint32_t> vocab;  // char: id -> code point (sorted); byte: empty
 
@@ -52,7 +56,19 @@ struct TokenizerState {
     ar(version);
     TAPEFORMER_CHECK(version == kVersion, "tokenizer state: format version ", version,
                      " is not supported (this build reads version ", kVersion, ")");
-    ar(kind, vocab);
+    kind.resize(checked_count(ar, kMaxKindBytes, "kind name of"));  // the layout cereal gives a string
+    ar(cereal::binary_data(kind.data(), kind.size()));
+    vocab.resize(checked_count(ar, kMaxVocab, "vocabulary of"));  // ... and a vector of numbers
+    ar(cereal::binary_data(vocab.data(), vocab.size() * sizeof(uint32_t)));
+  }
+
+ private:
+  template <class Archive>
+  static size_t checked_count(Archive& ar, uint64_t max, const char* what) {
+    cereal::size_type n = 0;
+    ar(cereal::make_size_tag(n));
+    TAPEFORMER_CHECK(n <= max, "tokenizer state: ", what, " ", n, " entries (at most ", max, ")");
+    return static_cast<size_t>(n);
   }
 };
 

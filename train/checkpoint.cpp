@@ -43,6 +43,53 @@ struct TensorRecord {
   }
 };
 
+// Decodes the payload that save_checkpoint's cereal archive wrote, field by
+// field in the same layout (cereal's binary format: a u64 count before every
+// string and vector). Every count is checked against the bytes left before
+// anything is allocated, so a damaged count is an Error, not a request for
+// gigabytes.
+class PayloadReader {
+ public:
+  explicit PayloadReader(const std::string& payload) : in_(payload), ar_(in_), size_(payload.size()) {}
+
+  template <class T>  // fixed-size values: numbers, Rng
+  void read(T& value) {
+    ar_(value);
+  }
+  void read(std::string& s, const char* what) {
+    s.resize(count(1, what));
+    ar_(cereal::binary_data(s.data(), s.size()));
+  }
+  template <class T>
+  void read(std::vector<T>& v, const char* what) {
+    v.resize(count(sizeof(T), what));
+    ar_(cereal::binary_data(v.data(), v.size() * sizeof(T)));
+  }
+  void read(std::vector<TensorRecord>& records, const char* what) {
+    records.resize(count(3 * sizeof(cereal::size_type), what));  // each: three counts at least
+    for (TensorRecord& r : records) {
+      read(r.name, "a tensor name");
+      read(r.dims, "a tensor shape");
+      read(r.values, "tensor values");
+    }
+  }
+  size_t bytes_left() { return size_ - static_cast<size_t>(in_.tellg()); }
+
+ private:
+  size_t count(size_t item_bytes, const char* what) {
+    cereal::size_type n = 0;
+    ar_(cereal::make_size_tag(n));
+    const size_t left = bytes_left();
+    TAPEFORMER_CHECK(n <= left / item_bytes, what, ": ", n, " entries of ", item_bytes, " bytes, but only ", left,
+                     " bytes are left");
+    return static_cast<size_t>(n);
+  }
+
+  std::istringstream in_;
+  cereal::BinaryInputArchive ar_;
+  size_t size_;
+};
+
 std::vector<TensorRecord> to_records(const NamedTensors& tensors) {
   std::vector<TensorRecord> out;
   for (const auto& [name, t] : tensors) out.push_back({name, t.shape().to_vector(), t.to_vector()});
@@ -187,11 +234,18 @@ Checkpoint load_checkpoint(const std::string& path) {
 
   Checkpoint c;
   std::vector<TensorRecord> model, optimizer;
-  try {
-    std::istringstream payload_stream(payload);
-    cereal::BinaryInputArchive ar(payload_stream);
-    ar(c.config_json, c.tokenizer, model, optimizer, c.optimizer_step, c.step, c.train_seconds, c.rng,
-       c.sampler);
+  try {  // the order of save_checkpoint's ar(...)
+    PayloadReader r(payload);
+    r.read(c.config_json, "the config");
+    r.read(c.tokenizer, "the tokenizer");
+    r.read(model, "the model tensors");
+    r.read(optimizer, "the optimizer tensors");
+    r.read(c.optimizer_step);
+    r.read(c.step);
+    r.read(c.train_seconds);
+    r.read(c.rng);
+    r.read(c.sampler, "the sampler state");
+    TAPEFORMER_CHECK(r.bytes_left() == 0, r.bytes_left(), " bytes after the last field");
   } catch (const std::exception& e) {
     fail("checkpoint '", path, "': cannot decode payload (", e.what(), ")");
   }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "data/corpus.h"
@@ -76,7 +77,7 @@ TEST_CASE("CharTokenizer: characters outside the vocabulary are named with code 
   CHECK_THROWS_WITH_AS(tok.encode("ab\xff"), "text is not valid UTF-8 (bad byte 0xFF at offset 2)", Error);
   CHECK_THROWS_WITH_AS(tok.decode({3}), "decode: token 3 is outside the vocabulary of 3", Error);
   CHECK_THROWS_WITH_AS(tok.decode({-1}), Contains("token -1 is outside"), Error);
-  CHECK_THROWS_WITH_AS(CharTokenizer(std::string()), Contains("text is empty"), Error);
+  CHECK_THROWS_WITH_AS(CharTokenizer{std::string()}, Contains("text is empty"), Error);
 }
 
 TEST_CASE("strict UTF-8: overlong, surrogate, out of range, truncated and stray bytes are rejected") {
@@ -144,6 +145,19 @@ TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blo
                        "tokenizer state: format version 2 is not supported (this build reads version 1)", Error);
   CHECK_THROWS_WITH_AS(load_tokenizer(future.str()), Contains("format version 2 is not supported"), Error);
   CHECK_THROWS_WITH_AS(load_tokenizer("gar"), Contains("tokenizer: cannot decode"), Error);
+  // Counts are bounded before allocating (found by tests/fuzz/fuzz_checkpoint):
+  // a vocabulary of 2^40 entries, or a kind name of 2^40 bytes, is refused at once.
+  for (const auto& [kind_bytes, vocab_size, message] :
+       {std::tuple<uint64_t, uint64_t, const char*>{4, uint64_t{1} << 40,
+                                                    "vocabulary of 1099511627776 entries (at most 1112064)"},
+        {uint64_t{1} << 40, 0, "kind name of 1099511627776 entries (at most 16)"}}) {
+    std::string blob(reinterpret_cast<const char*>(&TokenizerState::kVersion), 4);
+    blob.append(reinterpret_cast<const char*>(&kind_bytes), 8);
+    blob += "char";
+    blob.append(reinterpret_cast<const char*>(&vocab_size), 8);
+    CHECK_THROWS_WITH_AS(load_tokenizer(blob), Contains(message), Error);
+  }
+  CHECK(load_tokenizer(save_tokenizer(CharTokenizer("ab")))->vocab_size() == 2);
   CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {98, 97}}),
                        Contains("sorted and distinct (entry 1 'a' (U+0061) follows 'b' (U+0062))"), Error);
   CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {0xD800}}), Contains("U+D800) is not a Unicode"), Error);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,37 @@ TEST_CASE("checkpoint: truncated, corrupted, foreign and missing files get one c
   CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("format version 9 is not supported"), Error);
 
   CHECK_THROWS_WITH_AS(load_checkpoint((dir.path / "nope.bin").string()), doctest::Contains("cannot open"), Error);
+}
+
+TEST_CASE("checkpoint: a damaged count inside a payload with a valid checksum is refused before allocating") {
+  // Found by tests/fuzz/fuzz_checkpoint. The payload starts with the config
+  // string's u64 length; the header is rebuilt so the checksum matches.
+  TempDir dir("ckpt-counts");
+  const fs::path path = dir.path / "checkpoint.bin";
+  save_checkpoint(path.string(), sample_checkpoint());
+  const std::string good = read_all(path);
+  const size_t header = 28;
+  const auto rewrap = [&](std::string payload) {
+    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64, the format's checksum
+    for (unsigned char ch : payload) h = (h ^ ch) * 0x100000001b3ULL;
+    const uint64_t n = payload.size();
+    std::string file = good.substr(0, 12);
+    file.append(reinterpret_cast<const char*>(&n), 8);
+    file.append(reinterpret_cast<const char*>(&h), 8);
+    write_all(path, file + payload);
+  };
+  rewrap(good.substr(header));
+  CHECK(load_checkpoint(path.string()).step == 42);  // the rebuilt header itself is fine
+
+  std::string payload = good.substr(header);
+  const uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(payload.data(), &huge, 8);
+  rewrap(payload);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()),
+                       doctest::Contains("cannot decode payload (the config: 1099511627776 entries of 1 bytes, but only"),
+                       Error);
+  rewrap(good.substr(header) + "x");
+  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("1 bytes after the last field"), Error);
 }
 
 TEST_CASE("checkpoint: overwriting keeps the old file until the new one is complete") {
