@@ -148,9 +148,20 @@ std::vector<std::string> known_keys() {
        best.empty() ? std::string() : " (did you mean '" + best + "'?)");
 }
 
-json parse_override_value(const std::string& text) {
+// Nesting deeper than any config needs is refused while parsing: copying or
+// printing a value nested thousands deep would recurse off the stack.
+constexpr int kMaxJsonDepth = 64;
+
+json parse_json(const std::string& text, const std::string& what) {
+  return json::parse(text, [&](int depth, json::parse_event_t, json&) {
+    TAPEFORMER_CHECK(depth <= kMaxJsonDepth, what, ": JSON nested deeper than ", kMaxJsonDepth, " levels");
+    return true;
+  });
+}
+
+json parse_override_value(const std::string& key, const std::string& text) {
   try {
-    return json::parse(text);
+    return parse_json(text, "--set " + key);
   } catch (const json::exception&) {
     return json(text);  // bare words are strings: --set optimizer.name=sgd
   }
@@ -162,7 +173,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
                                const std::vector<std::string>& overrides) {
   json root;
   try {
-    root = json::parse(text);
+    root = parse_json(text, "config " + origin);
   } catch (const json::exception& e) {  // syntax, and numbers beyond a double (1e400)
     fail("config ", origin, ": invalid JSON: ", e.what());
   }
@@ -177,9 +188,9 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) unknown_key(key, "--set");
     const std::string value = o.substr(eq + 1);
     const size_t bad = utf8_error_offset(value);
-    TAPEFORMER_CHECK(bad == std::string::npos, "--set ", key, ": the value is not valid UTF-8 (byte ",
+    TAPEFORMER_CHECK(bad == std::string::npos, "--set ", key, ": value is not valid UTF-8 (bad byte ",
                      hex_byte(static_cast<unsigned char>(value[bad])), " at offset ", bad, ")");
-    flat[key] = parse_override_value(value);
+    flat[key] = parse_override_value(key, value);
   }
   TrainConfig cfg;
   visit_fields(cfg, [&](const std::string& key, auto& field) {

@@ -58,15 +58,23 @@ TEST_CASE("config: unknown keys, wrong types and bad values are rejected with th
   // Found by tests/fuzz/fuzz_config: JSON's overflow error escaped as a different exception.
   CHECK(error_of(R"({"model": {"n_layer": 1e400}})") ==
         "config test.json: invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
+  // Nesting that copying or printing the value would recurse through (a
+  // segfault at 100,000 levels before the limit): refused while parsing.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK(error_of(R"({"model": {"n_layer": )" + deep + "}}") ==
+        "config test.json: JSON nested deeper than 64 levels");
+  CHECK(error_of("{}", {"model.n_layer=" + deep}) == "--set model.n_layer: JSON nested deeper than 64 levels");
+  const std::string ok = std::string(62, '[') + std::string(62, ']');  // 64 levels with the two objects
+  CHECK(error_of(R"({"_note": {"x": )" + ok + "}}").empty());
   CHECK(error_of("{}", {"train.max_iters"}) == "--set: expected key=value, got 'train.max_iters'");
   CHECK(error_of("{}", {"train.max_iter=3"}) ==
         "--set: unknown key 'train.max_iter' (did you mean 'train.max_iters'?)");
   CHECK(error_of(R"({"_comment": "ignored", "model": {"_note": 1}})").empty());
   // Found by tests/fuzz/fuzz_config: JSON's own error here named neither the key nor --set.
   CHECK(error_of("{}", {"model.n_head=1\xff\xff"}) ==
-        "--set model.n_head: the value is not valid UTF-8 (byte 0xFF at offset 1)");
+        "--set model.n_head: value is not valid UTF-8 (bad byte 0xFF at offset 1)");
   CHECK(error_of("{}", {"optimizer.name=caf\xc3"}) ==
-        "--set optimizer.name: the value is not valid UTF-8 (byte 0xC3 at offset 3)");
+        "--set optimizer.name: value is not valid UTF-8 (bad byte 0xC3 at offset 3)");
 }
 
 TEST_CASE("config: range checks name the key, with values as the optimizer will see them") {
