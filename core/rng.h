@@ -8,12 +8,13 @@
 // The algorithm is xoshiro256** seeded through splitmix64, with our own
 // Box-Muller normals, so the stream is identical on every platform and
 // standard library (std::normal_distribution is implementation-defined).
-// The state is four words plus a cached normal; `serialize` works with cereal.
+// The state is four words plus a cached normal; `save`/`load` work with cereal.
 #pragma once
 
 #include <array>
 #include <cstdint>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace tapeformer {
@@ -42,9 +43,19 @@ class Rng {
     return s_ == o.s_ && has_spare_ == o.has_spare_ && spare_ == o.spare_;
   }
 
+  // cereal: the four words, the cached-normal flag as one byte (0 or 1,
+  // checked on load: any other byte in a bool is undefined behaviour), the cache.
   template <class Archive>
-  void serialize(Archive& ar) {
-    ar(s_, has_spare_, spare_);
+  void save(Archive& ar) const {
+    ar(s_, static_cast<uint8_t>(has_spare_), spare_);
+  }
+  template <class Archive>
+  void load(Archive& ar) {
+    uint8_t has_spare = 0;
+    ar(s_, has_spare, spare_);
+    TAPEFORMER_CHECK(has_spare <= 1, "Rng state: the cached-normal flag must be 0 or 1, got ",
+                     static_cast<int>(has_spare));
+    has_spare_ = has_spare == 1;
   }
 
  private:

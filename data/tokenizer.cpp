@@ -130,7 +130,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& bytes) {
     std::istringstream in(bytes);
     cereal::BinaryInputArchive ar(in);
     ar(state);
-  } catch (const std::exception& e) {  // cereal's read errors and the version check
+  } catch (const std::runtime_error& e) {  // cereal's short reads and the checks in load(), not bad_alloc
     fail("tokenizer: cannot decode (", e.what(), ")");
   }
   return make_tokenizer(state);

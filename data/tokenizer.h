@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/serialize.h"
 #include "data/utf8.h"
 
 namespace tapeformer {
@@ -56,19 +57,10 @@ struct TokenizerState {
     ar(version);
     TAPEFORMER_CHECK(version == kVersion, "tokenizer state: format version ", version,
                      " is not supported (this build reads version ", kVersion, ")");
-    kind.resize(checked_count(ar, kMaxKindBytes, "kind name of"));  // the layout cereal gives a string
+    kind.resize(read_count(ar, kMaxKindBytes, "tokenizer state: kind name"));  // cereal's string layout
     ar(cereal::binary_data(kind.data(), kind.size()));
-    vocab.resize(checked_count(ar, kMaxVocab, "vocabulary of"));  // ... and a vector of numbers
+    vocab.resize(read_count(ar, kMaxVocab, "tokenizer state: vocabulary"));  // ... and a vector of numbers
     ar(cereal::binary_data(vocab.data(), vocab.size() * sizeof(uint32_t)));
-  }
-
- private:
-  template <class Archive>
-  static size_t checked_count(Archive& ar, uint64_t max, const char* what) {
-    cereal::size_type n = 0;
-    ar(cereal::make_size_tag(n));
-    TAPEFORMER_CHECK(n <= max, "tokenizer state: ", what, " ", n, " entries (at most ", max, ")");
-    return static_cast<size_t>(n);
   }
 };
 

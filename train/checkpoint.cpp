@@ -11,13 +11,18 @@
 #include <cereal/types/utility.hpp>
 #include <cereal/types/vector.hpp>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <streambuf>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/serialize.h"
+#include "optim/optimizer.h"
 
 namespace tapeformer {
 namespace {
@@ -45,49 +50,50 @@ struct TensorRecord {
 
 // Decodes the payload that save_checkpoint's cereal archive wrote, field by
 // field in the same layout (cereal's binary format: a u64 count before every
-// string and vector). Every count is checked against the bytes left before
-// anything is allocated, so a damaged count is an Error, not a request for
-// gigabytes.
+// string and vector), reading the caller's string in place. Every count is
+// checked against the bytes left before anything is allocated
+// (core/serialize.h).
 class PayloadReader {
  public:
-  explicit PayloadReader(const std::string& payload) : in_(payload), ar_(in_), size_(payload.size()) {}
+  explicit PayloadReader(const std::string& payload) : buf_(payload), in_(&buf_), ar_(in_) {}
 
-  template <class T>  // fixed-size values: numbers, Rng
-  void read(T& value) {
+  template <class T>
+  void read(T& value) {  // fixed-size fields only: strings and vectors go through a count check
+    static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, Rng>, "read(): a fixed-size field");
     ar_(value);
   }
   void read(std::string& s, const char* what) {
-    s.resize(count(1, what));
+    s.resize(read_count(ar_, bytes_left(), what));
     ar_(cereal::binary_data(s.data(), s.size()));
   }
   template <class T>
   void read(std::vector<T>& v, const char* what) {
-    v.resize(count(sizeof(T), what));
+    static_assert(std::is_arithmetic_v<T>, "read(): a vector of numbers");
+    v.resize(read_count(ar_, bytes_left() / sizeof(T), what));
     ar_(cereal::binary_data(v.data(), v.size() * sizeof(T)));
   }
   void read(std::vector<TensorRecord>& records, const char* what) {
-    records.resize(count(3 * sizeof(cereal::size_type), what));  // each: three counts at least
+    // A record is three counts at least.
+    records.resize(read_count(ar_, bytes_left() / (3 * sizeof(cereal::size_type)), what));
     for (TensorRecord& r : records) {
       read(r.name, "a tensor name");
       read(r.dims, "a tensor shape");
       read(r.values, "tensor values");
     }
   }
-  size_t bytes_left() { return size_ - static_cast<size_t>(in_.tellg()); }
+  size_t bytes_left() const { return buf_.left(); }
 
  private:
-  size_t count(size_t item_bytes, const char* what) {
-    cereal::size_type n = 0;
-    ar_(cereal::make_size_tag(n));
-    const size_t left = bytes_left();
-    TAPEFORMER_CHECK(n <= left / item_bytes, what, ": ", n, " entries of ", item_bytes, " bytes, but only ", left,
-                     " bytes are left");
-    return static_cast<size_t>(n);
-  }
-
-  std::istringstream in_;
+  struct View : std::streambuf {  // reads a string in place (istringstream would copy it)
+    explicit View(const std::string& s) {
+      char* p = const_cast<char*>(s.data());  // only read: no put area is set
+      setg(p, p, p + s.size());
+    }
+    size_t left() const { return static_cast<size_t>(egptr() - gptr()); }
+  };
+  View buf_;
+  std::istream in_;
   cereal::BinaryInputArchive ar_;
-  size_t size_;
 };
 
 std::vector<TensorRecord> to_records(const NamedTensors& tensors) {
@@ -193,6 +199,14 @@ void remove_stale_temp_files(const std::string& path) {
   }
 }
 
+std::string checkpoint_file_bytes(const std::string& payload) {
+  std::string file(kMagic, sizeof kMagic);
+  put<uint32_t>(file, kCheckpointVersion);
+  put<uint64_t>(file, payload.size());
+  put<uint64_t>(file, fnv1a64(payload));
+  return file + payload;
+}
+
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   std::ostringstream payload_stream;
   {
@@ -201,13 +215,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
     ar(c.config_json, c.tokenizer, to_records(c.model), to_records(c.optimizer), c.optimizer_step, c.step,
        c.train_seconds, rng, c.sampler);
   }
-  const std::string payload = payload_stream.str();
-  std::string file(kMagic, sizeof kMagic);
-  put<uint32_t>(file, kCheckpointVersion);
-  put<uint64_t>(file, payload.size());
-  put<uint64_t>(file, fnv1a64(payload));
-  file += payload;
-  write_file_atomic(path, file);
+  write_file_atomic(path, checkpoint_file_bytes(payload_stream.str()));
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -223,9 +231,16 @@ Checkpoint load_checkpoint(const std::string& path) {
   TAPEFORMER_CHECK(version == kCheckpointVersion, "checkpoint '", path, "': format version ", version,
                    " is not supported (this build reads version ", kCheckpointVersion, ")");
   const uint64_t length = get<uint64_t>(header, 12), checksum = get<uint64_t>(header, 20);
-  std::stringstream rest;
-  rest << in.rdbuf();
-  const std::string payload = rest.str();
+  std::string payload;  // the rest of the file, read once into its final place
+  in.seekg(0, std::ios::end);
+  const std::streamoff end = in.tellg();
+  in.seekg(static_cast<std::streamoff>(kHeaderBytes));
+  TAPEFORMER_CHECK(end >= static_cast<std::streamoff>(kHeaderBytes) && in.good(), "checkpoint '", path,
+                   "': cannot read (not a regular file?)");
+  payload.resize(static_cast<size_t>(end) - kHeaderBytes);
+  in.read(payload.data(), static_cast<std::streamsize>(payload.size()));
+  TAPEFORMER_CHECK(in.gcount() == static_cast<std::streamsize>(payload.size()), "checkpoint '", path,
+                   "': read ", in.gcount(), " of ", payload.size(), " bytes");
   TAPEFORMER_CHECK(payload.size() >= length, "checkpoint '", path, "': truncated (", payload.size(), " of ", length,
                    " payload bytes)");
   TAPEFORMER_CHECK(payload.size() == length, "checkpoint '", path, "': corrupted (", payload.size() - length,
@@ -245,12 +260,19 @@ Checkpoint load_checkpoint(const std::string& path) {
     r.read(c.train_seconds);
     r.read(c.rng);
     r.read(c.sampler, "the sampler state");
-    TAPEFORMER_CHECK(r.bytes_left() == 0, r.bytes_left(), " bytes after the last field");
-  } catch (const std::exception& e) {
+    TAPEFORMER_CHECK(r.bytes_left() == 0, "stray bytes after the last field: ", r.bytes_left());
+  } catch (const std::runtime_error& e) {  // cereal's short reads and the checks here, not bad_alloc
     fail("checkpoint '", path, "': cannot decode payload (", e.what(), ")");
   }
   c.model = from_records(model, path);
   c.optimizer = from_records(optimizer, path);
+  // Counters a resumed run loops on, and its clock: in range, as a run writes them.
+  TAPEFORMER_CHECK(c.step >= 0 && c.step <= kMaxOptimizerSteps && c.optimizer_step >= 0 &&
+                       c.optimizer_step <= kMaxOptimizerSteps,
+                   "checkpoint '", path, "': step ", c.step, " / optimizer step ", c.optimizer_step,
+                   " outside [0, 2^24]");
+  TAPEFORMER_CHECK(std::isfinite(c.train_seconds) && c.train_seconds >= 0, "checkpoint '", path,
+                   "': training time ", c.train_seconds, " s is not a finite duration");
   return c;
 }
 

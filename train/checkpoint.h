@@ -36,6 +36,10 @@ struct Checkpoint {
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 Checkpoint load_checkpoint(const std::string& path);
 
+// The file save_checkpoint writes for a payload: header (magic, version,
+// length, checksum) + payload. For tests and tools that build files by hand.
+std::string checkpoint_file_bytes(const std::string& payload);
+
 // Writes bytes to path atomically (temp file + fsync + rename + dir fsync).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 // Removes the temp files ".NAME.tmp.PID" that writes of `path` interrupted by

@@ -45,7 +45,7 @@ void deserialize_from_bytes(const std::string& bytes, T& value, const char* what
     std::istringstream in(bytes);
     cereal::BinaryInputArchive ar(in);
     ar(value);
-  } catch (const std::exception& e) {
+  } catch (const std::runtime_error& e) {  // cereal's short reads and the checks in load(), not bad_alloc
     fail("checkpoint '", origin, "': cannot decode the ", what, " (", e.what(), ")");
   }
 }

@@ -149,8 +149,8 @@ TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blo
   // a vocabulary of 2^40 entries, or a kind name of 2^40 bytes, is refused at once.
   for (const auto& [kind_bytes, vocab_size, message] :
        {std::tuple<uint64_t, uint64_t, const char*>{4, uint64_t{1} << 40,
-                                                    "vocabulary of 1099511627776 entries (at most 1112064)"},
-        {uint64_t{1} << 40, 0, "kind name of 1099511627776 entries (at most 16)"}}) {
+                                                    "vocabulary: a count of 1099511627776, more than the 1112064 possible"},
+        {uint64_t{1} << 40, 0, "kind name: a count of 1099511627776, more than the 16 possible"}}) {
     std::string blob(reinterpret_cast<const char*>(&TokenizerState::kVersion), 4);
     blob.append(reinterpret_cast<const char*>(&kind_bytes), 8);
     blob += "char";

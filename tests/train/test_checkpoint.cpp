@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstring>
 
@@ -98,35 +99,43 @@ TEST_CASE("checkpoint: truncated, corrupted, foreign and missing files get one c
   CHECK_THROWS_WITH_AS(load_checkpoint((dir.path / "nope.bin").string()), doctest::Contains("cannot open"), Error);
 }
 
-TEST_CASE("checkpoint: a damaged count inside a payload with a valid checksum is refused before allocating") {
-  // Found by tests/fuzz/fuzz_checkpoint. The payload starts with the config
-  // string's u64 length; the header is rebuilt so the checksum matches.
-  TempDir dir("ckpt-counts");
+TEST_CASE("checkpoint: damaged fields behind a valid checksum are refused, counts before allocating") {
+  // Found by tests/fuzz/fuzz_checkpoint. The payload (after the 28-byte
+  // header) is edited and re-wrapped so that its checksum matches again.
+  TempDir dir("ckpt-fields");
   const fs::path path = dir.path / "checkpoint.bin";
   save_checkpoint(path.string(), sample_checkpoint());
-  const std::string good = read_all(path);
-  const size_t header = 28;
-  const auto rewrap = [&](std::string payload) {
-    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64, the format's checksum
-    for (unsigned char ch : payload) h = (h ^ ch) * 0x100000001b3ULL;
-    const uint64_t n = payload.size();
-    std::string file = good.substr(0, 12);
-    file.append(reinterpret_cast<const char*>(&n), 8);
-    file.append(reinterpret_cast<const char*>(&h), 8);
-    write_all(path, file + payload);
+  const std::string good = read_all(path).substr(28);
+  const auto load_payload = [&](const std::string& payload) {
+    write_all(path, checkpoint_file_bytes(payload));
+    return load_checkpoint(path.string());
   };
-  rewrap(good.substr(header));
-  CHECK(load_checkpoint(path.string()).step == 42);  // the rebuilt header itself is fine
+  CHECK(load_payload(good).step == 42);  // re-wrapping alone changes nothing
 
-  std::string payload = good.substr(header);
+  // The payload starts with the config string's u64 length.
+  std::string p = good;
   const uint64_t huge = uint64_t{1} << 40;
-  std::memcpy(payload.data(), &huge, 8);
-  rewrap(payload);
-  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()),
-                       doctest::Contains("cannot decode payload (the config: 1099511627776 entries of 1 bytes, but only"),
-                       Error);
-  rewrap(good.substr(header) + "x");
-  CHECK_THROWS_WITH_AS(load_checkpoint(path.string()), doctest::Contains("1 bytes after the last field"), Error);
+  std::memcpy(p.data(), &huge, 8);
+  CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("cannot decode payload (the config: a count of 1099511627776, more than the"), Error);
+  CHECK_THROWS_WITH_AS(load_payload(good + "x"), doctest::Contains("stray bytes after the last field: 1"), Error);
+
+  // The tail: ... step (i64), train_seconds (f64), rng (32 + 1 + 4 bytes), sampler (u64 count + 13 bytes).
+  const size_t sampler_at = good.size() - (8 + 13), rng_flag_at = sampler_at - 4 - 1,
+               seconds_at = rng_flag_at - 32 - 8, step_at = seconds_at - 8;
+  int64_t step = 0;
+  std::memcpy(&step, good.data() + step_at, 8);
+  REQUIRE(step == 42);  // the layout assumed above
+  p = good;
+  const int64_t negative = -5;
+  std::memcpy(p.data() + step_at, &negative, 8);
+  CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("step -5 / optimizer step 41 outside [0, 2^24]"), Error);
+  p = good;
+  const double nan = std::nan("");
+  std::memcpy(p.data() + seconds_at, &nan, 8);
+  CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("training time nan s is not a finite duration"), Error);
+  p = good;
+  p[rng_flag_at] = 2;
+  CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("the cached-normal flag must be 0 or 1, got 2"), Error);
 }
 
 TEST_CASE("checkpoint: overwriting keeps the old file until the new one is complete") {
