@@ -21,8 +21,9 @@ namespace {
 // registers, loads 64 contiguous floats of one row of B and broadcasts 6
 // scalars of A per step of k. A may have any strides (A = X^T is free), and
 // the sum over k runs in order, so results do not depend on how callers
-// split rows. Measured on the 2-core benchmark machine (AVX-512): 100-110
-// GFLOP/s per core against Eigen's 80 on the recipe's linear-layer shapes.
+// split rows. On the recipe's linear-layer shapes, one core of the 2-core
+// benchmark machine (AVX-512): 103-115 GFLOP/s against Eigen's 71-87 and
+// PyTorch/OpenBLAS's 84-100 (bench/gemm_vs_pytorch.sh, 2026-11-23).
 // It is written with Eigen's packet primitives, so it vectorises for
 // whatever instruction set Eigen targets.
 
