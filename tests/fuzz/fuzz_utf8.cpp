@@ -1,8 +1,9 @@
 // Fuzz target: strict UTF-8 (data/utf8.h) and the char tokenizer.
 // - utf8_error_offset agrees with an independent validator written from the
 //   byte ranges of Unicode table 3-7 (the library checks decoded values instead);
-// - valid text decodes and re-encodes to itself, and a CharTokenizer built on
-//   it encodes and decodes it back;
+// - valid text decodes and re-encodes to itself, a CharTokenizer built on it
+//   encodes and decodes it back, and a tokenizer with another vocabulary
+//   (a prompt's case) encodes it exactly or refuses it with Error;
 // - invalid text is refused with tapeformer::Error, by the decoder and by the
 //   tokenizer, and everything before the reported offset is valid.
 #include <string>
@@ -43,6 +44,12 @@ size_t table_error_offset(std::string_view s) {
   return std::string_view::npos;
 }
 
+// A vocabulary the fuzzed text did not come from, as a prompt meets it.
+const tapeformer::CharTokenizer& fixed_tokenizer() {
+  static const tapeformer::CharTokenizer tok("ROMEO:\nh\u00e9llo \u4e16\u754c!");
+  return tok;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -69,12 +76,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const CharTokenizer rebuilt(tok.vocab());
       require(rebuilt.encode(text) == ids, "tokenizer rebuilt from its vocabulary encodes the same");
     }
+    // A prompt against a vocabulary it did not come from: encoded exactly, or refused.
+    std::vector<int32_t> ids;
+    if (fuzz::refused_or_done([&] { ids = fixed_tokenizer().encode(text); }))
+      require(fixed_tokenizer().decode(ids) == text, "a prompt encoded without error decodes to itself");
   } else {
     require(bad < text.size(), "error offset inside the text");
     require(utf8_error_offset(std::string_view(text).substr(0, bad)) == std::string_view::npos,
             "text before the error offset is valid");
     require(!fuzz::refused_or_done([&] { utf8_decode(text); }), "utf8_decode accepts invalid text");
     require(!fuzz::refused_or_done([&] { CharTokenizer tok(text); }), "CharTokenizer accepts invalid text");
+    require(!fuzz::refused_or_done([&] { fixed_tokenizer().encode(text); }), "encode accepts invalid text");
   }
   return 0;
 }
