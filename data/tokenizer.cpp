@@ -1,9 +1,7 @@
 #include "data/tokenizer.h"
 
 #include <algorithm>
-#include <cereal/archives/binary.hpp>
 #include <set>
-#include <sstream>
 
 namespace tapeformer {
 namespace {
@@ -115,24 +113,11 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerState& state) {
   fail("tokenizer: unknown kind '", state.kind, "' (expected \"char\" or \"byte\")");
 }
 
-std::string save_tokenizer(const Tokenizer& tok) {
-  std::ostringstream out;
-  {
-    cereal::BinaryOutputArchive ar(out);
-    ar(tok.state());
-  }
-  return out.str();
-}
+std::string save_tokenizer(const Tokenizer& tok) { return to_bytes(tok.state()); }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& bytes) {
   TokenizerState state;
-  try {
-    std::istringstream in(bytes);
-    cereal::BinaryInputArchive ar(in);
-    ar(state);
-  } catch (const std::runtime_error& e) {  // cereal's short reads and the checks in load(), not bad_alloc
-    fail("tokenizer: cannot decode (", e.what(), ")");
-  }
+  from_bytes(bytes, state, "tokenizer: cannot decode");
   return make_tokenizer(state);
 }
 

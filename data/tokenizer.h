@@ -57,10 +57,8 @@ struct TokenizerState {
     ar(version);
     TAPEFORMER_CHECK(version == kVersion, "tokenizer state: format version ", version,
                      " is not supported (this build reads version ", kVersion, ")");
-    kind.resize(read_count(ar, kMaxKindBytes, "tokenizer state: kind name"));  // cereal's string layout
-    ar(cereal::binary_data(kind.data(), kind.size()));
-    vocab.resize(read_count(ar, kMaxVocab, "tokenizer state: vocabulary"));  // ... and a vector of numbers
-    ar(cereal::binary_data(vocab.data(), vocab.size() * sizeof(uint32_t)));
+    read_bounded(ar, kind, kMaxKindBytes, "tokenizer state: kind name");
+    read_bounded(ar, vocab, kMaxVocab, "tokenizer state: vocabulary");
   }
 };
 

@@ -62,15 +62,10 @@ class PayloadReader {
     static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, Rng>, "read(): a fixed-size field");
     ar_(value);
   }
-  void read(std::string& s, const char* what) {
-    s.resize(read_count(ar_, bytes_left(), what));
-    ar_(cereal::binary_data(s.data(), s.size()));
-  }
+  void read(std::string& s, const char* what) { read_bounded(ar_, s, bytes_left(), what); }
   template <class T>
   void read(std::vector<T>& v, const char* what) {
-    static_assert(std::is_arithmetic_v<T>, "read(): a vector of numbers");
-    v.resize(read_count(ar_, bytes_left() / sizeof(T), what));
-    ar_(cereal::binary_data(v.data(), v.size() * sizeof(T)));
+    read_bounded(ar_, v, bytes_left() / sizeof(T), what);
   }
   void read(std::vector<TensorRecord>& records, const char* what) {
     // A record is three counts at least.

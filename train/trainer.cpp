@@ -1,18 +1,17 @@
 #include "train/trainer.h"
 
-#include <cereal/archives/binary.hpp>
 #include <cereal/types/array.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <unistd.h>
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/serialize.h"
 #include "data/corpus.h"
 #include "data/sampler.h"
 #include "data/tokenizer.h"
@@ -25,30 +24,9 @@ namespace tapeformer {
 namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------------------
-// Helpers: cereal byte round trips for the checkpoint, timing, stream seeds.
+// Helpers: timing, stream seeds.
 
 namespace {
-
-template <class T>
-std::string serialize_to_bytes(T& value) {
-  std::ostringstream out;
-  {
-    cereal::BinaryOutputArchive ar(out);
-    ar(value);
-  }
-  return out.str();
-}
-
-template <class T>
-void deserialize_from_bytes(const std::string& bytes, T& value, const char* what, const std::string& origin) {
-  try {
-    std::istringstream in(bytes);
-    cereal::BinaryInputArchive ar(in);
-    ar(value);
-  } catch (const std::runtime_error& e) {  // cereal's short reads and the checks in load(), not bad_alloc
-    fail("checkpoint '", origin, "': cannot decode the ", what, " (", e.what(), ")");
-  }
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -171,7 +149,7 @@ struct Trainer::State {
     c.step = step;
     c.train_seconds = train_seconds;
     c.rng = dropout_rng;
-    c.sampler = serialize_to_bytes(*train_batches);
+    c.sampler = to_bytes(*train_batches);
     save_checkpoint(checkpoint_path(), c);
   }
 
@@ -218,7 +196,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
   s.build(load_tokenizer(c.tokenizer));
   s.model->load_state(c.model);
   s.optimizer->load_state(c.optimizer, c.optimizer_step);
-  deserialize_from_bytes(c.sampler, *s.train_batches, "batch sampler", s.checkpoint_path());
+  from_bytes(c.sampler, *s.train_batches, "checkpoint '" + s.checkpoint_path() + "': cannot decode the batch sampler");
   s.dropout_rng = c.rng;
   s.step = c.step;
   s.train_seconds = c.train_seconds;

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/serialize.h"
 #include "data/corpus.h"
 #include "data/sampler.h"
 #include "data/tokenizer.h"
@@ -20,16 +21,7 @@ using doctest::Contains;
 
 namespace {
 
-template <class T>
-std::string to_binary(const T& value) {
-  std::ostringstream out;
-  {
-    cereal::BinaryOutputArchive ar(out);
-    ar(value);
-  }
-  return out.str();
-}
-
+// The load itself, unwrapped (from_bytes adds a context to its errors).
 template <class T>
 void from_binary(const std::string& bytes, T& value) {
   std::istringstream in(bytes);
@@ -121,7 +113,7 @@ TEST_CASE("ByteTokenizer round-trips arbitrary bytes") {
 TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blob") {
   CharTokenizer c("héllo — 世界");
   TokenizerState loaded;
-  from_binary(to_binary(c.state()), loaded);
+  from_binary(to_bytes(c.state()), loaded);
   const auto back = make_tokenizer(loaded);
   CHECK(back->kind() == "char");
   CHECK(dynamic_cast<const CharTokenizer&>(*back).vocab() == c.vocab());
@@ -286,7 +278,7 @@ TEST_CASE("RandomWindowSampler: state round-trips through cereal and continues i
   const std::vector<int32_t> tokens = iota_tokens(100);
   RandomWindowSampler s(tokens, 3, 8, 11, "t");
   for (int i = 0; i < 5; ++i) s.next();
-  const std::string saved = to_binary(s);
+  const std::string saved = to_bytes(s);
   RandomWindowSampler r(tokens, 3, 8, 999, "t");
   from_binary(saved, r);
   CHECK(r.drawn() == 5);
@@ -295,5 +287,5 @@ TEST_CASE("RandomWindowSampler: state round-trips through cereal and continues i
     CHECK(got.inputs.data == expected.inputs.data);
     CHECK(got.targets.data == expected.targets.data);
   }
-  CHECK(to_binary(r) == to_binary(s));
+  CHECK(to_bytes(r) == to_bytes(s));
 }
