@@ -6,27 +6,18 @@
 //   the tokenizer inside an accepted one.
 // - The input as a serialised tokenizer is refused with Error, or gives a
 //   tokenizer that decodes its whole vocabulary and encodes it back.
-#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "data/tokenizer.h"
 #include "fuzz.h"
+#include "temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace {
-
-// One scratch file per process, removed at exit.
-struct TempFile {
-  std::string path = (std::filesystem::temp_directory_path() /
-                      ("tapeformer_fuzz_" + std::to_string(getpid()) + ".bin")).string();
-  ~TempFile() { std::filesystem::remove(path); }
-};
 
 void load_file(const std::string& path, const std::string& bytes) {
   using namespace tapeformer;
@@ -45,8 +36,8 @@ void load_file(const std::string& path, const std::string& bytes) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tapeformer;
-  static const TempFile file;
-  const std::string& path = file.path;
+  static const TempDir dir("fuzz-checkpoint");  // one scratch file per process, removed at exit
+  static const std::string path = (dir.path / "checkpoint.bin").string();
   const std::string input(reinterpret_cast<const char*>(data), size);
 
   load_file(path, input);
