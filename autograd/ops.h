@@ -124,4 +124,52 @@ Var causal_attention(const Var& qkv, int64_t n_head, Scalar dropout_p = 0, Rng* 
 // Rows of weight [V, C] picked by ids [...] -> [..., C]   dweight[id] += g (scatter-add)
 Var embedding(const Var& weight, const IndexTensor& ids);
 
+// ---- attention kernels (autograd/ops/softmax_attention.cpp, linear_attention.cpp) ----
+// Softmax attention that keeps O(T) per query row for the backward (the row
+// log-sum-exp; probabilities are recomputed tile by tile):
+// q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) -> y (B, H, Tq, Dv),
+//   y_i = sum_j P~_ij v_j, P_i = softmax_j(q_i . k_j / sqrt(D) + bias_ij), P~ = P * dropout mask.
+// causal: query i sits at position Tk - Tq + i and sees keys j <= Tk - Tq + i.
+// bias: undefined, or a constant (no gradient) tensor broadcastable to
+// (B, H, Tq, Tk), e.g. ALiBi's (1, H, Tq, Tk) or a key-padding (B, 1, 1, Tk)
+// of 0 / -inf. A row with no visible key gives y_i = 0 and no gradient.
+// The dropout mask is a counter-based hash of (seed drawn from rng, b, h, i,
+// j), so the backward regenerates it exactly.
+//   D_i = dy_i . y_i, dS = P (dP~ mask - D), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), dv = P~^T dy
+Var softmax_attention(const Var& q, const Var& k, const Var& v, const Tensor& bias = Tensor(), bool causal = true,
+                      Scalar dropout_p = 0, Rng* rng = nullptr);
+// Kernelised linear attention (Katharopoulos et al. 2020) on features a =
+// phi(q), b = phi(k) (B, H, T, C) (all > 0) and values v (B, H, T, M) -> (B, H, T, M):
+//   causal: y_i = a_i^T S_i / (a_i . z_i + eps), S_i = sum_{j<=i} b_j v_j^T, z_i = sum_{j<=i} b_j;
+//   non-causal: the same with S, z summed over all j.
+// With g^_i = g_i / den_i, gam_i = -(g_i . y_i) / den_i (SPEC §2.3):
+//   da_i = S_i g^_i + gam_i z_i, db_j = R_j v_j + r_j, dv_j = R_j^T b_j,
+//   R_j = sum_{i>=j} a_i g^_i^T, r_j = sum_{i>=j} gam_i a_i.
+// The causal form keeps only running C x M sums: no T x T and no T x C x M tensor.
+Var linear_attention(const Var& a, const Var& b, const Var& v, bool causal = true, Scalar eps = 1e-6f);
+// The causal numerator alone: y_i = sum_{j<=i} (a_i . b_j) v_j, (B, H, T, C) x 2, (B, H, T, M) -> (B, H, T, M).
+//   da_i = S_i g_i, db_j = R_j v_j, dv_j = R_j^T b_j, R_j = sum_{i>=j} a_i g_i^T (SPEC §2.2)
+Var causal_product(const Var& a, const Var& b, const Var& v);
+// Efficient attention (Shen et al., SPEC §2.5) on q, k (B, H, T, C), v (B, H, T, M) -> (B, H, T, M):
+//   non-causal: y = softmax_C(q) (softmax_T(k)^T v);
+//   causal: y_i = sum_d softmax(q_i)_d U_i[d] / u_i[d], U_i[d] = sum_{j<=i} e^{k_jd} v_j,
+//   u_i[d] = sum_{j<=i} e^{k_jd}, kept with a running per-feature max (no overflow, no future keys).
+// The gradient is the composition's; the causal kernel keeps only running C x M sums.
+Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal = true);
+
+// ---- positional (autograd/ops/positional.cpp) --------------------------------
+// Rotary position embedding (RoPE, interleaved pairs, SPEC §6): x with positions
+// start + t along `axis` and features along the last axis (width D); pair k
+// (components 2k, 2k+1, k < D/2; an odd last component is left as is) is
+// rotated by the angle p th_k, th_k = base^(-2k / (2 floor(D / 2))).
+//   dx = g rotated by -p th_k
+Var rotary(const Var& x, int axis, int64_t start, Scalar base = 10000);
+// Shaw et al.'s clipped relative positions. Query i sits at position q_start + i,
+// key j at k_start + j; their offset o = clamp(k_start + j - q_start - i, -K, K)
+// picks column o + K of a table of 2K + 1 offsets.
+// r (..., Tq, 2K+1) -> (..., Tq, Tk): y[.., i, j] = r[.., i, o(i, j) + K]    dr = relative_scatter(g)
+Var relative_gather(const Var& r, int64_t Tk, int64_t q_start, int64_t k_start);
+// p (..., Tq, Tk) -> (..., Tq, 2K+1): y[.., i, c] = sum_{j : o(i, j) + K = c} p[.., i, j]   dp = relative_gather(g)
+Var relative_scatter(const Var& p, int64_t K, int64_t q_start, int64_t k_start);
+
 }  // namespace tapeformer

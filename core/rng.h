@@ -67,4 +67,16 @@ class Rng {
   float spare_ = 0.0f;
 };
 
+// A counter-based uniform in [0, 1) with 24 random bits: the same (seed,
+// counter) always gives the same number, in any order and on any thread. For
+// masks a backward pass regenerates instead of storing (attention dropout).
+// splitmix64's finaliser over seed + counter * golden ratio.
+inline float hash_uniform(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed + (counter + 1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
 }  // namespace tapeformer
