@@ -126,18 +126,22 @@ Var embedding(const Var& weight, const IndexTensor& ids);
 
 // ---- attention kernels (autograd/ops/softmax_attention.cpp, linear_attention.cpp) ----
 // Softmax attention that keeps O(T) per query row for the backward (the row
-// log-sum-exp; probabilities are recomputed tile by tile):
+// log-sum-exp; probabilities are recomputed tile by tile, FlashAttention-style):
 // q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) -> y (B, H, Tq, Dv),
-//   y_i = sum_j P~_ij v_j, P_i = softmax_j(q_i . k_j / sqrt(D) + bias_ij), P~ = P * dropout mask.
+//   y_i = sum_j P~_ij v_j, P_i = softmax_j(q_i . k_j / sqrt(D) + sum_t bias_t[.., i, j]), P~ = P * dropout mask.
+// Inputs may be strided views whose last dim is contiguous (the heads of a
+// packed qkv projection); y is a (B, H, Tq, Dv) view of a (B, Tq, H, Dv)
+// buffer, so merging heads afterwards is free.
 // causal: query i sits at position Tk - Tq + i and sees keys j <= Tk - Tq + i.
-// bias: undefined, or a constant (no gradient) tensor broadcastable to
-// (B, H, Tq, Tk), e.g. ALiBi's (1, H, Tq, Tk) or a key-padding (B, 1, 1, Tk)
-// of 0 / -inf. A row with no visible key gives y_i = 0 and no gradient.
-// The dropout mask is a counter-based hash of (seed drawn from rng, b, h, i,
-// j), so the backward regenerates it exactly.
+// bias: additive score terms, each a constant (no gradient) tensor
+// broadcastable to (B, H, Tq, Tk) and read through its strides, e.g. ALiBi's
+// (1, H, Tq, 1) and (1, H, 1, Tk) parts or a key-padding (B, 1, 1, Tk) of 0 / -inf.
+// A row with no visible key gives y_i = 0 and no gradient.
+// The dropout mask is a counter-based hash of (a seed drawn from rng, b, h, i,
+// j), so the backward regenerates it exactly instead of storing it.
 //   D_i = dy_i . y_i, dS = P (dP~ mask - D), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), dv = P~^T dy
-Var softmax_attention(const Var& q, const Var& k, const Var& v, const Tensor& bias = Tensor(), bool causal = true,
-                      Scalar dropout_p = 0, Rng* rng = nullptr);
+Var softmax_attention(const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias = {},
+                      bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr);
 // Kernelised linear attention (Katharopoulos et al. 2020) on features a =
 // phi(q), b = phi(k) (B, H, T, C) (all > 0) and values v (B, H, T, M) -> (B, H, T, M):
 //   causal: y_i = a_i^T S_i / (a_i . z_i + eps), S_i = sum_{j<=i} b_j v_j^T, z_i = sum_{j<=i} b_j;
@@ -154,7 +158,9 @@ Var causal_product(const Var& a, const Var& b, const Var& v);
 //   non-causal: y = softmax_C(q) (softmax_T(k)^T v);
 //   causal: y_i = sum_d softmax(q_i)_d U_i[d] / u_i[d], U_i[d] = sum_{j<=i} e^{k_jd} v_j,
 //   u_i[d] = sum_{j<=i} e^{k_jd}, kept with a running per-feature max (no overflow, no future keys).
-// The gradient is the composition's; the causal kernel keeps only running C x M sums.
+// With al = softmax(q_i), rho_id = dy_i . U_i[d] / u_i[d], beta_ijd = e^{k_jd} / u_i[d]:
+//   dq_i = al_i (rho_i - al_i . rho_i), dv_j = sum_{i>=j} sum_d al_id beta_ijd dy_i,
+//   dk_jd = sum_{i>=j} al_id beta_ijd (dy_i . v_j - rho_id); the causal kernel keeps only running C x M sums.
 Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal = true);
 
 // ---- positional (autograd/ops/positional.cpp) --------------------------------
