@@ -152,6 +152,13 @@ const std::vector<Row>& table() {
       {"feed_forward relu no bias, transposed weights", {sliced({3, 5}), transposed({5, 7}), transposed({7, 4})},
        [](V v) { return feed_forward(v[0], v[1], Var(), v[2], Var(), Activation::Relu); }},
       {"matmul 2-D x 3-D", {sliced({3, 4}), any({2, 4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
+      // ---- positional ----
+      {"rotary (B, H, T, D) axis 2 from position 3", {any({2, 3, 5, 6})}, [](V v) { return rotary(v[0], 2, 3); }},
+      {"rotary odd width, axis 0 of (T, H, D), transposed", {transposed({4, 2, 5})},
+       [](V v) { return rotary(mul_scalar(v[0], 2.0f), 0, 0, 100.0f); }},
+      {"relative_gather K=2 into Tk=6 after 2 cached keys", {any({2, 4, 5})}, [](V v) { return relative_gather(v[0], 6, 2, 0); }},
+      {"relative_gather sliced, window starting at key 1", {sliced({3, 3})}, [](V v) { return relative_gather(v[0], 4, 3, 1); }},
+      {"relative_scatter K=1, (2, 4, 6)", {any({2, 4, 6})}, [](V v) { return relative_scatter(v[0], 1, 2, 0); }},
       // ---- neural-network ----
       {"softmax", {any({3, 4, 5})}, [](V v) { return softmax(mul_scalar(v[0], 2.0f)); }},
       {"softmax transposed", {transposed({3, 4, 5})}, [](V v) { return softmax(v[0]); }},
