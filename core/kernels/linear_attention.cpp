@@ -23,27 +23,46 @@ constexpr int64_t kBlock = 16;
 
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
-// Reductions in a fixed order: whole packets from index 0, then the masked
-// tail, then the lanes. Eigen's reductions peel scalars up to the first
-// aligned address, so their result depends on where a buffer lies (a per-
-// thread workspace); these give the same bits for any allocation or thread count.
-Scalar dot(const Scalar* x, const Scalar* y, int64_t n) {
-  using namespace Eigen::internal;
+// Vector loops that give the same bits wherever their buffers lie: fn(i, n)
+// handles entries [i, i + n) as one packet, whole packets from index 0 and
+// then one masked packet, so every entry takes the same path (Eigen's packet
+// exp, fused multiply-adds, the lane order of a reduction). Eigen's own
+// expressions peel scalars up to the first aligned address, so with per-thread
+// workspaces their results would depend on the allocation and the thread count.
+template <class F>
+void packets(int64_t n, F&& fn) {
   constexpr int64_t L = eigen::kPacketSize;
-  eigen::Packet acc = pset1<eigen::Packet>(0.0f);
   int64_t i = 0;
-  for (; i + L <= n; i += L) acc = pmadd(ploadu<eigen::Packet>(x + i), ploadu<eigen::Packet>(y + i), acc);
-  if (i < n) acc = pmadd(eigen::load_first(x + i, n - i), eigen::load_first(y + i, n - i), acc);
-  return predux(acc);
+  for (; i + L <= n; i += L) fn(i, L);
+  if (i < n) fn(i, n - i);
+}
+
+using eigen::load_upto;
+using eigen::Packet;
+using eigen::store_upto;
+
+Scalar dot(const Scalar* x, const Scalar* y, int64_t n) {
+  Packet acc = Eigen::internal::pset1<Packet>(0.0f);
+  packets(n, [&](int64_t i, int64_t l) { acc = Eigen::internal::pmadd(load_upto(x + i, l), load_upto(y + i, l), acc); });
+  return Eigen::internal::predux(acc);
 }
 Scalar sum(const Scalar* x, int64_t n) {
-  using namespace Eigen::internal;
-  constexpr int64_t L = eigen::kPacketSize;
-  eigen::Packet acc = pset1<eigen::Packet>(0.0f);
-  int64_t i = 0;
-  for (; i + L <= n; i += L) acc = padd(ploadu<eigen::Packet>(x + i), acc);
-  if (i < n) acc = padd(eigen::load_first(x + i, n - i), acc);
-  return predux(acc);
+  Packet acc = Eigen::internal::pset1<Packet>(0.0f);
+  packets(n, [&](int64_t i, int64_t l) { acc = Eigen::internal::padd(load_upto(x + i, l), acc); });
+  return Eigen::internal::predux(acc);
+}
+// x += e v
+void axpy(Scalar* x, Scalar e, const Scalar* v, int64_t n) {
+  const Packet pe = Eigen::internal::pset1<Packet>(e);
+  packets(n, [&](int64_t i, int64_t l) {
+    store_upto(x + i, Eigen::internal::pmadd(pe, load_upto(v + i, l), load_upto(x + i, l)), l);
+  });
+}
+// x += a * b, elementwise
+void mul_add(Scalar* x, const Scalar* a, const Scalar* b, int64_t n) {
+  packets(n, [&](int64_t i, int64_t l) {
+    store_upto(x + i, Eigen::internal::pmadd(load_upto(a + i, l), load_upto(b + i, l), load_upto(x + i, l)), l);
+  });
 }
 
 // C (M x N, ld ldc) = A B, or += when accumulate; A(i, k) = a[i * a_rs + k * a_cs],
@@ -60,8 +79,9 @@ void transpose(const Scalar* src, int64_t ld, int64_t rows, int64_t cols, Scalar
 
 // out (L, L), rows kChunk apart: out_ij = x_i . y_j + add_i for j <= i, 0 for j > i,
 // with x (L, K) rows ldx apart and yt = y^T (K, L) rows kChunk apart; add may be null.
-// The zeros are written, never computed from the (future) rows j > i: a masked
-// entry is exactly 0 whatever those rows hold.
+// Entries j > i are overwritten with exact zeros, so nothing of a future row
+// reaches a result (the products below then add 0 times a future value: exact
+// for finite values).
 void lower_product(const Scalar* x, int64_t ldx, const Scalar* yt, int64_t L, int64_t K, const Scalar* add,
                    Scalar* out) {
   for (int64_t r0 = 0; r0 < L; r0 += kBlock) {
@@ -96,8 +116,7 @@ void upper_times(const Scalar* tri, int64_t L, const Scalar* rhs, int64_t ldr, i
 
 // sum += the L rows of x (L, C): the running z of the value column 1.
 void add_rows(const Scalar* x, int64_t L, int64_t C, Scalar* sum) {
-  auto s = eigen::array(sum, C);
-  for (int64_t i = 0; i < L; ++i) s += eigen::array(x + i * C, C);
+  for (int64_t i = 0; i < L; ++i) axpy(sum, 1.0f, x + i * C, C);
 }
 
 // Per-thread buffers: chunk-sized products plus C x M running states.
@@ -122,7 +141,7 @@ struct Work {
   std::vector<Scalar> z, r;       // (C): the value column 1's S and R
 };
 
-// Runs fn(w, work) for every (b, h) slice w, one Work per thread.
+// Runs fn(w, work) for every (b, h) slice w, one Work per parallel chunk.
 template <class F>
 void for_each_head(const LinearAttentionShape& s, F&& fn) {
   parallel::parallel_for(s.BH, 1, [&](int64_t w0, int64_t w1) {
@@ -136,8 +155,9 @@ void for_each_head(const LinearAttentionShape& s, F&& fn) {
 void normalised_gradient(const Scalar* dy, const Scalar* y, const Scalar* den, int64_t L, int64_t M, Scalar* g,
                          Scalar* gam) {
   for (int64_t i = 0; i < L; ++i) {
-    eigen::array(g + i * M, M) = eigen::array(dy + i * M, M) / den[i];
-    gam[i] = -dot(dy + i * M, y + i * M, M) / den[i];
+    const Scalar inv = 1.0f / den[i];
+    eigen::array(g + i * M, M) = eigen::array(dy + i * M, M) * inv;
+    gam[i] = -dot(dy + i * M, y + i * M, M) * inv;
   }
 }
 
@@ -164,8 +184,9 @@ void causal_forward_head(const Scalar* a, const Scalar* b, const Scalar* v, Scal
         den[t0 + i] = d;
         eigen::array(yc + i * M, M) /= d;
       }
-      add_rows(bc, L, C, z);
     }
+    if (t0 + L == T) break;  // no later chunk reads the state
+    if (den) add_rows(bc, L, C, z);
     product(bc, 1, C, C, L, vc, M, M, S, M, true);  // S += b^T v
   }
 }
@@ -197,8 +218,9 @@ void causal_backward_head(const Scalar* a, const Scalar* b, const Scalar* v, con
     if (t0 > 0) {
       product(gc, M, 1, L, M, St, C, C, dac, C, true);  // da += g^ S^T
       if (den)
-        for (int64_t i = 0; i < L; ++i) eigen::array(dac + i * C, C) += gam[i] * eigen::array(z, C);
+        for (int64_t i = 0; i < L; ++i) axpy(dac + i * C, gam[i], z, C);
     }
+    if (t0 + L == T) break;
     product(vc, 1, M, M, L, bc, C, C, St, C, true);  // S^T += v^T b
     if (den) add_rows(bc, L, C, z);
   }
@@ -211,9 +233,12 @@ void causal_backward_head(const Scalar* a, const Scalar* b, const Scalar* v, con
     const int64_t L = std::min(kChunk, T - t0);
     const Scalar *ac = a + t0 * C, *bc = b + t0 * C, *vc = v + t0 * M;
     Scalar *dbc = db + t0 * C, *dvc = dv + t0 * M;
-    const Scalar* gc = chunk_gradient(t0, L);
-    transpose(vc, M, L, M, w.trans.data(), kChunk);
-    lower_product(gc, M, w.trans.data(), L, M, gam, w.tri.data());  // Q as in pass 1
+    const Scalar* gc = den ? w.g.data() : dy + t0 * M;
+    if (t0 + L < T) {  // pass 1 ended on the last chunk: its g^, gam and Q are still in w
+      gc = chunk_gradient(t0, L);
+      transpose(vc, M, L, M, w.trans.data(), kChunk);
+      lower_product(gc, M, w.trans.data(), L, M, gam, w.tri.data());  // Q as in pass 1
+    }
     transpose(bc, C, L, C, w.trans.data(), kChunk);
     lower_product(ac, C, w.trans.data(), L, C, nullptr, w.tri2.data());  // P = a b^T, masked
     upper_times(w.tri.data(), L, ac, C, C, dbc, C);                       // db = Q^T a
@@ -221,13 +246,13 @@ void causal_backward_head(const Scalar* a, const Scalar* b, const Scalar* v, con
     if (t0 + L < T) {
       product(vc, M, 1, L, M, Rt, C, C, dbc, C, true);  // db += v R^T
       if (den)
-        for (int64_t j = 0; j < L; ++j) eigen::array(dbc + j * C, C) += eigen::array(r, C);
+        for (int64_t j = 0; j < L; ++j) axpy(dbc + j * C, 1.0f, r, C);
       product(bc, C, 1, L, C, R, M, M, dvc, M, true);  // dv += b R
     }
     if (t0 == 0) break;
     product(ac, 1, C, C, L, gc, M, M, R, M, true);  // R += a^T g^
     if (den)
-      for (int64_t i = 0; i < L; ++i) eigen::array(r, C) += gam[i] * eigen::array(ac + i * C, C);
+      for (int64_t i = 0; i < L; ++i) axpy(r, gam[i], ac + i * C, C);
     transpose(R, M, C, M, Rt, C);
   }
 }
@@ -268,14 +293,14 @@ void full_backward_head(const Scalar* a, const Scalar* b, const Scalar* v, const
     normalised_gradient(dy + t0 * M, y + t0 * M, den + t0, L, M, g, gam);
     product(g, M, 1, L, M, KVt, C, C, dac, C, false);  // da = g^ KV^T
     for (int64_t i = 0; i < L; ++i) {
-      eigen::array(dac + i * C, C) += gam[i] * eigen::array(z, C);
-      eigen::array(dz, C) += gam[i] * eigen::array(ac + i * C, C);
+      axpy(dac + i * C, gam[i], z, C);
+      axpy(dz, gam[i], ac + i * C, C);
     }
     product(ac, 1, C, C, L, g, M, M, dKV, M, true);  // dKV += a^T g^
   }
   transpose(dKV, M, C, M, dKVt, C);
   product(v, M, 1, T, M, dKVt, C, C, db, C, false);  // db = v dKV^T
-  for (int64_t j = 0; j < T; ++j) eigen::array(db + j * C, C) += eigen::array(dz, C);
+  for (int64_t j = 0; j < T; ++j) axpy(db + j * C, 1.0f, dz, C);
   product(b, C, 1, T, C, dKV, M, M, dv, M, false);  // dv = b dKV
 }
 
@@ -283,38 +308,54 @@ void full_backward_head(const Scalar* a, const Scalar* b, const Scalar* v, const
 
 // out = softmax(x) over C entries.
 void softmax_row(const Scalar* x, int64_t C, Scalar* out) {
-  const auto xi = eigen::array(x, C);
-  auto o = eigen::array(out, C);
-  o = (xi - xi.maxCoeff()).exp();
-  o /= sum(out, C);
+  using namespace Eigen::internal;
+  const Scalar top = *std::max_element(x, x + C);  // exact in any order
+  const Packet mx = pset1<Packet>(top);
+  packets(C, [&](int64_t i, int64_t l) { store_upto(out + i, pexp(psub(load_upto(x + i, l), mx)), l); });
+  eigen::array(out, C) *= 1.0f / sum(out, C);
+}
+
+// out = e^{x - y} over n entries.
+void exp_diff(const Scalar* x, const Scalar* y, int64_t n, Scalar* out) {
+  using namespace Eigen::internal;
+  packets(n, [&](int64_t i, int64_t l) { store_upto(out + i, pexp(psub(load_upto(x + i, l), load_upto(y + i, l))), l); });
+}
+
+// x = s x + e v over n entries.
+void scale_add(Scalar* x, Scalar s, Scalar e, const Scalar* v, int64_t n) {
+  using namespace Eigen::internal;
+  const Packet ps = pset1<Packet>(s), pe = pset1<Packet>(e);
+  packets(n, [&](int64_t i, int64_t l) {
+    store_upto(x + i, pmadd(pe, load_upto(v + i, l), pmul(ps, load_upto(x + i, l))), l);
+  });
 }
 
 // Folds key k_t and value v_t into one slice's running (U, u, m). Feature d
 // keeps its sums relative to its running max m[d], so every stored exponent is
-// <= 0: when k_td is a new max the sums are rescaled by e^{m_old - m_new}
-// (e^{-inf} = 0 for the empty state).
-void efficient_update(Scalar* U, Scalar* u, Scalar* m, const Scalar* kt, const Scalar* vt, int64_t C, int64_t M) {
-  const auto vrow = eigen::array(vt, M);
-  for (int64_t d = 0; d < C; ++d) {
-    auto Ud = eigen::array(U + d * M, M);
-    if (kt[d] > m[d]) {
-      const Scalar s = std::exp(m[d] - kt[d]);
-      Ud = Ud * s + vrow;
-      u[d] = u[d] * s + 1.0f;
-      m[d] = kt[d];
-    } else {
-      const Scalar e = std::exp(kt[d] - m[d]);
-      Ud += e * vrow;
-      u[d] += e;
-    }
-  }
+// <= 0: with m' = max(m, k_t), the sums are rescaled by s = e^{m - m'} (1 unless
+// the max grows; ~0 for the empty state's m = -inf) and k_t enters with
+// e = e^{k_t - m'} <= 1. s and e (C) are scratch.
+void efficient_update(Scalar* U, Scalar* u, Scalar* m, const Scalar* kt, const Scalar* vt, int64_t C, int64_t M,
+                      Scalar* s, Scalar* e) {
+  using namespace Eigen::internal;
+  packets(C, [&](int64_t i, int64_t l) {
+    const Packet mo = load_upto(m + i, l), k = load_upto(kt + i, l), mn = pmax(mo, k);
+    const Packet ps = pexp(psub(mo, mn)), pe = pexp(psub(k, mn));
+    store_upto(s + i, ps, l);
+    store_upto(e + i, pe, l);
+    store_upto(u + i, pmadd(ps, load_upto(u + i, l), pe), l);
+    store_upto(m + i, mn, l);
+  });
+  for (int64_t d = 0; d < C; ++d) scale_add(U + d * M, s[d], e[d], vt, M);
 }
 
-// T steps of the recurrence for one slice, from the state (U, u, m) on; al (C) is scratch.
+// T steps of the recurrence for one slice, from the state (U, u, m) on;
+// scratch holds 3 C floats.
 void efficient_recurrent_head(Scalar* U, Scalar* u, Scalar* m, const Scalar* q, const Scalar* k, const Scalar* v,
-                              Scalar* y, int64_t T, int64_t C, int64_t M, Scalar* al) {
+                              Scalar* y, int64_t T, int64_t C, int64_t M, Scalar* scratch) {
+  Scalar* al = scratch;
   for (int64_t t = 0; t < T; ++t) {
-    efficient_update(U, u, m, k + t * C, v + t * M, C, M);
+    efficient_update(U, u, m, k + t * C, v + t * M, C, M, scratch + C, scratch + 2 * C);
     softmax_row(q + t * C, C, al);
     eigen::array(al, C) /= eigen::array(u, C);        // al_d / u_d
     product(al, C, 1, 1, C, U, M, M, y + t * M, M, false);  // y_t = sum_d (al_d / u_d) U[d]
@@ -365,13 +406,13 @@ void efficient_attention_causal_forward(const Scalar* q, const Scalar* k, const 
                                         const LinearAttentionShape& s) {
   const int64_t T = s.T, C = s.C, M = s.M;
   parallel::parallel_for(s.BH, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<Scalar> U(sz(C * M)), u(sz(C)), m(sz(C)), al(sz(C));
+    std::vector<Scalar> U(sz(C * M)), u(sz(C)), m(sz(C)), scratch(sz(3 * C));
     for (int64_t w = w0; w < w1; ++w) {
       std::fill(U.begin(), U.end(), 0.0f);
       std::fill(u.begin(), u.end(), 0.0f);
       std::fill(m.begin(), m.end(), -std::numeric_limits<Scalar>::infinity());
       efficient_recurrent_head(U.data(), u.data(), m.data(), q + w * T * C, k + w * T * C, v + w * T * M,
-                               y + w * T * M, T, C, M, al.data());
+                               y + w * T * M, T, C, M, scratch.data());
     }
   });
 }
@@ -380,8 +421,8 @@ void efficient_attention_causal_backward(const Scalar* q, const Scalar* k, const
                                          Scalar* dq, Scalar* dk, Scalar* dv, const LinearAttentionShape& s) {
   const int64_t T = s.T, C = s.C, M = s.M;
   parallel::parallel_for(s.BH, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<Scalar> U(sz(C * M)), u(sz(C)), m(sz(C)), al(sz(C)), c(sz(C)), e(sz(C));
-    std::vector<Scalar> rho(sz(T * C)), ms(sz(T * C)), us(sz(T * C));  // (T, C) each: rho, m_t, u~_t
+    std::vector<Scalar> U(sz(C * M)), u(sz(C)), m(sz(C)), al(sz(C)), c(sz(C)), e(sz(C)), f(sz(C));
+    std::vector<Scalar> rho(sz(T * C)), ms(sz(T * C)), cs(sz(T * C));  // (T, C) each: rho, m_t, al_t / u~_t
     for (int64_t w = w0; w < w1; ++w) {
       const Scalar *qw = q + w * T * C, *kw = k + w * T * C, *vw = v + w * T * M, *dyw = dy + w * T * M;
       Scalar *dqw = dq + w * T * C, *dkw = dk + w * T * C, *dvw = dv + w * T * M;
@@ -390,14 +431,14 @@ void efficient_attention_causal_backward(const Scalar* q, const Scalar* k, const
       std::fill(u.begin(), u.end(), 0.0f);
       std::fill(m.begin(), m.end(), -std::numeric_limits<Scalar>::infinity());
       for (int64_t t = 0; t < T; ++t) {
-        efficient_update(U.data(), u.data(), m.data(), kw + t * C, vw + t * M, C, M);
+        efficient_update(U.data(), u.data(), m.data(), kw + t * C, vw + t * M, C, M, c.data(), e.data());
         std::copy(m.begin(), m.end(), ms.begin() + t * C);
-        std::copy(u.begin(), u.end(), us.begin() + t * C);
         Scalar* rt = rho.data() + t * C;
         for (int64_t d = 0; d < C; ++d) rt[d] = dot(U.data() + d * M, dyw + t * M, M) / u[d];
         softmax_row(qw + t * C, C, al.data());
         const Scalar ar = dot(al.data(), rt, C);
         eigen::array(dqw + t * C, C) = eigen::array(al.data(), C) * (eigen::array(rt, C) - ar);
+        eigen::array(cs.data() + t * C, C) = eigen::array(al.data(), C) / eigen::array(u.data(), C);
       }
       // Pass 2 (t down): U now holds R (C, M) and u holds r (C), both stabilised
       // by m_t: R_t = (al_t / u~_t) dy_t + e^{m_t - m_{t+1}} R_{t+1}.
@@ -407,20 +448,17 @@ void efficient_attention_causal_backward(const Scalar* q, const Scalar* k, const
       for (int64_t t = T - 1; t >= 0; --t) {
         const Scalar* mt = ms.data() + t * C;
         if (t + 1 < T) {
-          const Scalar* mn = ms.data() + (t + 1) * C;
+          exp_diff(mt, ms.data() + (t + 1) * C, C, f.data());  // e^{m_t - m_{t+1}}: 1 unless the max grew
           for (int64_t d = 0; d < C; ++d) {
-            if (mt[d] == mn[d]) continue;  // the max did not grow at t + 1: factor 1
-            const Scalar f = std::exp(mt[d] - mn[d]);
-            eigen::array(R + d * M, M) *= f;
-            r[d] *= f;
+            if (f[d] == 1.0f) continue;
+            eigen::array(R + d * M, M) *= f[d];
+            r[d] *= f[d];
           }
         }
-        softmax_row(qw + t * C, C, al.data());
-        auto ct = eigen::array(c.data(), C);
-        ct = eigen::array(al.data(), C) / eigen::array(us.data() + t * C, C);  // al_t / u~_t
-        product(c.data(), 1, 1, C, 1, dyw + t * M, M, M, R, M, true);  // R += (al_t / u~_t) dy_t^T
-        eigen::array(r, C) += ct * eigen::array(rho.data() + t * C, C);
-        eigen::array(e.data(), C) = (eigen::array(kw + t * C, C) - eigen::array(mt, C)).exp();  // e^{k_t - m_t} <= 1
+        const Scalar* ct = cs.data() + t * C;
+        product(ct, 1, 1, C, 1, dyw + t * M, M, M, R, M, true);  // R += (al_t / u~_t) dy_t^T
+        mul_add(r, ct, rho.data() + t * C, C);
+        exp_diff(kw + t * C, mt, C, e.data());  // e^{k_t - m_t} <= 1
         product(e.data(), C, 1, 1, C, R, M, M, dvw + t * M, M, false);  // dv_t = sum_d e_d R[d]
         for (int64_t d = 0; d < C; ++d) dkw[t * C + d] = e[d] * (dot(R + d * M, vw + t * M, M) - r[d]);
       }
@@ -449,10 +487,10 @@ void linear_attention_recurrent(Scalar* S, Scalar* z, const Scalar* a, const Sca
 void efficient_attention_recurrent(Scalar* U, Scalar* u, Scalar* m, const Scalar* q, const Scalar* k,
                                    const Scalar* v, Scalar* y, int64_t BH, int64_t T, int64_t C, int64_t M) {
   parallel::parallel_for(BH, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<Scalar> al(sz(C));
+    std::vector<Scalar> scratch(sz(3 * C));
     for (int64_t w = w0; w < w1; ++w)
       efficient_recurrent_head(U + w * C * M, u + w * C, m + w * C, q + w * T * C, k + w * T * C, v + w * T * M,
-                               y + w * T * M, T, C, M, al.data());
+                               y + w * T * M, T, C, M, scratch.data());
   });
 }
 

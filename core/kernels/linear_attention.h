@@ -82,9 +82,9 @@ void efficient_attention_causal_forward(const Scalar* q,  // (BH, T, C)
 //   dv_j = sum_d e^{k_jd - m_jd} R_j[d], dk_jd = e^{k_jd - m_jd} (v_j . R_j[d] - r_j[d]),
 //   R_j[d] = (al_jd / u~_jd) dy_j + e^{m_jd - m_{j+1,d}} R_{j+1}[d],
 //   r_j[d] = (al_jd / u~_jd) rho_jd + e^{m_jd - m_{j+1,d}} r_{j+1}[d].
-// Pass 1 (j up) rebuilds the running sums for rho and keeps m, u~ (T x C each);
-// pass 2 (j down) runs the recurrences, whose factors are all <= 1. Extra
-// memory O(T C + C M) per thread.
+// Pass 1 (j up) rebuilds the running sums and keeps rho, m and al / u~ (T x C
+// each); pass 2 (j down) runs the recurrences, whose factors are all <= 1.
+// Extra memory O(T C + C M) per thread.
 void efficient_attention_causal_backward(const Scalar* q, const Scalar* k, const Scalar* v,  // as in the forward
                                          const Scalar* dy,                                   // (BH, T, M)
                                          Scalar* dq, Scalar* dk,                             // (BH, T, C)
