@@ -43,7 +43,9 @@ using eigen::store_upto;
 
 Scalar dot(const Scalar* x, const Scalar* y, int64_t n) {
   Packet acc = Eigen::internal::pset1<Packet>(0.0f);
-  packets(n, [&](int64_t i, int64_t l) { acc = Eigen::internal::pmadd(load_upto(x + i, l), load_upto(y + i, l), acc); });
+  packets(n, [&](int64_t i, int64_t l) {
+    acc = Eigen::internal::pmadd(load_upto(x + i, l), load_upto(y + i, l), acc);
+  });
   return Eigen::internal::predux(acc);
 }
 Scalar sum(const Scalar* x, int64_t n) {
@@ -318,7 +320,9 @@ void softmax_row(const Scalar* x, int64_t C, Scalar* out) {
 // out = e^{x - y} over n entries.
 void exp_diff(const Scalar* x, const Scalar* y, int64_t n, Scalar* out) {
   using namespace Eigen::internal;
-  packets(n, [&](int64_t i, int64_t l) { store_upto(out + i, pexp(psub(load_upto(x + i, l), load_upto(y + i, l))), l); });
+  packets(n, [&](int64_t i, int64_t l) {
+    store_upto(out + i, pexp(psub(load_upto(x + i, l), load_upto(y + i, l))), l);
+  });
 }
 
 // x = s x + e v over n entries.
