@@ -178,6 +178,18 @@ const std::vector<Row>& table() {
          return causal_attention(v[0], 1, 0.3f, &rng);
        }},
       {"embedding repeated ids", {any({7, 5})}, [](V v) { return embedding(v[0], ids({3, 4}, {1, 6, 1, 0, 3, 3, 3, 2, 6, 5, 4, 1})); }},
+      // ---- linear attention (positive features where the op needs them) ----
+      {"causal_product (2,2,6,3) x (2,2,6,4), transposed a",
+       {transposed({2, 2, 6, 3}), any({2, 2, 6, 3}), any({2, 2, 6, 4})},
+       [](V v) { return causal_product(v[0], v[1], v[2]); }},
+      {"linear_attention causal, sliced v", {pos({2, 2, 6, 3}), pos({2, 2, 6, 3}), sliced({2, 2, 6, 4})},
+       [](V v) { return linear_attention(v[0], v[1], v[2], true); }},
+      {"linear_attention non-causal", {pos({2, 2, 6, 3}), pos({2, 2, 6, 3}), any({2, 2, 6, 4})},
+       [](V v) { return linear_attention(v[0], v[1], v[2], false); }},
+      {"efficient_attention causal, transposed v", {any({2, 2, 6, 3}), any({2, 2, 6, 3}), transposed({2, 2, 6, 4})},
+       [](V v) { return efficient_attention(mul_scalar(v[0], 2.0f), mul_scalar(v[1], 2.0f), v[2], true); }},
+      {"efficient_attention non-causal", {any({2, 2, 6, 3}), sliced({2, 2, 6, 3}), any({2, 2, 6, 4})},
+       [](V v) { return efficient_attention(mul_scalar(v[0], 2.0f), mul_scalar(v[1], 2.0f), v[2], false); }},
   };
   return rows;
 }
