@@ -17,8 +17,8 @@ namespace {
 
 using eigen::Packet;
 constexpr int64_t kLanes = eigen::kPacketSize;
-// Query rows and keys per tile: a 64 x 64 score tile (16 KiB) and its dP
-// twin stay in L1 next to the K^T / V^T tiles.
+// Query rows and keys per tile: a 64 x 64 score tile (16 KiB), its dP twin
+// and the K^T / V^T tiles stay in L1 / L2 while the GEMMs reuse them.
 constexpr int64_t kTile = 64;
 // Rows per group on a tile the causal diagonal crosses: each group stops at
 // the last key its last row sees, so the masked triangle costs 10/16 of the
@@ -43,12 +43,34 @@ void transpose_tile(const Scalar* src, int64_t ld, int64_t rows, int64_t cols, S
   strided_copy(src, Strides{1, ld}, dst, Strides{kTile, 1}, Shape{cols, rows});
 }
 
-// e^(x - shift), exactly 0 where x = -inf: Eigen's exp may return a denormal
-// there, and a masked key must contribute nothing, bit for bit.
-inline Packet exp_shifted(const Packet& x, const Packet& shift) {
+// e^(k x - shift), exactly 0 where x = -inf: Eigen's exp may return a
+// denormal there, and a masked key must contribute nothing, bit for bit.
+inline Packet exp_shifted(const Packet& x, const Packet& k, const Packet& shift) {
   using namespace Eigen::internal;
-  const Packet e = pexp(psub(x, shift));
+  const Packet e = pexp(pmadd(x, k, pnegate(shift)));
   return pselect(pcmp_eq(x, pset1<Packet>(-kInf)), pset1<Packet>(0.0f), e);
+}
+
+// out[0, n) = a x[0, n) (in place when out == x). Rows are short (D, or at
+// most a tile): packet loops, because Eigen's setup per expression on short
+// dynamic maps costs as much as the work.
+void scale_row(const Scalar* x, int64_t n, Scalar a, Scalar* out) {
+  using namespace Eigen::internal;
+  const Packet pa = pset1<Packet>(a);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const int64_t c = std::min(kLanes, n - j);
+    eigen::store_upto(out + j, pmul(eigen::load_upto(x + j, c), pa), c);
+  }
+}
+
+Scalar dot_row(const Scalar* x, const Scalar* y, int64_t n) {
+  using namespace Eigen::internal;
+  Packet sum = pset1<Packet>(0.0f);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const int64_t c = std::min(kLanes, n - j);
+    sum = pmadd(eigen::load_upto(x + j, c), eigen::load_upto(y + j, c), sum);
+  }
+  return predux(sum);
 }
 
 // One bias term at (b, h): element (i, j) is data[i * si + j * sj].
@@ -91,13 +113,13 @@ struct Workspace {
         acc_k(kTile * s.D),
         acc_v(kTile * s.Dv),
         m(kTile),
-        l(kTile),
+        l(kTile * kLanes),
         bias(kTile),
         keep(kTile) {}
   std::vector<Scalar> kt, vt;               // K^T (D, kTile), V^T (Dv, kTile) of one key tile
   std::vector<Scalar> s, dp;                // (kTile, kTile): scores -> P~, and dP~ -> scale dS
   std::vector<Scalar> acc_q, acc_k, acc_v;  // (kTile, D), (kTile, D), (kTile, Dv): O or dq, dk, dv
-  std::vector<Scalar> m, l;                 // running row max and sum of the forward
+  std::vector<Scalar> m, l;                 // running row max, and (kTile, kLanes) partial sums, of the forward
   std::vector<Scalar> bias, keep;           // one row's summed bias and dropout factors
   Head head;
 };
@@ -128,30 +150,30 @@ void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, int64_t j0, 
   }
 }
 
-// Row i's scores against keys j0 + [0, vis) in s: scale s + sum_t bias_t
-// (terms summed first, in order); then -inf up to w so the row runs in whole
-// packets. `sum` is scratch for the bias row.
-void score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const std::vector<BiasRow>& bias, int64_t i, int64_t j0,
-               Scalar* sum) {
-  auto row = eigen::array(s, vis);
-  if (bias.empty()) {
-    row *= scale;
-  } else {
-    auto acc = eigen::array(sum, vis);
-    acc.setZero();
-    for (const BiasRow& t : bias) {
-      const Scalar* p = t.data + i * t.si + j0 * t.sj;
-      if (t.sj == 1) {
-        acc += eigen::array(p, vis);
-      } else if (t.sj == 0) {  // a column term (ALiBi's row part): one value per row
-        acc += *p;
-      } else {
-        for (int64_t j = 0; j < vis; ++j) sum[j] += p[j * t.sj];
-      }
-    }
-    row = row * scale + acc;
-  }
+// Row i's scores against keys j0 + [0, vis): s holds q_i . k_j and becomes
+// x with score = k x, and -inf in [vis, w) so the row runs in whole packets.
+// Without bias x stays q_i . k_j and k = scale (the exp's multiply-add applies
+// it); with bias x = scale q_i . k_j + sum_t bias_t (terms summed first, in
+// order) and k = 1. Returns k. `sum` is scratch for the bias row.
+Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const std::vector<BiasRow>& bias, int64_t i,
+                 int64_t j0, Scalar* sum) {
   std::fill(s + vis, s + w, -kInf);
+  if (bias.empty()) return scale;
+  auto acc = eigen::array(sum, vis);
+  acc.setZero();
+  for (const BiasRow& t : bias) {
+    const Scalar* p = t.data + i * t.si + j0 * t.sj;
+    if (t.sj == 1) {
+      acc += eigen::array(p, vis);
+    } else if (t.sj == 0) {  // a term constant along the row (ALiBi's row part, query padding)
+      acc += *p;
+    } else {
+      for (int64_t j = 0; j < vis; ++j) sum[j] += p[j * t.sj];
+    }
+  }
+  auto row = eigen::array(s, vis);
+  row = row * scale + acc;
+  return 1.0f;
 }
 
 // Row i's dropout factors for keys j0 + [0, vis): 1 / (1 - p) where kept, else 0.
@@ -161,45 +183,50 @@ void keep_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, int64_
   for (int64_t j = 0; j < vis; ++j) keep[j] = hash_uniform(a.seed, base + j) >= p ? inv : 0.0f;
 }
 
-// One online-softmax step on a score row x[0, w): x <- e^(x - m_new),
-// l <- l e^(m - m_new) + sum(x), m <- m_new = max(m, max x). Returns the
-// factor e^(m - m_new) for what the row accumulated so far. A row with no
-// finite score yet stays at m = -inf, l = 0 and contributes zeros.
-Scalar online_row(Scalar* x, int64_t w, Scalar& m, Scalar& l) {
+// One online-softmax step on a row of scores k x[0, w) (k > 0):
+// x <- e^(k x - m_new), l <- l e^(m - m_new) + sum(x), m <- m_new = max(m, k max x).
+// l is one packet of partial sums, added across lanes once at the end of the
+// row (a horizontal add per tile costs as much as the exps of a short row).
+// Returns the factor e^(m - m_new) for what the row accumulated so far (1
+// while it has nothing). A row with no finite score yet stays at m = -inf,
+// l = 0 and contributes zeros.
+Scalar online_row(Scalar* x, int64_t w, Scalar k, Scalar& m, Scalar* l) {
   using namespace Eigen::internal;
   Packet mx = pset1<Packet>(-kInf);
   for (int64_t j = 0; j < w; j += kLanes) mx = pmax(mx, ploadu<Packet>(x + j));
-  const Scalar m_new = std::max(m, predux_max(mx));
+  const Scalar m_new = std::max(m, k * predux_max(mx));
   if (m_new == -kInf) {
     std::fill(x, x + w, 0.0f);
     return 1.0f;
   }
-  const Packet shift = pset1<Packet>(m_new);
+  const Packet pk = pset1<Packet>(k), shift = pset1<Packet>(m_new);
   Packet sum = pset1<Packet>(0.0f);
   for (int64_t j = 0; j < w; j += kLanes) {
-    const Packet e = exp_shifted(ploadu<Packet>(x + j), shift);
+    const Packet e = exp_shifted(ploadu<Packet>(x + j), pk, shift);
     pstoreu(x + j, e);
     sum = padd(sum, e);
   }
-  const Scalar alpha = std::exp(m - m_new);  // 0 when m = -inf
-  l = l * alpha + predux(sum);
+  const Scalar alpha = m == -kInf ? 1.0f : std::exp(m - m_new);
+  pstoreu(l, pmadd(ploadu<Packet>(l), pset1<Packet>(alpha), sum));
   m = m_new;
   return alpha;
 }
 
-// One row of the backward from its scores s[0, w) and dP~ = dy . v_j in
-// dp[0, w): P = e^(s - lse), s <- P~ = P keep (for dv),
+// One row of the backward from its scores k s[0, w) and dP~ = dy . v_j in
+// dp[0, w): P = e^(k s - lse), s <- P~ = P keep (for dv),
 // dp <- scale P (dP~ keep - delta) (for dq and dk). keep is null without dropout.
-void backward_row(Scalar* s, Scalar* dp, int64_t w, Scalar lse, Scalar delta, Scalar scale, const Scalar* keep) {
+void backward_row(Scalar* s, Scalar* dp, int64_t w, Scalar k, Scalar lse, Scalar delta, Scalar scale,
+                  const Scalar* keep) {
   using namespace Eigen::internal;
   if (lse == kInf) {  // no visible key: y = 0, no gradient
     std::fill(s, s + w, 0.0f);
     std::fill(dp, dp + w, 0.0f);
     return;
   }
-  const Packet shift = pset1<Packet>(lse), pdelta = pset1<Packet>(delta), pscale = pset1<Packet>(scale);
+  const Packet pk = pset1<Packet>(k), shift = pset1<Packet>(lse), pdelta = pset1<Packet>(delta),
+               pscale = pset1<Packet>(scale);
   for (int64_t j = 0; j < w; j += kLanes) {
-    Packet p = exp_shifted(ploadu<Packet>(s + j), shift);
+    Packet p = exp_shifted(ploadu<Packet>(s + j), pk, shift);
     Packet d = ploadu<Packet>(dp + j);
     pstoreu(dp + j, pmul(pmul(p, psub(keep ? pmul(d, ploadu<Packet>(keep + j)) : d, pdelta)), pscale));
     if (keep) p = pmul(p, ploadu<Packet>(keep + j));
@@ -229,12 +256,12 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
       for (int64_t r = r0; r < r1; ++r) {
         Scalar* row = ws.s.data() + r * kTile;
         const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
-        score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
-        const Scalar alpha = online_row(row, w, ws.m[r], ws.l[r]);
-        if (alpha != 1.0f) eigen::array(o + r * s.Dv, s.Dv) *= alpha;
+        const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+        const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
+        if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
         if (a.dropout_p > 0) {
           keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
-          eigen::array(row, vis) *= eigen::array(ws.keep.data(), vis);
+          for (int64_t j = 0; j < vis; ++j) row[j] *= ws.keep[j];
         }
       }
       product(ws.s.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.v + j0 * hd.vs, hd.vs, s.Dv, o + r0 * s.Dv, s.Dv,
@@ -243,14 +270,10 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
   }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = i0 + r;
-    auto yr = eigen::array(row_of(y, s, hd.bh, i), s.Dv);
-    if (ws.l[r] > 0) {
-      yr = eigen::array(o + r * s.Dv, s.Dv) * (1.0f / ws.l[r]);
-      lse[hd.bh * s.Tq + i] = ws.m[r] + std::log(ws.l[r]);
-    } else {
-      yr.setZero();
-      lse[hd.bh * s.Tq + i] = kInf;
-    }
+    const Scalar l = Eigen::internal::predux(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
+    const bool seen = l > 0;
+    scale_row(o + r * s.Dv, s.Dv, seen ? 1.0f / l : 0.0f, row_of(y, s, hd.bh, i));
+    lse[hd.bh * s.Tq + i] = seen ? ws.m[r] + std::log(l) : kInf;
   }
 }
 
@@ -278,14 +301,14 @@ void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
     Scalar* row = ws.s.data() + r * kTile;
-    score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+    const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
     const Scalar* keep = nullptr;
     if (a.dropout_p > 0) {
       keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
       std::fill(ws.keep.begin() + vis, ws.keep.begin() + w, 0.0f);
       keep = ws.keep.data();
     }
-    backward_row(row, ws.dp.data() + r * kTile, w, g.lse[hd.bh * s.Tq + i], g.delta[hd.bh * s.Tq + i], scale, keep);
+    backward_row(row, ws.dp.data() + r * kTile, w, k, g.lse[hd.bh * s.Tq + i], g.delta[hd.bh * s.Tq + i], scale, keep);
   }
 }
 
@@ -412,7 +435,7 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
   parallel::parallel_for(s.B * s.H * s.Tq, 256, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bh = r / s.Tq, i = r % s.Tq;
-      delta[r] = (eigen::array(row_of(dy, s, bh, i), s.Dv) * eigen::array(row_of(y, s, bh, i), s.Dv)).sum();
+      delta[r] = dot_row(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv);
     }
   });
   const Grads g{y, dy, lse, delta.data(), dq, dk, dv};
