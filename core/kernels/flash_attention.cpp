@@ -102,7 +102,10 @@ auto row_of(const View& x, const FlashAttentionShape& s, int64_t bh, int64_t t) 
   return x.data + bh / s.H * x.sb + bh % s.H * x.sh + t * x.st;
 }
 
-// Per-thread tile buffers (O(kTile * (kTile + D)), never O(T)).
+// Per-thread tile buffers (O(kTile * (kTile + D)), never O(T)), 64-byte
+// aligned like a Storage: every work item sees its rows at the same alignment
+// (the row code is also written not to depend on it).
+using Buffer = std::vector<Scalar, Eigen::aligned_allocator<Scalar>>;
 struct Workspace {
   explicit Workspace(const FlashAttentionShape& s)
       : kt(s.D * kTile),
@@ -116,11 +119,11 @@ struct Workspace {
         l(kTile * kLanes),
         bias(kTile),
         keep(kTile) {}
-  std::vector<Scalar> kt, vt;               // K^T (D, kTile), V^T (Dv, kTile) of one key tile
-  std::vector<Scalar> s, dp;                // (kTile, kTile): scores -> P~, and dP~ -> scale dS
-  std::vector<Scalar> acc_q, acc_k, acc_v;  // (kTile, D), (kTile, D), (kTile, Dv): O or dq, dk, dv
-  std::vector<Scalar> m, l;                 // running row max, and (kTile, kLanes) partial sums, of the forward
-  std::vector<Scalar> bias, keep;           // one row's summed bias and dropout factors
+  Buffer kt, vt;               // K^T (D, kTile), V^T (Dv, kTile) of one key tile
+  Buffer s, dp;                // (kTile, kTile): scores -> P~, and dP~ -> scale dS
+  Buffer acc_q, acc_k, acc_v;  // (kTile, D), (kTile, D), (kTile, Dv): O or dq, dk, dv
+  Buffer m, l;                 // running row max, and (kTile, kLanes) partial sums, of the forward
+  Buffer bias, keep;           // one row's summed bias and dropout factors
   Head head;
 };
 
@@ -171,8 +174,15 @@ Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const std::vec
       for (int64_t j = 0; j < vis; ++j) sum[j] += p[j * t.sj];
     }
   }
-  auto row = eigen::array(s, vis);
-  row = row * scale + acc;
+  // s = scale s + sum as one multiply-add per lane: Eigen's loop over a map
+  // peels its unaligned head to scalar code that may round differently, and
+  // results must not depend on where a work item's buffers happen to lie.
+  const Packet pscale = Eigen::internal::pset1<Packet>(scale);
+  for (int64_t j = 0; j < vis; j += kLanes) {
+    const int64_t c = std::min(kLanes, vis - j);
+    eigen::store_upto(s + j, Eigen::internal::pmadd(eigen::load_upto(s + j, c), pscale, eigen::load_upto(sum + j, c)),
+                      c);
+  }
   return 1.0f;
 }
 

@@ -172,8 +172,10 @@ TEST_CASE("softmax_attention equals the fused causal_attention on the heads of a
 }
 
 TEST_CASE("softmax_attention equals the composed reference: KV cache, non-causal, strided k") {
-  // Tq = 5 queries after Tk - Tq = 7 cached keys; Dv != D.
+  // Tq = 5 queries after Tk - Tq = 7 cached keys; Dv != D. Then after 145
+  // cached keys: one query tile against three key tiles.
   check_against_composed({2, 3, 5, 12, 8, 6, true, {}}, 1);
+  check_against_composed({2, 3, 5, 150, 8, 6, true, {}}, 10);
   // Non-causal, Tq > Tk, k with a strided last dim (copied once by the op).
   check_against_composed({2, 2, 9, 7, 8, 5, false, {}}, 2, /*k_transposed=*/true);
   // Several tiles with Tk - Tq = 50, not a multiple of the tile.
