@@ -41,7 +41,6 @@ class SoftmaxAttention : public Function {
     TAPEFORMER_CHECK(p_ >= 0 && p_ < 1, "softmax_attention: dropout ", p_, " is not in [0, 1)");
     TAPEFORMER_CHECK(p_ == 0 || rng_ != nullptr, "softmax_attention: dropout ", p_, " needs an Rng");
     const Shape scores{B, H, Tq, Tk};
-    std::vector<kernels::ScoreBias> terms;
     for (size_t t = 0; t < bias_.size(); ++t) {
       const Tensor& b = bias_[t];
       TAPEFORMER_CHECK(b.defined(), "softmax_attention: bias term ", t, " is undefined");
@@ -50,15 +49,13 @@ class SoftmaxAttention : public Function {
       TAPEFORMER_CHECK(fits, "softmax_attention: bias term ", t, " of shape ", b.shape(),
                        " does not broadcast to the scores (B, H, Tq, Tk) = ", scores);
       bias_[t] = b.expand(scores);  // stride 0 on broadcast dims
-      const Strides& st = bias_[t].strides();
-      terms.push_back({bias_[t].data(), st[0], st[1], st[2], st[3]});
     }
     shape_ = {B, H, Tq, Tk, D, Dv};
     seed_ = p_ > 0 ? rng_->next_u64() : 0;
     Tensor ybuf = Tensor::empty({B, Tq, H, Dv});  // (B, Tq, H, Dv): heads merge for free
     Tensor y = ybuf.permute({0, 2, 1, 3});        // (B, H, Tq, Dv) view
     Tensor lse = Tensor::empty({B, H, Tq});       // (B, H, Tq) row log-sum-exp
-    kernels::flash_attention_forward(args(q, k, v, terms), out_of(y), lse.data());
+    kernels::flash_attention_forward(args(q, k, v), out_of(y), lse.data());
     ctx.save_for_backward({q, k, v, y, lse});
     return {y};
   }
@@ -67,22 +64,21 @@ class SoftmaxAttention : public Function {
     const Tensor &q = ctx.saved()[0], &k = ctx.saved()[1], &v = ctx.saved()[2];
     const Tensor &y = ctx.saved()[3], &lse = ctx.saved()[4];
     const Tensor dy = last_dim_contiguous(dout[0]);  // (B, H, Tq, Dv)
-    std::vector<kernels::ScoreBias> terms;
-    for (const Tensor& b : bias_)
-      terms.push_back({b.data(), b.strides()[0], b.strides()[1], b.strides()[2], b.strides()[3]});
     // Every element of a wanted gradient is written by the kernel.
     Tensor dq = ctx.needs_input_grad(0) ? Tensor::empty(q.shape()) : Tensor();  // (B, H, Tq, D)
     Tensor dk = ctx.needs_input_grad(1) ? Tensor::empty(k.shape()) : Tensor();  // (B, H, Tk, D)
     Tensor dv = ctx.needs_input_grad(2) ? Tensor::empty(v.shape()) : Tensor();  // (B, H, Tk, Dv)
     auto maybe = [](Tensor& t) { return t.defined() ? out_of(t) : kernels::HeadOut{nullptr, 0, 0, 0}; };
-    kernels::flash_attention_backward(args(q, k, v, terms), view_of(y), lse.data(), view_of(dy), maybe(dq), maybe(dk),
+    kernels::flash_attention_backward(args(q, k, v), view_of(y), lse.data(), view_of(dy), maybe(dq), maybe(dk),
                                       maybe(dv));
     return {dq, dk, dv};
   }
 
  private:
-  kernels::FlashAttention args(const Tensor& q, const Tensor& k, const Tensor& v,
-                               std::vector<kernels::ScoreBias> terms) const {
+  kernels::FlashAttention args(const Tensor& q, const Tensor& k, const Tensor& v) const {
+    std::vector<kernels::ScoreBias> terms;
+    for (const Tensor& b : bias_)
+      terms.push_back({b.data(), b.strides()[0], b.strides()[1], b.strides()[2], b.strides()[3]});
     return {shape_, view_of(q), view_of(k), view_of(v), std::move(terms), causal_, p_, seed_};
   }
 

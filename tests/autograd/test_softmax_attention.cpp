@@ -186,13 +186,13 @@ TEST_CASE("softmax_attention equals the composed reference with ALiBi's two bias
   const int64_t H = 3;
   for (const int64_t T : {int64_t{11}, int64_t{70}}) {
     CAPTURE(T);
-    std::vector<Scalar> rows(H * T), cols(H * T);
+    std::vector<Scalar> query_part(H * T), key_part(H * T);
     for (int64_t h = 0; h < H; ++h) {
       const Scalar slope = std::pow(2.0f, -2.0f * (h + 1));
-      for (int64_t t = 0; t < T; ++t) rows[h * T + t] = slope * t, cols[h * T + t] = -slope * t;
+      for (int64_t t = 0; t < T; ++t) query_part[h * T + t] = -slope * t, key_part[h * T + t] = slope * t;
     }
     // slope (j - i) = (-slope i) + (slope j): terms (1, H, T, 1) and (1, H, 1, T).
-    const std::vector<Tensor> alibi = {Tensor::from({1, H, T, 1}, cols), Tensor::from({1, H, 1, T}, rows)};
+    const std::vector<Tensor> alibi = {Tensor::from({1, H, T, 1}, query_part), Tensor::from({1, H, 1, T}, key_part)};
     check_against_composed({2, H, T, T, 8, 8, true, alibi}, 4);
   }
 }
@@ -226,7 +226,10 @@ TEST_CASE("softmax_attention: key and query padding with -inf; rows with every k
 }
 
 TEST_CASE("softmax_attention with dropout equals the composed reference with the regenerated hash mask") {
-  // One tile and several (Tk - Tq = 20), with a bias term too.
+  // The reference differentiates y = (P * mask) v by the chain rule, so equal
+  // gradients show that the kernel's row term delta_i = dy_i . y_i is right
+  // with dropout too (y_i = sum_j P~_ij v_j gives dy_i . y_i = sum_j P_ij dP_ij).
+  // One tile, then several (Tk - Tq = 20) with a bias term.
   check_against_composed({2, 2, 7, 7, 8, 8, true, {}, 0.3f, 42}, 7);
   Rng rng(8);
   check_against_composed({1, 2, 90, 110, 8, 12, true, {random({1, 1, 90, 110}, rng)}, 0.3f, 43}, 9);
@@ -263,7 +266,8 @@ TEST_CASE("softmax_attention keeps O(T D) for its backward, not the T x T probab
   {
     TapeScope tape;
     const Var y = softmax_attention(q, k, v);
-    const int64_t kept = Storage::live_bytes() - before;                          // y and lse: q, k, v are the caller's
+    // What the forward added: y and lse (q, k, v are the caller's).
+    const int64_t kept = Storage::live_bytes() - before;
     const int64_t lean = (4 * T * D + T) * static_cast<int64_t>(sizeof(Scalar));  // q, k, v, y, lse
     CHECK(kept > 0);
     CHECK(kept <= 4 * lean);
@@ -283,7 +287,7 @@ TEST_CASE("softmax_attention: values and gradients are bit-identical with 1, 2 a
   const int64_t T = 300, H = 2;
   std::vector<Scalar> slopes(H * T);
   for (int64_t e = 0; e < H * T; ++e) slopes[e] = -0.01f * (e / T + 1) * (e % T);
-  const std::vector<Tensor> alibi_cols = {Tensor::from({1, H, 1, T}, slopes)};
+  const std::vector<Tensor> alibi_keys = {Tensor::from({1, H, 1, T}, slopes)};
   struct Shape4 {
     int64_t B, H, Tq, Tk, D;
     Scalar p;
@@ -295,7 +299,7 @@ TEST_CASE("softmax_attention: values and gradients are bit-identical with 1, 2 a
     const std::vector<Tensor> in = {random({s.B, s.H, s.Tq, s.D}, rng), random({s.B, s.H, s.Tk, s.D}, rng),
                                     random({s.B, s.H, s.Tk, s.D}, rng)};
     const Tensor R = random({s.B, s.H, s.Tq, s.D}, rng);
-    const std::vector<Tensor> bias = s.H == H && s.Tk == T ? alibi_cols : std::vector<Tensor>{};
+    const std::vector<Tensor> bias = s.H == H && s.Tk == T ? alibi_keys : std::vector<Tensor>{};
     auto f = [&](const std::vector<Var>& x) {
       Rng dropout_rng(5);
       return softmax_attention(x[0], x[1], x[2], bias, true, s.p, &dropout_rng);
@@ -347,42 +351,27 @@ Var ones(const Shape& s) { return Var(Tensor::ones(s), true); }
 
 TEST_CASE("softmax_attention: every guarded error names the op, the argument and the shapes") {
   const Var q = ones({2, 3, 5, 8}), k = ones({2, 3, 7, 8}), v = ones({2, 3, 7, 6});
-  expect_error([&] { softmax_attention(ones({3, 5, 8}), k, v); }, {"softmax_attention", "rank 4", "q [3, 5, 8]"});
-  expect_error(
-      [&] {
-        softmax_attention(q, ones({2, 3, 7, 4}), v);
-      },
-      {"softmax_attention", "k must be", "q [2, 3, 5, 8]", "k [2, 3, 7, 4]"});
-  expect_error(
-      [&] {
-        softmax_attention(q, ones({2, 1, 7, 8}), v);
-      },
-      {"softmax_attention", "k must be", "k [2, 1, 7, 8]"});
-  expect_error(
-      [&] {
-        softmax_attention(q, k, ones({2, 3, 6, 6}));
-      },
-      {"softmax_attention", "v must be", "k [2, 3, 7, 8]", "v [2, 3, 6, 6]"});
-  expect_error(
-      [&] {
-        softmax_attention(q, k, v, {Tensor::zeros({1, 3, 5, 1}), Tensor::zeros({2, 3, 1, 5})});
-      },
-      {"softmax_attention", "bias term 1", "[2, 3, 1, 5]", "(B, H, Tq, Tk) = [2, 3, 5, 7]"});
-  expect_error(
-      [&] {
-        softmax_attention(q, k, v, {Tensor::zeros({1, 1, 1, 1, 7})});
-      },
-      {"softmax_attention", "bias term 0", "[1, 1, 1, 1, 7]"});
-  expect_error([&] { softmax_attention(q, k, v, {Tensor()}); }, {"softmax_attention", "bias term 0", "undefined"});
+  const Var q_rank3 = ones({3, 5, 8}), q_long = ones({2, 3, 9, 8});
+  const Var k_narrow = ones({2, 3, 7, 4}), k_one_head = ones({2, 1, 7, 8}), v_short = ones({2, 3, 6, 6});
+  const std::vector<Tensor> bias_bad_1 = {Tensor::zeros({1, 3, 5, 1}), Tensor::zeros({2, 3, 1, 5})};
+  const std::vector<Tensor> bias_rank5 = {Tensor::zeros({1, 1, 1, 1, 7})}, bias_undefined = {Tensor()};
   Rng rng(1);
+  expect_error([&] { softmax_attention(q_rank3, k, v); }, {"softmax_attention", "rank 4", "q [3, 5, 8]"});
+  expect_error([&] { softmax_attention(q, k_narrow, v); },
+               {"softmax_attention", "k must be", "q [2, 3, 5, 8]", "k [2, 3, 7, 4]"});
+  expect_error([&] { softmax_attention(q, k_one_head, v); }, {"softmax_attention", "k must be", "k [2, 1, 7, 8]"});
+  expect_error([&] { softmax_attention(q, k, v_short); },
+               {"softmax_attention", "v must be", "k [2, 3, 7, 8]", "v [2, 3, 6, 6]"});
+  expect_error([&] { softmax_attention(q, k, v, bias_bad_1); },
+               {"softmax_attention", "bias term 1", "[2, 3, 1, 5]", "(B, H, Tq, Tk) = [2, 3, 5, 7]"});
+  expect_error([&] { softmax_attention(q, k, v, bias_rank5); },
+               {"softmax_attention", "bias term 0", "[1, 1, 1, 1, 7]"});
+  expect_error([&] { softmax_attention(q, k, v, bias_undefined); }, {"softmax_attention", "bias term 0", "undefined"});
   expect_error([&] { softmax_attention(q, k, v, {}, true, 1.0f, &rng); }, {"softmax_attention", "dropout 1", "[0, 1)"});
   expect_error([&] { softmax_attention(q, k, v, {}, true, -0.5f, &rng); }, {"softmax_attention", "dropout -0.5"});
   expect_error([&] { softmax_attention(q, k, v, {}, true, 0.2f); },
                {"softmax_attention", "dropout 0.2", "needs an Rng"});
-  expect_error(
-      [&] {
-        softmax_attention(ones({2, 3, 9, 8}), k, v);
-      },
-      {"softmax_attention", "Tq <= Tk", "q [2, 3, 9, 8]", "k [2, 3, 7, 8]"});
+  expect_error([&] { softmax_attention(q_long, k, v); },
+               {"softmax_attention", "Tq <= Tk", "q [2, 3, 9, 8]", "k [2, 3, 7, 8]"});
   expect_error([&] { softmax_attention(q, Var(), v); }, {"softmax_attention", "undefined"});
 }
