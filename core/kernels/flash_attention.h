@@ -20,8 +20,13 @@
 // (b, h, tile), every output element written by one work item with fixed tile
 // boundaries, so results are bit-identical for any thread count.
 //
-//   FlashAttention a{{B, H, Tq, Tk, D, Dv}, head_view(q), head_view(k), head_view(v), {}, true, 0, 0};
-//   flash_attention_forward(a, y, lse);
+// Causal self-attention on the heads of a packed qkv (B, T, 3C), C = H D,
+// into y (B, T, H, D) and lse (B, H, T):
+//
+//   const int64_t sb = T * 3 * C, st = 3 * C;
+//   FlashAttention a{{B, H, T, T, D, D}, {qkv, sb, D, st}, {qkv + C, sb, D, st}, {qkv + 2 * C, sb, D, st},
+//                    {}, /*causal=*/true, /*dropout_p=*/0, /*seed=*/0};
+//   flash_attention_forward(a, {y, T * C, D, C}, lse);
 #pragma once
 
 #include <cstdint>
