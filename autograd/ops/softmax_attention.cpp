@@ -1,1 +1,101 @@
-// placeholder: written in issue 12
+// Memory-lean softmax attention, written with the public Function API: the
+// tape keeps q, k, v, y and the row log-sum-exp, never the T x T probabilities.
+#include "autograd/function.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/kernels/flash_attention.h"
+
+namespace tapeformer {
+namespace {
+
+// The kernels read a (B, H, T, X) operand by pointer and strides with a
+// contiguous last dim; anything else is copied once.
+Tensor last_dim_contiguous(const Tensor& t) { return t.strides()[3] == 1 || t.dim(3) == 1 ? t : t.contiguous(); }
+
+kernels::HeadView view_of(const Tensor& t) { return {t.data(), t.strides()[0], t.strides()[1], t.strides()[2]}; }
+kernels::HeadOut out_of(Tensor& t) { return {t.data(), t.strides()[0], t.strides()[1], t.strides()[2]}; }
+
+class SoftmaxAttention : public Function {
+ public:
+  SoftmaxAttention(std::vector<Tensor> bias, bool causal, Scalar dropout_p, Rng* rng)
+      : bias_(std::move(bias)), causal_(causal), p_(dropout_p), rng_(rng) {}
+  const char* name() const override { return "softmax_attention"; }
+
+  std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
+    TAPEFORMER_CHECK(in[0].rank() == 4 && in[1].rank() == 4 && in[2].rank() == 4,
+                     "softmax_attention: q, k, v must be rank 4 (B, H, T, D), got q ", in[0].shape(), ", k ",
+                     in[1].shape(), ", v ", in[2].shape());
+    const Tensor q = last_dim_contiguous(in[0]);  // (B, H, Tq, D)
+    const Tensor k = last_dim_contiguous(in[1]);  // (B, H, Tk, D)
+    const Tensor v = last_dim_contiguous(in[2]);  // (B, H, Tk, Dv)
+    const int64_t B = q.dim(0), H = q.dim(1), Tq = q.dim(2), D = q.dim(3), Tk = k.dim(2), Dv = v.dim(3);
+    TAPEFORMER_CHECK(k.dim(0) == B && k.dim(1) == H && k.dim(3) == D,
+                     "softmax_attention: k must be (B, H, Tk, D) with q's B, H and D: q ", q.shape(), ", k ",
+                     k.shape());
+    TAPEFORMER_CHECK(v.dim(0) == B && v.dim(1) == H && v.dim(2) == Tk,
+                     "softmax_attention: v must be (B, H, Tk, Dv) with k's B, H and Tk: k ", k.shape(), ", v ",
+                     v.shape());
+    TAPEFORMER_CHECK(!causal_ || Tq <= Tk,
+                     "softmax_attention: causal attention needs Tq <= Tk (queries are the last Tq positions), got q ",
+                     q.shape(), ", k ", k.shape());
+    TAPEFORMER_CHECK(p_ >= 0 && p_ < 1, "softmax_attention: dropout ", p_, " is not in [0, 1)");
+    TAPEFORMER_CHECK(p_ == 0 || rng_ != nullptr, "softmax_attention: dropout ", p_, " needs an Rng");
+    const Shape scores{B, H, Tq, Tk};
+    for (size_t t = 0; t < bias_.size(); ++t) {
+      const Tensor& b = bias_[t];
+      TAPEFORMER_CHECK(b.defined(), "softmax_attention: bias term ", t, " is undefined");
+      bool fits = b.rank() <= 4;
+      for (int d = 1; fits && d <= b.rank(); ++d) fits = b.dim(-d) == 1 || b.dim(-d) == scores[4 - d];
+      TAPEFORMER_CHECK(fits, "softmax_attention: bias term ", t, " of shape ", b.shape(),
+                       " does not broadcast to the scores (B, H, Tq, Tk) = ", scores);
+      bias_[t] = b.expand(scores);  // stride 0 on broadcast dims
+    }
+    shape_ = {B, H, Tq, Tk, D, Dv};
+    seed_ = p_ > 0 ? rng_->next_u64() : 0;
+    Tensor ybuf = Tensor::empty({B, Tq, H, Dv});  // (B, Tq, H, Dv): heads merge for free
+    Tensor y = ybuf.permute({0, 2, 1, 3});        // (B, H, Tq, Dv) view
+    Tensor lse = Tensor::empty({B, H, Tq});       // (B, H, Tq) row log-sum-exp
+    kernels::flash_attention_forward(args(q, k, v), out_of(y), lse.data());
+    ctx.save_for_backward({q, k, v, y, lse});
+    return {y};
+  }
+
+  std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
+    const Tensor &q = ctx.saved()[0], &k = ctx.saved()[1], &v = ctx.saved()[2];
+    const Tensor &y = ctx.saved()[3], &lse = ctx.saved()[4];
+    const Tensor dy = last_dim_contiguous(dout[0]);  // (B, H, Tq, Dv)
+    // Every element of a wanted gradient is written by the kernel.
+    Tensor dq = ctx.needs_input_grad(0) ? Tensor::empty(q.shape()) : Tensor();  // (B, H, Tq, D)
+    Tensor dk = ctx.needs_input_grad(1) ? Tensor::empty(k.shape()) : Tensor();  // (B, H, Tk, D)
+    Tensor dv = ctx.needs_input_grad(2) ? Tensor::empty(v.shape()) : Tensor();  // (B, H, Tk, Dv)
+    auto maybe = [](Tensor& t) { return t.defined() ? out_of(t) : kernels::HeadOut{nullptr, 0, 0, 0}; };
+    kernels::flash_attention_backward(args(q, k, v), view_of(y), lse.data(), view_of(dy), maybe(dq), maybe(dk),
+                                      maybe(dv));
+    return {dq, dk, dv};
+  }
+
+ private:
+  kernels::FlashAttention args(const Tensor& q, const Tensor& k, const Tensor& v) const {
+    std::vector<kernels::ScoreBias> terms;
+    for (const Tensor& b : bias_)
+      terms.push_back({b.data(), b.strides()[0], b.strides()[1], b.strides()[2], b.strides()[3]});
+    return {shape_, view_of(q), view_of(k), view_of(v), std::move(terms), causal_, p_, seed_};
+  }
+
+  std::vector<Tensor> bias_;  // expanded to (B, H, Tq, Tk) in the forward; no gradient
+  bool causal_;
+  Scalar p_;
+  Rng* rng_;
+  kernels::FlashAttentionShape shape_{};
+  uint64_t seed_ = 0;  // of the dropout mask, regenerated by the backward
+};
+
+}  // namespace
+
+Var softmax_attention(const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias, bool causal,
+                      Scalar dropout_p, Rng* rng) {
+  TAPEFORMER_CHECK(q.defined() && k.defined() && v.defined(), "softmax_attention: undefined input");
+  return Function::apply<SoftmaxAttention>({q, k, v}, bias, causal, dropout_p, rng)[0];
+}
+
+}  // namespace tapeformer

@@ -1,1 +1,461 @@
-// placeholder: written in issue 12
+#include "core/kernels/flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/eigen.h"
+#include "core/kernels/copy.h"
+#include "core/kernels/matmul.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/shape.h"
+
+namespace tapeformer::kernels {
+namespace {
+
+using eigen::Packet;
+constexpr int64_t kLanes = eigen::kPacketSize;
+// Query rows and keys per tile: a 64 x 64 score tile (16 KiB), its dP twin
+// and the K^T / V^T tiles stay in L1 / L2 while the GEMMs reuse them.
+constexpr int64_t kTile = 64;
+// Rows per group on a tile the causal diagonal crosses: each group stops at
+// the last key its last row sees, so the masked triangle costs 10/16 of the
+// tile instead of all of it.
+constexpr int64_t kGroup = 16;
+static_assert(kTile % kGroup == 0 && kTile % kLanes == 0, "tiles hold whole groups and whole packets");
+constexpr Scalar kInf = std::numeric_limits<Scalar>::infinity();
+
+int64_t round_up(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// C (M x N, row stride ldc) (+)= A B through the packet GEMM, with
+// A(i, k) = a[i * a_rs + k * a_cs] and B (K x N) by rows of stride ldb.
+void product(const Scalar* a, int64_t a_rs, int64_t a_cs, int64_t M, int64_t K, const Scalar* b, int64_t ldb, int64_t N,
+             Scalar* c, int64_t ldc, bool accumulate) {
+  gemm({a, M, K, a_rs, a_cs}, {b, K, N, ldb, 1}, c, ldc, accumulate);
+}
+
+// dst (cols, rows; rows kTile apart) = src^T for rows x cols at src with rows
+// `ld` apart: the packet GEMM reads its B operand by rows, so Q K^T and
+// dY V^T need K^T and V^T tiles.
+void transpose_tile(const Scalar* src, int64_t ld, int64_t rows, int64_t cols, Scalar* dst) {
+  strided_copy(src, Strides{1, ld}, dst, Strides{kTile, 1}, Shape{cols, rows});
+}
+
+// e^(k x - shift), exactly 0 where x = -inf: Eigen's exp may return a
+// denormal there, and a masked key must contribute nothing, bit for bit.
+inline Packet exp_shifted(const Packet& x, const Packet& k, const Packet& shift) {
+  using namespace Eigen::internal;
+  const Packet e = pexp(pmadd(x, k, pnegate(shift)));
+  return pselect(pcmp_eq(x, pset1<Packet>(-kInf)), pset1<Packet>(0.0f), e);
+}
+
+// out[0, n) = a x[0, n) (in place when out == x). Rows are short (D, or at
+// most a tile): packet loops, because Eigen's setup per expression on short
+// dynamic maps costs as much as the work.
+void scale_row(const Scalar* x, int64_t n, Scalar a, Scalar* out) {
+  using namespace Eigen::internal;
+  const Packet pa = pset1<Packet>(a);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const int64_t c = std::min(kLanes, n - j);
+    eigen::store_upto(out + j, pmul(eigen::load_upto(x + j, c), pa), c);
+  }
+}
+
+Scalar dot_row(const Scalar* x, const Scalar* y, int64_t n) {
+  using namespace Eigen::internal;
+  Packet sum = pset1<Packet>(0.0f);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const int64_t c = std::min(kLanes, n - j);
+    sum = pmadd(eigen::load_upto(x + j, c), eigen::load_upto(y + j, c), sum);
+  }
+  return predux(sum);
+}
+
+// One bias term at (b, h): element (i, j) is data[i * si + j * sj].
+struct BiasRow {
+  const Scalar* data;
+  int64_t si, sj;
+};
+
+// The operands of one (b, h).
+struct Head {
+  int64_t bh = 0;
+  const Scalar *q = nullptr, *k = nullptr, *v = nullptr;  // (Tq, D), (Tk, D), (Tk, Dv)
+  int64_t qs = 0, ks = 0, vs = 0;                         // their row strides
+  std::vector<BiasRow> bias;
+
+  void set(const FlashAttention& a, int64_t bh_) {
+    bh = bh_;
+    const int64_t b = bh / a.s.H, h = bh % a.s.H;
+    q = a.q.data + b * a.q.sb + h * a.q.sh, qs = a.q.st;
+    k = a.k.data + b * a.k.sb + h * a.k.sh, ks = a.k.st;
+    v = a.v.data + b * a.v.sb + h * a.v.sh, vs = a.v.st;
+    bias.clear();
+    for (const ScoreBias& t : a.bias) bias.push_back({t.data + b * t.sb + h * t.sh, t.si, t.sj});
+  }
+};
+
+template <class View>
+auto row_of(const View& x, const FlashAttentionShape& s, int64_t bh, int64_t t) {
+  return x.data + bh / s.H * x.sb + bh % s.H * x.sh + t * x.st;
+}
+
+// Per-thread tile buffers (O(kTile * (kTile + D)), never O(T)), 64-byte
+// aligned like a Storage: every work item sees its rows at the same alignment
+// (the row code is also written not to depend on it).
+using Buffer = std::vector<Scalar, Eigen::aligned_allocator<Scalar>>;
+struct Workspace {
+  explicit Workspace(const FlashAttentionShape& s)
+      : kt(s.D * kTile),
+        vt(s.Dv * kTile),
+        s(kTile * kTile),
+        dp(kTile * kTile),
+        acc_q(kTile * s.D),
+        acc_k(kTile * s.D),
+        acc_v(kTile * s.Dv),
+        m(kTile),
+        l(kTile * kLanes),
+        bias(kTile),
+        keep(kTile) {}
+  Buffer kt, vt;               // K^T (D, kTile), V^T (Dv, kTile) of one key tile
+  Buffer s, dp;                // (kTile, kTile): scores -> P~, and dP~ -> scale dS
+  Buffer acc_q, acc_k, acc_v;  // (kTile, D), (kTile, D), (kTile, Dv): O or dq, dk, dv
+  Buffer m, l;                 // running row max, and (kTile, kLanes) partial sums, of the forward
+  Buffer bias, keep;           // one row's summed bias and dropout factors
+  Head head;
+};
+
+// Keys [0, key_end) are visible to some query row before `row_end`.
+int64_t key_end(const FlashAttention& a, int64_t row_end) {
+  return a.causal ? std::min(a.s.Tk, a.s.Tk - a.s.Tq + row_end) : a.s.Tk;
+}
+
+// Number of keys in [j0, j0 + nk) that query i sees.
+int64_t visible(const FlashAttention& a, int64_t i, int64_t j0, int64_t nk) {
+  return a.causal ? std::clamp<int64_t>(a.s.Tk - a.s.Tq + i + 1 - j0, 0, nk) : nk;
+}
+
+// Calls fn(r0, r1, nk_g) for the row groups of the tile pair (query rows
+// i0 + [0, n), keys j0 + [0, nk)): the whole tile when every row sees every
+// key, else kGroup-row groups that each take the keys their last row sees
+// (groups that see none are skipped).
+template <class F>
+void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, int64_t j0, int64_t nk, F&& fn) {
+  if (visible(a, i0, j0, nk) == nk) {
+    fn(int64_t{0}, n, nk);
+    return;
+  }
+  for (int64_t r0 = 0; r0 < n; r0 += kGroup) {
+    const int64_t r1 = std::min(n, r0 + kGroup), nk_g = visible(a, i0 + r1 - 1, j0, nk);
+    if (nk_g > 0) fn(r0, r1, nk_g);
+  }
+}
+
+// Row i's scores against keys j0 + [0, vis): s holds q_i . k_j and becomes
+// x with score = k x, and -inf in [vis, w) so the row runs in whole packets.
+// Without bias x stays q_i . k_j and k = scale (the exp's multiply-add applies
+// it); with bias x = scale q_i . k_j + sum_t bias_t (terms summed first, in
+// order) and k = 1. Returns k. `sum` is scratch for the bias row.
+Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const std::vector<BiasRow>& bias, int64_t i,
+                 int64_t j0, Scalar* sum) {
+  std::fill(s + vis, s + w, -kInf);
+  if (bias.empty()) return scale;
+  auto acc = eigen::array(sum, vis);
+  acc.setZero();
+  for (const BiasRow& t : bias) {
+    const Scalar* p = t.data + i * t.si + j0 * t.sj;
+    if (t.sj == 1) {
+      acc += eigen::array(p, vis);
+    } else if (t.sj == 0) {  // a term constant along the row (ALiBi's row part, query padding)
+      acc += *p;
+    } else {
+      for (int64_t j = 0; j < vis; ++j) sum[j] += p[j * t.sj];
+    }
+  }
+  // s = scale s + sum as one multiply-add per lane: Eigen's loop over a map
+  // peels its unaligned head to scalar code that may round differently, and
+  // results must not depend on where a work item's buffers happen to lie.
+  const Packet pscale = Eigen::internal::pset1<Packet>(scale);
+  for (int64_t j = 0; j < vis; j += kLanes) {
+    const int64_t c = std::min(kLanes, vis - j);
+    eigen::store_upto(s + j, Eigen::internal::pmadd(eigen::load_upto(s + j, c), pscale, eigen::load_upto(sum + j, c)),
+                      c);
+  }
+  return 1.0f;
+}
+
+// Row i's dropout factors for keys j0 + [0, vis): 1 / (1 - p) where kept, else 0.
+void keep_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, int64_t vis, Scalar* keep) {
+  const uint64_t base = static_cast<uint64_t>((bh * a.s.Tq + i) * a.s.Tk + j0);
+  const Scalar p = a.dropout_p, inv = 1.0f / (1.0f - p);
+  for (int64_t j = 0; j < vis; ++j) keep[j] = hash_uniform(a.seed, base + j) >= p ? inv : 0.0f;
+}
+
+// One online-softmax step on a row of scores k x[0, w) (k > 0):
+// x <- e^(k x - m_new), l <- l e^(m - m_new) + sum(x), m <- m_new = max(m, k max x).
+// l is one packet of partial sums, added across lanes once at the end of the
+// row (a horizontal add per tile costs as much as the exps of a short row).
+// Returns the factor e^(m - m_new) for what the row accumulated so far (1
+// while it has nothing). A row with no finite score yet stays at m = -inf,
+// l = 0 and contributes zeros.
+Scalar online_row(Scalar* x, int64_t w, Scalar k, Scalar& m, Scalar* l) {
+  using namespace Eigen::internal;
+  Packet mx = pset1<Packet>(-kInf);
+  for (int64_t j = 0; j < w; j += kLanes) mx = pmax(mx, ploadu<Packet>(x + j));
+  const Scalar m_new = std::max(m, k * predux_max(mx));
+  if (m_new == -kInf) {
+    std::fill(x, x + w, 0.0f);
+    return 1.0f;
+  }
+  const Packet pk = pset1<Packet>(k), shift = pset1<Packet>(m_new);
+  Packet sum = pset1<Packet>(0.0f);
+  for (int64_t j = 0; j < w; j += kLanes) {
+    const Packet e = exp_shifted(ploadu<Packet>(x + j), pk, shift);
+    pstoreu(x + j, e);
+    sum = padd(sum, e);
+  }
+  const Scalar alpha = m == -kInf ? 1.0f : std::exp(m - m_new);
+  pstoreu(l, pmadd(ploadu<Packet>(l), pset1<Packet>(alpha), sum));
+  m = m_new;
+  return alpha;
+}
+
+// One row of the backward from its scores k s[0, w) and dP~ = dy . v_j in
+// dp[0, w): P = e^(k s - lse), s <- P~ = P keep (for dv),
+// dp <- scale P (dP~ keep - delta) (for dq and dk). keep is null without dropout.
+void backward_row(Scalar* s, Scalar* dp, int64_t w, Scalar k, Scalar lse, Scalar delta, Scalar scale,
+                  const Scalar* keep) {
+  using namespace Eigen::internal;
+  if (lse == kInf) {  // no visible key: y = 0, no gradient
+    std::fill(s, s + w, 0.0f);
+    std::fill(dp, dp + w, 0.0f);
+    return;
+  }
+  const Packet pk = pset1<Packet>(k), shift = pset1<Packet>(lse), pdelta = pset1<Packet>(delta),
+               pscale = pset1<Packet>(scale);
+  for (int64_t j = 0; j < w; j += kLanes) {
+    Packet p = exp_shifted(ploadu<Packet>(s + j), pk, shift);
+    Packet d = ploadu<Packet>(dp + j);
+    pstoreu(dp + j, pmul(pmul(p, psub(keep ? pmul(d, ploadu<Packet>(keep + j)) : d, pdelta)), pscale));
+    if (keep) p = pmul(p, ploadu<Packet>(keep + j));
+    pstoreu(s + j, p);
+  }
+}
+
+// ---- forward -------------------------------------------------------------
+
+void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y, Scalar* lse) {
+  const FlashAttentionShape& s = a.s;
+  const Head& hd = ws.head;
+  const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(s.D));
+  const int64_t n = std::min(kTile, s.Tq - i0), kend = key_end(a, i0 + n);
+  const Scalar* q = hd.q + i0 * hd.qs;  // (n, D)
+  Scalar* o = ws.acc_v.data();          // (n, Dv): unnormalised output
+  std::fill(ws.m.begin(), ws.m.end(), -kInf);
+  std::fill(ws.l.begin(), ws.l.end(), 0.0f);
+  std::fill(o, o + n * s.Dv, 0.0f);
+  for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
+    const int64_t nk = std::min(kTile, s.Tk - j0);
+    transpose_tile(hd.k + j0 * hd.ks, hd.ks, nk, s.D, ws.kt.data());
+    for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
+      const int64_t w = round_up(nk_g);
+      product(q + r0 * hd.qs, hd.qs, 1, r1 - r0, s.D, ws.kt.data(), kTile, nk_g, ws.s.data() + r0 * kTile, kTile,
+              false);
+      for (int64_t r = r0; r < r1; ++r) {
+        Scalar* row = ws.s.data() + r * kTile;
+        const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
+        const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+        const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
+        if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
+        if (a.dropout_p > 0) {
+          keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
+          for (int64_t j = 0; j < vis; ++j) row[j] *= ws.keep[j];
+        }
+      }
+      product(ws.s.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.v + j0 * hd.vs, hd.vs, s.Dv, o + r0 * s.Dv, s.Dv,
+              true);
+    });
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t i = i0 + r;
+    const Scalar l = Eigen::internal::predux(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
+    const bool seen = l > 0;
+    scale_row(o + r * s.Dv, s.Dv, seen ? 1.0f / l : 0.0f, row_of(y, s, hd.bh, i));
+    lse[hd.bh * s.Tq + i] = seen ? ws.m[r] + std::log(l) : kInf;
+  }
+}
+
+// ---- backward ------------------------------------------------------------
+
+struct Grads {
+  HeadView y, dy;
+  const Scalar* lse;    // (B, H, Tq)
+  const Scalar* delta;  // (B, H, Tq): dy_i . y_i
+  HeadOut dq, dk, dv;
+};
+
+// Recomputes rows [r0, r1) of the tile pair (query rows i0 + [0, n), keys
+// j0 + [0, nk_g)) into ws.s (P~) and ws.dp (scale dS). kt, vt hold the key tile.
+void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
+                     int64_t j0, int64_t nk_g) {
+  const FlashAttentionShape& s = a.s;
+  const Head& hd = ws.head;
+  const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(s.D));
+  const int64_t w = round_up(nk_g), rows = r1 - r0;
+  Scalar* sg = ws.s.data() + r0 * kTile;
+  Scalar* dpg = ws.dp.data() + r0 * kTile;
+  product(hd.q + (i0 + r0) * hd.qs, hd.qs, 1, rows, s.D, ws.kt.data(), kTile, nk_g, sg, kTile, false);
+  product(row_of(g.dy, s, hd.bh, i0 + r0), g.dy.st, 1, rows, s.Dv, ws.vt.data(), kTile, nk_g, dpg, kTile, false);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
+    Scalar* row = ws.s.data() + r * kTile;
+    const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+    const Scalar* keep = nullptr;
+    if (a.dropout_p > 0) {
+      keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
+      std::fill(ws.keep.begin() + vis, ws.keep.begin() + w, 0.0f);
+      keep = ws.keep.data();
+    }
+    backward_row(row, ws.dp.data() + r * kTile, w, k, g.lse[hd.bh * s.Tq + i], g.delta[hd.bh * s.Tq + i], scale, keep);
+  }
+}
+
+void load_key_tile(const FlashAttention& a, Workspace& ws, int64_t j0, int64_t nk) {
+  const Head& hd = ws.head;
+  transpose_tile(hd.k + j0 * hd.ks, hd.ks, nk, a.s.D, ws.kt.data());
+  transpose_tile(hd.v + j0 * hd.vs, hd.vs, nk, a.s.Dv, ws.vt.data());
+}
+
+// acc (rows, cols) -> rows t0 + [0, rows) of out at (b, h).
+void store_rows(const Scalar* acc, int64_t rows, int64_t cols, const HeadOut& out, const FlashAttentionShape& s,
+                int64_t bh, int64_t t0) {
+  if (!out.data) return;
+  for (int64_t r = 0; r < rows; ++r) std::copy(acc + r * cols, acc + (r + 1) * cols, row_of(out, s, bh, t0 + r));
+}
+
+// Per key group: dv[0, nk_g) += P~^T dY, dk[0, nk_g) += scale dS^T Q over rows [r0, r1).
+void accumulate_dkv(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
+                    int64_t nk_g) {
+  const FlashAttentionShape& s = a.s;
+  const Head& hd = ws.head;
+  const int64_t rows = r1 - r0;
+  product(ws.s.data() + r0 * kTile, 1, kTile, nk_g, rows, row_of(g.dy, s, hd.bh, i0 + r0), g.dy.st, s.Dv,
+          ws.acc_v.data(), s.Dv, true);
+  product(ws.dp.data() + r0 * kTile, 1, kTile, nk_g, rows, hd.q + (i0 + r0) * hd.qs, hd.qs, s.D, ws.acc_k.data(), s.D,
+          true);
+}
+
+// dq for query rows i0 + [0, n): sum over key tiles of scale dS K.
+void dq_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0) {
+  const FlashAttentionShape& s = a.s;
+  const Head& hd = ws.head;
+  const int64_t n = std::min(kTile, s.Tq - i0), kend = key_end(a, i0 + n);
+  std::fill(ws.acc_q.begin(), ws.acc_q.begin() + n * s.D, 0.0f);
+  for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
+    const int64_t nk = std::min(kTile, s.Tk - j0);
+    load_key_tile(a, ws, j0, nk);
+    for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
+      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g);
+      product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
+              ws.acc_q.data() + r0 * s.D, s.D, true);
+    });
+  }
+  store_rows(ws.acc_q.data(), n, s.D, g.dq, s, hd.bh, i0);
+}
+
+// dk, dv for keys j0 + [0, nk): sums over the query tiles that see them.
+void dkv_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t j0) {
+  const FlashAttentionShape& s = a.s;
+  const int64_t nk = std::min(kTile, s.Tk - j0);
+  std::fill(ws.acc_k.begin(), ws.acc_k.begin() + nk * s.D, 0.0f);
+  std::fill(ws.acc_v.begin(), ws.acc_v.begin() + nk * s.Dv, 0.0f);
+  load_key_tile(a, ws, j0, nk);
+  const int64_t first = a.causal ? std::max<int64_t>(0, j0 - (s.Tk - s.Tq)) : 0;  // first query that sees j0
+  for (int64_t i0 = first / kTile * kTile; i0 < s.Tq; i0 += kTile) {
+    const int64_t n = std::min(kTile, s.Tq - i0);
+    for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
+      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g);
+      accumulate_dkv(a, ws, g, i0, r0, r1, nk_g);
+    });
+  }
+  store_rows(ws.acc_k.data(), nk, s.D, g.dk, s, ws.head.bh, j0);
+  store_rows(ws.acc_v.data(), nk, s.Dv, g.dv, s, ws.head.bh, j0);
+}
+
+// A single query tile: dq, dk and dv of one (b, h) in one sweep over the key
+// tiles, with the same products in the same order as dq_tile and dkv_tile.
+void head_single_query_tile(const FlashAttention& a, Workspace& ws, const Grads& g) {
+  const FlashAttentionShape& s = a.s;
+  const Head& hd = ws.head;
+  const int64_t n = s.Tq, kend = key_end(a, n);
+  std::fill(ws.acc_q.begin(), ws.acc_q.begin() + n * s.D, 0.0f);
+  for (int64_t j0 = 0; j0 < s.Tk; j0 += kTile) {
+    const int64_t nk = std::min(kTile, s.Tk - j0);
+    std::fill(ws.acc_k.begin(), ws.acc_k.begin() + nk * s.D, 0.0f);
+    std::fill(ws.acc_v.begin(), ws.acc_v.begin() + nk * s.Dv, 0.0f);
+    if (j0 < kend) {
+      load_key_tile(a, ws, j0, nk);
+      for_each_group(a, 0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
+        recompute_group(a, ws, g, 0, r0, r1, j0, nk_g);
+        product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
+                ws.acc_q.data() + r0 * s.D, s.D, true);
+        accumulate_dkv(a, ws, g, 0, r0, r1, nk_g);
+      });
+    }
+    store_rows(ws.acc_k.data(), nk, s.D, g.dk, s, hd.bh, j0);
+    store_rows(ws.acc_v.data(), nk, s.Dv, g.dv, s, hd.bh, j0);
+  }
+  store_rows(ws.acc_q.data(), n, s.D, g.dq, s, hd.bh, 0);
+}
+
+// Calls fn(ws, tile) with ws.head at (b, h) for every (b, h) and tile below
+// n_tiles, in parallel over items that each take a tile and its mirror
+// n_tiles - 1 - tile: under a causal mask a tile's cost grows (query tiles)
+// or falls (key tiles) linearly with its index, so the items cost about the
+// same and fixed chunks of them balance.
+template <class F>
+void for_each_tile(const FlashAttention& a, int64_t n_tiles, F&& fn) {
+  const int64_t pairs = (n_tiles + 1) / 2;
+  parallel::parallel_for(a.s.B * a.s.H * pairs, 1, [&](int64_t u0, int64_t u1) {
+    Workspace ws(a.s);
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t t = u % pairs;
+      ws.head.set(a, u / pairs);
+      fn(ws, t);
+      if (n_tiles - 1 - t != t) fn(ws, n_tiles - 1 - t);
+    }
+  });
+}
+
+int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
+
+}  // namespace
+
+void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse) {
+  for_each_tile(a, tiles(a.s.Tq), [&](Workspace& ws, int64_t t) { forward_tile(a, ws, t * kTile, y, lse); });
+}
+
+void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar* lse, HeadView dy, HeadOut dq,
+                              HeadOut dk, HeadOut dv) {
+  const FlashAttentionShape& s = a.s;
+  // delta_i = dy_i . y_i (= sum_j P_ij dP_ij, dropout included), one per query row.
+  std::vector<Scalar> delta(static_cast<size_t>(s.B * s.H * s.Tq));
+  parallel::parallel_for(s.B * s.H * s.Tq, 256, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bh = r / s.Tq, i = r % s.Tq;
+      delta[r] = dot_row(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv);
+    }
+  });
+  const Grads g{y, dy, lse, delta.data(), dq, dk, dv};
+  if (s.Tq <= kTile) {
+    for_each_tile(a, 1, [&](Workspace& ws, int64_t) { head_single_query_tile(a, ws, g); });
+    return;
+  }
+  if (dq.data) for_each_tile(a, tiles(s.Tq), [&](Workspace& ws, int64_t t) { dq_tile(a, ws, g, t * kTile); });
+  if (dk.data || dv.data)
+    for_each_tile(a, tiles(s.Tk), [&](Workspace& ws, int64_t t) { dkv_tile(a, ws, g, t * kTile); });
+}
+
+}  // namespace tapeformer::kernels

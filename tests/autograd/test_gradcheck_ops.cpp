@@ -177,6 +177,20 @@ const std::vector<Row>& table() {
          Rng rng(3);
          return causal_attention(v[0], 1, 0.3f, &rng);
        }},
+      {"softmax_attention causal after a cached key, transposed k, Dv != D", {any({2, 2, 5, 4}), transposed({2, 2, 6, 4}), any({2, 2, 6, 3})},
+       [](V v) { return softmax_attention(mul_scalar(v[0], 2.0f), v[1], v[2]); }},
+      {"softmax_attention non-causal, ALiBi terms + key padding -inf, sliced v", {any({2, 2, 4, 3}), any({2, 2, 5, 3}), sliced({2, 2, 5, 4})},
+       [](V v) {
+         const Tensor rows = Tensor::from({1, 2, 4, 1}, {0.0f, -0.5f, -1.0f, -1.5f, 0.0f, -0.25f, -0.5f, -0.75f});
+         const Tensor cols = Tensor::from({1, 2, 1, 5}, {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 0.0f, 0.25f, 0.5f, 0.75f, 1.0f});
+         const Scalar inf = std::numeric_limits<Scalar>::infinity();
+         const Tensor padding = Tensor::from({2, 1, 1, 5}, {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, -inf, -inf});
+         return softmax_attention(mul_scalar(v[0], 2.0f), v[1], v[2], {rows, cols, padding}, false);
+       }},
+      {"softmax_attention dropout p=0.3", {any({1, 2, 5, 4}), any({1, 2, 5, 4}), any({1, 2, 5, 4})}, [](V v) {
+         Rng rng(3);
+         return softmax_attention(mul_scalar(v[0], 2.0f), v[1], v[2], {}, true, 0.3f, &rng);
+       }},
       {"embedding repeated ids", {any({7, 5})}, [](V v) { return embedding(v[0], ids({3, 4}, {1, 6, 1, 0, 3, 3, 3, 2, 6, 5, 4, 1})); }},
       // ---- linear attention (positive features where the op needs them) ----
       {"causal_product (2,2,6,3) x (2,2,6,4), transposed a",
