@@ -85,6 +85,10 @@ Var permute(const Var& x, const std::vector<int>& order);  // view              
 Var slice(const Var& x, int axis, int64_t start, int64_t end);  // [start, end) view  dx = g padded with 0
 Var concat(const std::vector<Var>& xs, int axis);       // join along axis         dx_i = slice of g
 std::vector<Var> split(const Var& x, const std::vector<int64_t>& sizes, int axis);  // dx = concat(g_i)
+// A packed projection qkv (B, T, 3C), columns [q | k | v] with head h owning
+// columns [h*D, (h+1)*D) of each, as {q, k, v} (B, H, T, D) views (no copy).
+//   dqkv = the three gradients written back into one (B, T, 3C) buffer
+std::vector<Var> split_heads(const Var& qkv, int64_t n_head);
 Var contiguous(const Var& x);                           // row-major copy          dx = g
 Var detach(const Var& x);                               // stop-gradient           dx = 0
 

@@ -1,4 +1,5 @@
 // Shape ops: views and copies that move elements without arithmetic.
+#include "autograd/function.h"
 #include "autograd/ops.h"
 #include "core/error.h"
 
@@ -98,6 +99,51 @@ std::vector<Var> split(const Var& x, const std::vector<int64_t>& sizes, int axis
     at += s;
   }
   return parts;
+}
+
+namespace {
+
+// qkv (B, T, 3C) seen as (3, B, H, T, D): q, k, v are its three slices.
+Tensor heads_view(const Tensor& qkv, int64_t H) {
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.dim(2) / (3 * H);
+  return qkv.reshape({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});
+}
+Tensor head_part(const Tensor& heads, int64_t i) {
+  return heads.slice(0, i, i + 1).reshape({heads.dim(1), heads.dim(2), heads.dim(3), heads.dim(4)});
+}
+
+// One op with three outputs, so that the backward writes the three head
+// gradients into one (B, T, 3C) buffer in one pass; through slice / permute /
+// reshape it would pad and add three full-size buffers.
+class SplitHeads : public Function {
+ public:
+  explicit SplitHeads(int64_t n_head) : n_head_(n_head) {}
+  const char* name() const override { return "split_heads"; }
+  std::vector<Tensor> forward(FunctionContext&, const std::vector<Tensor>& in) override {
+    const Tensor& qkv = in[0];
+    TAPEFORMER_CHECK(qkv.rank() == 3 && n_head_ > 0 && qkv.dim(2) % (3 * n_head_) == 0, "split_heads: qkv ",
+                     qkv.shape(), " must be (B, T, 3C) with C divisible by n_head ", n_head_);
+    shape_ = qkv.shape();
+    const Tensor heads = heads_view(qkv, n_head_);  // (3, B, H, T, D)
+    return {head_part(heads, 0), head_part(heads, 1), head_part(heads, 2)};
+  }
+  std::vector<Tensor> backward(FunctionContext&, const std::vector<Tensor>& grads) override {
+    Tensor dqkv = Tensor::empty(shape_);  // (B, T, 3C), every element written below
+    const Tensor heads = heads_view(dqkv, n_head_);
+    for (int64_t i = 0; i < 3; ++i) head_part(heads, i).copy_from(grads[static_cast<size_t>(i)]);
+    return {dqkv};
+  }
+
+ private:
+  int64_t n_head_;
+  Shape shape_;
+};
+
+}  // namespace
+
+std::vector<Var> split_heads(const Var& qkv, int64_t n_head) {
+  TAPEFORMER_CHECK(qkv.defined(), "split_heads: undefined input");
+  return Function::apply<SplitHeads>({qkv}, n_head);
 }
 
 Var contiguous(const Var& x) {

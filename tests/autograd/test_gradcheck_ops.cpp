@@ -138,6 +138,14 @@ const std::vector<Row>& table() {
          return concat({mul_scalar(p[1], 2.0f), p[0]}, -1);
        }},
       {"contiguous", {transposed({3, 4, 5})}, [](V v) { return contiguous(v[0]); }},
+      {"split_heads 2 heads, q and v weighted, k unused", {any({2, 3, 12})}, [](V v) {
+         const std::vector<Var> h = split_heads(v[0], 2);  // (2, 2, 3, 2) each
+         return concat({mul_scalar(h[0], 2.0f), h[2]}, 3);
+       }},
+      {"split_heads sliced qkv", {sliced({2, 3, 6})}, [](V v) {
+         const std::vector<Var> h = split_heads(v[0], 1);
+         return concat({h[1], h[0], mul_scalar(h[2], -1.0f)}, 2);
+       }},
       // ---- linear algebra ----
       {"matmul 2-D", {any({3, 4}), any({4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
       {"matmul 3-D x 2-D", {any({2, 3, 4}), any({4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
