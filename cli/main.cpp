@@ -78,11 +78,19 @@ int main(int argc, char** argv) {
       ->check(probability_mass)
       ->capture_default_str();
   s->add_option("--seed", sample.options.seed, "random seed")->check(at_least_zero)->capture_default_str();
+  s->add_option("--context", sample.options.context,
+                "positions softmax layers keep (0 = block size; past block size needs a scheme without a table)")
+      ->check(at_least_zero)
+      ->capture_default_str();
 
   EvalArgs eval;
   auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");
   e->add_option("--checkpoint", eval.checkpoint, "run directory (or checkpoint.bin)")->required();
   e->add_option("--data", eval.data, "text file to evaluate on")->required();
+  e->add_option("--context", eval.context,
+                "window length in tokens (0 = block size; past block size needs a scheme without a table)")
+      ->check(at_least_zero)
+      ->capture_default_str();
 
   int threads = -1;
   app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")

@@ -19,32 +19,14 @@ Var FeedForward::forward(const Var& x, Rng& rng) const {
   return drop->forward(feed_forward(x, fc->weight, fc->bias, proj->weight, proj->bias, activation), rng);  // (B, T, C)
 }
 
-void ModelConfig::validate() const {
-  TAPEFORMER_CHECK(vocab_size > 0, "model.vocab_size must be > 0, got ", vocab_size);
-  TAPEFORMER_CHECK(block_size > 0, "model.block_size must be > 0, got ", block_size);
-  TAPEFORMER_CHECK(n_layer > 0, "model.n_layer must be > 0, got ", n_layer);
-  TAPEFORMER_CHECK(n_head > 0, "model.n_head must be > 0, got ", n_head);
-  TAPEFORMER_CHECK(n_embd > 0 && n_embd % n_head == 0, "model.n_embd (", n_embd,
-                   ") must be a positive multiple of model.n_head (", n_head, ")");
-  TAPEFORMER_CHECK(dropout >= 0.0f && dropout < 1.0f, "model.dropout must be in [0, 1), got ", dropout);
-}
-
-namespace {
-// GPT-2: residual projections are scaled so the residual stream's variance
-// does not grow with depth.
-float residual_std(const ModelConfig& cfg) {
-  return kInitStd / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
-}
-}  // namespace
-
-TransformerBlock::TransformerBlock(const ModelConfig& cfg, Rng& rng) {
+TransformerBlock::TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
-  attn = register_module("attn", std::make_shared<MultiHeadAttention>(
-                                     cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout, residual_std(cfg), rng));
+  std::shared_ptr<PositionalLayer> pos = positional.make_layer(rng);
+  attn = register_module("attn", attention_kinds().get(cfg.attention).make(cfg, std::move(pos), rng));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
   mlp = register_module("mlp", std::make_shared<FeedForward>(cfg.n_embd, 4 * cfg.n_embd, cfg.bias,
                                                              cfg.dropout, cfg.activation,
-                                                             residual_std(cfg), rng));
+                                                             residual_init_std(cfg), rng));
 }
 
 Var TransformerBlock::forward(const Var& x_in, Rng& rng) const {
@@ -52,12 +34,12 @@ Var TransformerBlock::forward(const Var& x_in, Rng& rng) const {
   return add(x, mlp->forward(ln_2->forward(x), rng));
 }
 
-std::unique_ptr<InferenceState> TransformerBlock::make_state(int64_t batch, int64_t capacity) const {
-  return attn->make_cache(batch, capacity);
+std::unique_ptr<InferenceState> TransformerBlock::make_state(int64_t batch, int64_t window) const {
+  return attn->make_state(batch, window);
 }
 
 Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
-  Var x = add(x_in, attn->forward(ln_1->forward(x_in), state_as<KVCache>(state, "TransformerBlock", "KVCache")));
+  Var x = add(x_in, attn->forward(ln_1->forward(x_in), state));
   Rng unused(0);  // eval mode: no dropout draws
   return add(x, mlp->forward(ln_2->forward(x), unused));
 }
@@ -65,20 +47,36 @@ Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
 TransformerLM::TransformerLM(const ModelConfig& cfg, Rng& rng) : cfg_(cfg) {
   cfg.validate();
   tok_emb = register_module("tok_emb", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, rng));
-  pos_emb = register_module("pos_emb", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd, rng));
+  pos_emb = register_module("pos_emb", positional_kinds().get(cfg.positional).make(cfg, rng));
   drop = register_module("drop", std::make_shared<Dropout>(cfg.dropout));
   for (int64_t i = 0; i < cfg.n_layer; ++i)
-    blocks.push_back(register_module(std::to_string(i), std::make_shared<TransformerBlock>(cfg, rng)));
+    blocks.push_back(register_module(std::to_string(i), std::make_shared<TransformerBlock>(cfg, *pos_emb, rng)));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
   if (!cfg.tie_weights)
     lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, false, rng));
 }
 
+ModelFootprint TransformerLM::footprint(const ModelConfig& cfg) {
+  cfg.validate_kinds();
+  const AttentionKind& attn = attention_kinds().get(cfg.attention);
+  const PositionalKind& pos = positional_kinds().get(cfg.positional);
+  const int64_t C = cfg.n_embd, V = cfg.vocab_size, b = cfg.bias ? 1 : 0;
+  const int64_t norm = C + b * C;                       // a LayerNorm's gain and bias
+  const int64_t mlp = 8 * C * C + b * (4 * C + C);      // fc [C, 4C] and proj [4C, C]
+  ModelFootprint f;
+  f.parameters = V * C + pos.parameters(cfg) + cfg.n_layer * (2 * norm + attn.parameters(cfg) + mlp) + norm +
+                 (cfg.tie_weights ? 0 : C * V);
+  const double T = static_cast<double>(cfg.block_size);
+  // Per layer the block's (T, C) tensors (about four kept) and the attention's
+  // own; the logits and their gradient.
+  f.activation_floats = static_cast<double>(cfg.n_layer) * (4.0 * T * static_cast<double>(C) +
+                                                            attn.activation_floats(cfg, cfg.block_size)) +
+                        2.0 * T * static_cast<double>(V);
+  return f;
+}
+
 Var TransformerLM::embed(const IndexTensor& ids, int64_t start) const {
-  const int64_t T = ids.shape[1];
-  std::vector<int32_t> positions(T);
-  for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>(start + t);
-  return add(tok_emb->forward(ids), pos_emb->forward(IndexTensor({1, T}, positions)));  // (B, T, C)
+  return pos_emb->embed(tok_emb->forward(ids), start);  // (B, T, C)
 }
 
 Var TransformerLM::head(const Var& x) const {
@@ -89,9 +87,11 @@ Var TransformerLM::head(const Var& x) const {
 
 Var TransformerLM::forward(const IndexTensor& ids, Rng& rng) const {
   TAPEFORMER_CHECK(ids.shape.rank() == 2, "TransformerLM: ids must be (B, T), got ", ids.shape);
-  const int64_t T = ids.shape[1];
-  TAPEFORMER_CHECK(T >= 1 && T <= cfg_.block_size, "TransformerLM: sequence length ", T,
-                   " exceeds the block size ", cfg_.block_size);
+  const int64_t T = ids.shape[1], limit = max_positions();
+  TAPEFORMER_CHECK(T >= 1, "TransformerLM: empty sequence (ids ", ids.shape, ")");
+  TAPEFORMER_CHECK(limit < 0 || T <= limit, "TransformerLM: sequence length ", T, " exceeds the ", limit,
+                   " positions of model.positional \"", cfg_.positional,
+                   "\" (model.block_size); a positional scheme without a table takes any length");
   Var x = drop->forward(embed(ids, 0), rng);
   for (const auto& block : blocks) x = block->forward(x, rng);
   return head(x);
@@ -113,12 +113,14 @@ class LMState : public InferenceState {
 };
 }  // namespace
 
-std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch) const {
+std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t window) const {
   TAPEFORMER_CHECK(batch >= 1, "TransformerLM: batch size must be >= 1, got ", batch);
+  TAPEFORMER_CHECK(window >= -1, "TransformerLM: window must be >= 1, 0 (block_size) or -1 (all), got ", window);
   auto state = std::make_unique<LMState>();
   state->owner = this;
   state->batch = batch;
-  for (const auto& block : blocks) state->blocks.push_back(block->make_state(batch, cfg_.block_size));
+  for (const auto& block : blocks)
+    state->blocks.push_back(block->make_state(batch, window == 0 ? cfg_.block_size : window));
   return state;
 }
 
@@ -127,10 +129,10 @@ Var TransformerLM::forward(const IndexTensor& ids, InferenceState& state) const 
   TAPEFORMER_CHECK(s.owner == this, "TransformerLM: this inference state was made by another model");
   TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[0] == s.batch && ids.shape[1] >= 1, "TransformerLM: ids ",
                    ids.shape, " must be (", s.batch, ", T) with T >= 1 for this state");
-  const int64_t T = ids.shape[1];
-  TAPEFORMER_CHECK(s.length_ + T <= cfg_.block_size, "TransformerLM: ", s.length_, " positions seen + ", T,
-                   " new exceed the block size ", cfg_.block_size, " (reset the state and feed the last ",
-                   cfg_.block_size, " tokens)");
+  const int64_t T = ids.shape[1], limit = max_positions();
+  TAPEFORMER_CHECK(limit < 0 || s.length_ + T <= limit, "TransformerLM: ", s.length_, " positions seen + ", T,
+                   " new exceed the ", limit, " positions of model.positional \"", cfg_.positional,
+                   "\" (reset the state and feed the last ", limit, " tokens)");
   try {
     Var x = embed(ids, s.length_);  // positions continue after the M seen, (B, T, C)
     for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.blocks[i]);

@@ -2,13 +2,18 @@
 //
 //   ModelConfig cfg;                     // vocab 65, block 64, 4 layers, 4 heads, width 128
 //   cfg.vocab_size = 65;
+//   cfg.attention = "linear";            // any registered kind (default "softmax")
+//   cfg.positional = "rope";             // any registered scheme (default "learned")
 //   Rng rng(1337);
 //   TransformerLM model(cfg, rng);       // GPT-2 init
 //   Var logits = model.forward(ids, rng);               // ids (B, T) -> (B, T, V)
 //   Var loss = cross_entropy(logits, targets);
 //
-// Architecture (nanoGPT): x = drop(tok_emb(ids) + pos_emb(0..T-1));
+// Architecture (nanoGPT): x = drop(pos_emb.embed(tok_emb(ids), 0)), where the
+// positional scheme adds absolute positions (learned, sinusoidal) or nothing;
 // per block x += attn(ln_1(x)); x += mlp(ln_2(x)); logits = ln_f(x) W_head.
+// The attention kind and the scheme's part inside it come from the
+// registries (layers/attention/attention.h, layers/positional/positional.h).
 // With tie_weights the head is the token embedding's transpose. Init:
 // N(0, 0.02) everywhere, residual projections N(0, 0.02 / sqrt(2 * n_layer)),
 // biases 0, norm gains 1.
@@ -18,8 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "layers/attention.h"
+#include "layers/attention/attention.h"
 #include "layers/basic.h"
+#include "layers/model_config.h"
+#include "layers/positional/positional.h"
 
 namespace tapeformer {
 
@@ -34,59 +41,63 @@ class FeedForward : public Module {
   std::shared_ptr<Dropout> drop;
 };
 
-struct ModelConfig {
-  int64_t vocab_size = 0;   // tokens; set from the tokenizer when training
-  int64_t block_size = 64;  // longest context, in tokens (learned positions)
-  int64_t n_layer = 4;      // Transformer blocks
-  int64_t n_head = 4;       // attention heads; must divide n_embd
-  int64_t n_embd = 128;     // model width
-  float dropout = 0.0f;     // on attention weights, residual branches and embeddings
-  bool bias = true;         // biases in Linear and LayerNorm layers
-  bool tie_weights = true;  // output head shares the token embedding matrix
-  Activation activation = Activation::Gelu;  // MLP: "gelu" (tanh form) | "relu"
-
-  // Throws Error naming the first invalid field.
-  void validate() const;
-};
-
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(const ModelConfig& cfg, Rng& rng);
+  // The attention is cfg.attention's kind, with `positional`'s part inside.
+  TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng);
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
-  // Inference with the attention's KV cache (see MultiHeadAttention).
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t capacity) const;
+  // Inference with the attention's own state (KV cache, running sums).
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const;
   Var forward(const Var& x, InferenceState& state) const;  // (B, T, C) -> (B, T, C)
   std::shared_ptr<LayerNorm> ln_1, ln_2;
-  std::shared_ptr<MultiHeadAttention> attn;
+  std::shared_ptr<Attention> attn;
   std::shared_ptr<FeedForward> mlp;
+};
+
+// What a model of a config costs, computed from its kinds before anything is
+// allocated (the trainer's memory check); parameters equals the built
+// model's num_parameters() for every registered kind (tested).
+struct ModelFootprint {
+  int64_t parameters = 0;
+  double activation_floats = 0;  // kept for the backward of one sequence of block_size tokens
 };
 
 class TransformerLM : public Module {
  public:
   TransformerLM(const ModelConfig& cfg, Rng& rng);
-  // ids (B, T) with T <= block_size -> logits (B, T, V).
+  // ids (B, T) -> logits (B, T, V); T is at most max_positions() when the
+  // positional scheme has a table (learned: block_size), any length otherwise.
   Var forward(const IndexTensor& ids, Rng& rng) const;
 
-  // Reading a sequence piece by piece (sampling): make_state(B) holds every
-  // block's state, and forward(ids, state) takes the next T positions, ids
-  // (B, T) -> logits (B, T, V), equal to the matching rows of forward() on
-  // the whole sequence so far (bit for bit from a fresh or reset state, to
-  // float rounding after that). Positions are absolute, so state.length() +
-  // T must stay within block_size; past that, reset() and feed the last
-  // block_size tokens again. Needs NoGradGuard and eval(). A state belongs to
-  // the model that made it; after an error it is reset.
-  std::unique_ptr<InferenceState> make_state(int64_t batch) const;
+  // Reading a sequence piece by piece (sampling): make_state(B, window)
+  // holds every block's state, and forward(ids, state) takes the next T
+  // positions, ids (B, T) -> logits (B, T, V), equal to the matching rows of
+  // forward() on the whole sequence so far while it fits in the window (bit
+  // for bit from a fresh or reset state where the attention kind says so,
+  // to float rounding after that). window (0: block_size) is how many recent
+  // positions softmax layers keep: past it the oldest drop out, so each
+  // token costs O(window); linear attention's state is O(1) whatever the
+  // length. With a learned table, state.length() + T must stay within
+  // max_positions(); past that, reset() and feed the last tokens again.
+  // Needs NoGradGuard and eval(). A state belongs to the model that made it;
+  // after an error it is reset.
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const;
   Var forward(const IndexTensor& ids, InferenceState& state) const;
   const ModelConfig& config() const { return cfg_; }
+  // Positions the model can represent: the learned table's rows, or -1 for any.
+  int64_t max_positions() const { return pos_emb->max_positions(); }
+  // Parameters and activation memory of a model of `cfg`, from its kinds.
+  static ModelFootprint footprint(const ModelConfig& cfg);
 
-  std::shared_ptr<Embedding> tok_emb, pos_emb;
+  std::shared_ptr<Embedding> tok_emb;
+  std::shared_ptr<Positional> pos_emb;  // the positional scheme (checkpoint keys "pos_emb.*")
   std::shared_ptr<Dropout> drop;
   std::vector<std::shared_ptr<TransformerBlock>> blocks;
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Linear> lm_head;  // null when tied
 
  private:
-  Var embed(const IndexTensor& ids, int64_t start) const;  // token + position (start + t), (B, T, C)
+  Var embed(const IndexTensor& ids, int64_t start) const;  // token embeddings with positions start.., (B, T, C)
   Var head(const Var& x) const;                            // ln_f and the output head, (B, T, V)
   ModelConfig cfg_;
 };

@@ -103,8 +103,14 @@ int run_sample(const SampleArgs& args) {
   return 0;
 }
 
-EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path) {
+EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context) {
+  TAPEFORMER_CHECK(context >= 0, "eval: context must be >= 0 (0: the block size), got ", context);
   Loaded l = load_model(checkpoint);
+  const int64_t limit = l.model->max_positions();
+  const int64_t T = context > 0 ? context : l.cfg.model.block_size;
+  TAPEFORMER_CHECK(limit < 0 || T <= limit, "eval: context ", T, " exceeds the ", limit,
+                   " positions of model.positional \"", l.cfg.model.positional,
+                   "\" (its table ends at model.block_size); a positional scheme without a table takes any context");
   const std::string text = read_corpus_file(data_path, l.tokenizer->kind());
   std::vector<int32_t> ids;
   try {
@@ -113,7 +119,7 @@ EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_
     fail("data file '", data_path, "': ", e.what());
   }
   TAPEFORMER_CHECK(ids.size() >= 2, "data file '", data_path, "' has fewer than 2 tokens");
-  const int64_t T = l.cfg.model.block_size, n = static_cast<int64_t>(ids.size());
+  const int64_t n = static_cast<int64_t>(ids.size());
   NoGradGuard no_grad;
   Rng unused(0);
   double total = 0;
@@ -132,7 +138,7 @@ double EvalResult::bpc() const { return loss / std::log(2.0); }
 double EvalResult::perplexity() const { return std::exp(loss); }
 
 int run_eval(const EvalArgs& args) {
-  const EvalResult r = evaluate_file(args.checkpoint, args.data);
+  const EvalResult r = evaluate_file(args.checkpoint, args.data, args.context);
   std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %.4f, \"tokens\": %lld}\n", r.loss, r.bpc(),
               r.perplexity(), static_cast<long long>(r.tokens));
   return 0;

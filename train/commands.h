@@ -26,6 +26,7 @@ struct SampleArgs {
 struct EvalArgs {
   std::string checkpoint;
   std::string data;
+  int64_t context = 0;  // window length in tokens; 0 = the model's block_size
 };
 
 struct EvalResult {
@@ -36,8 +37,10 @@ struct EvalResult {
 };
 
 // Loss of a checkpoint's model on a whole text file, in consecutive windows of
-// the block size: every token after the first is predicted exactly once.
-EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path);
+// `context` tokens (0: the block size): every token after the first is
+// predicted exactly once. A context past the block size needs a positional
+// scheme without a table (sinusoidal, rope, alibi, shaw).
+EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context = 0);
 
 // Trains (or resumes); prints the final TrainResult JSON line on stdout.
 int run_train(const TrainArgs& args);

@@ -21,6 +21,16 @@ using json = nlohmann::json;
 
 // Every config field, once: (dotted key, member). Parsing, overrides, the
 // unknown-key check and serialisation all walk this list.
+// A kind-specific model option: its declaration and the map its value goes in.
+struct OptionSlot {
+  std::map<std::string, OptionValue>* values;
+  ModelOption decl;
+  const OptionValue& value() const {
+    const auto it = values->find(decl.name);
+    return it == values->end() ? decl.default_value : it->second;
+  }
+};
+
 template <class Cfg, class Visitor>
 void visit_fields(Cfg& c, Visitor&& v) {
   v("model.n_layer", c.model.n_layer);
@@ -31,6 +41,13 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("model.bias", c.model.bias);
   v("model.tie_weights", c.model.tie_weights);
   v("model.activation", c.model.activation);
+  v("model.attention", c.model.attention);
+  v("model.positional", c.model.positional);
+  // The kind-specific keys the registered kinds declare (model.feature_map, ...).
+  for (const DeclaredOption& d : model_options()) {
+    OptionSlot slot{&c.model.options, d.option};
+    v("model." + d.option.name, slot);
+  }
   v("data.path", c.data.path);
   v("data.tokenizer", c.data.tokenizer);
   v("data.val_fraction", c.data.val_fraction);
@@ -99,8 +116,17 @@ void read(const std::string& key, const json& j, Activation& out) {
   else if (s == "relu") out = Activation::Relu;
   else fail("config: '", key, "' must be \"gelu\" or \"relu\", got \"", s, "\"");
 }
+// Reads the JSON type the option's default has.
+void read(const std::string& key, const json& j, OptionSlot& out) {
+  OptionValue v = out.decl.default_value;
+  std::visit([&](auto& x) { read(key, j, x); }, v);
+  (*out.values)[out.decl.name] = std::move(v);
+}
 template <class T>
 json write(const T& v) { return json(v); }
+json write(const OptionSlot& s) {
+  return std::visit([](const auto& x) { return json(x); }, s.value());
+}
 json write(const Activation& a) { return a == Activation::Gelu ? "gelu" : "relu"; }
 
 // Flattens nested objects into dotted keys; arrays and scalars are leaves.
@@ -245,6 +271,11 @@ void TrainConfig::validate() const {
                    ") must be a multiple of 'model.n_head' (", model.n_head, ")");
   TAPEFORMER_CHECK(model.dropout >= 0 && model.dropout < 1, "config: 'model.dropout' must be in [0, 1), got ",
                    model.dropout);
+  try {
+    model.validate_kinds();  // the attention kind, the positional scheme and their options
+  } catch (const Error& e) {
+    fail("config: ", e.what());
+  }
   TAPEFORMER_CHECK(data.tokenizer == "char" || data.tokenizer == "byte",
                    "config: 'data.tokenizer' must be \"char\" or \"byte\", got \"", data.tokenizer, "\"");
   TAPEFORMER_CHECK(data.val_fraction > 0 && data.val_fraction < 1,

@@ -14,6 +14,7 @@ void SampleOptions::validate() const {
                    temperature);
   TAPEFORMER_CHECK(top_k >= 0, "sample: top-k must be >= 0, got ", top_k);
   TAPEFORMER_CHECK(top_p > 0 && top_p <= 1, "sample: top-p must be in (0, 1], got ", top_p);
+  TAPEFORMER_CHECK(context >= 0, "sample: context must be >= 0 (0: the block size), got ", context);
 }
 
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng) {
@@ -51,7 +52,11 @@ std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& 
                               const std::function<void(int32_t)>& on_token) {
   opt.validate();
   TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one token)");
-  const int64_t V = model.config().vocab_size, block = model.config().block_size;
+  const int64_t V = model.config().vocab_size, limit = model.max_positions();
+  const int64_t context = opt.context > 0 ? opt.context : model.config().block_size;
+  TAPEFORMER_CHECK(limit < 0 || context <= limit, "sample: context ", context, " exceeds the ", limit,
+                   " positions of model.positional \"", model.config().positional,
+                   "\" (its table ends at model.block_size); a positional scheme without a table takes any context");
   for (int32_t id : prompt)
     TAPEFORMER_CHECK(id >= 0 && id < V, "sample: prompt token ", id, " is outside the vocabulary of ", V);
   // Eval mode for the draw, the caller's mode back afterwards, even on a throw.
@@ -64,26 +69,23 @@ std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& 
   NoGradGuard no_grad;
   if (opt.tokens == 0) return prompt;
   std::vector<int32_t> seq = prompt;
-  // The model reads the last block_size tokens (positions 0..T-1). While the
-  // sequence fits, each new token is one more position on the KV caches;
-  // once it is longer, every window starts at a new token, so the caches are
-  // refilled with the last block_size tokens (what a full forward would see).
-  const std::unique_ptr<InferenceState> state = model.make_state(1);
+  const std::unique_ptr<InferenceState> state = model.make_state(1, context);
   const auto feed = [&](std::vector<int32_t>::const_iterator begin) {
     const auto t = static_cast<int64_t>(seq.cend() - begin);
     return model.forward(IndexTensor({1, t}, std::vector<int32_t>(begin, seq.cend())), *state).value();  // (1, t, V)
   };
-  Tensor logits = feed(seq.end() - std::min<int64_t>(block, static_cast<int64_t>(seq.size())));
+  const auto last = [&](int64_t n) { return seq.end() - std::min<int64_t>(n, static_cast<int64_t>(seq.size())); };
+  Tensor logits = feed(last(context));
   for (int64_t n = 0; n < opt.tokens; ++n) {
     const int32_t next = sample_token(logits.data() + (logits.dim(1) - 1) * V, V, opt, rng);
     seq.push_back(next);
     if (on_token) on_token(next);
     if (n + 1 == opt.tokens) break;
-    if (state->length() < block) {
-      logits = feed(seq.end() - 1);
+    if (limit < 0 || state->length() < limit) {
+      logits = feed(seq.end() - 1);  // one more position
     } else {
-      state->reset();
-      logits = feed(seq.end() - block);
+      state->reset();  // the table is full: read the last window afresh
+      logits = feed(last(context));
     }
   }
   return seq;

@@ -4,12 +4,21 @@
 //   Rng rng(opt.seed);
 //   std::vector<int32_t> out = generate(model, prompt_ids, opt, rng);   // prompt + new tokens
 //
-// Each step draws the next token from the model's logits for the last
-// block_size tokens (read through the KV caches: one new position per token
-// while the text fits in the block, the whole last block once it does not),
-// from softmax(logits / temperature), restricted to the k most likely
-// tokens (top_k > 0) and to the smallest set whose probability reaches top_p
-// (top_p < 1). temperature 0 picks the most likely token.
+// Each step feeds one new token through every layer's inference state and
+// draws the next from softmax(logits / temperature), restricted to the k
+// most likely tokens (top_k > 0) and to the smallest set whose probability
+// reaches top_p (top_p < 1); temperature 0 picks the most likely token.
+// What the model sees (`context`, default block_size):
+//   - softmax layers keep the last `context` positions in their KV caches;
+//     past that the oldest drop out, so a token costs O(context) however
+//     long the text grows (keys keep the positions they were computed at);
+//   - linear attention's running sums carry the whole text, O(1) per token;
+//   - a learned position table (model.positional "learned") ends at
+//     block_size: context may not exceed it, and once the text passes the
+//     table the state is reset and the last `context` tokens are fed again
+//     each step, exactly what a full forward of that window sees.
+// Schemes without a table (sinusoidal, rope, alibi, shaw) run past
+// block_size, with any context.
 #pragma once
 
 #include <functional>
@@ -25,6 +34,7 @@ struct SampleOptions {
   int64_t top_k = 0;         // 0 = off
   float top_p = 1.0f;        // in (0, 1]; 1 = off
   uint64_t seed = 0;
+  int64_t context = 0;       // positions softmax layers keep; 0 = block_size
   void validate() const;
 };
 

@@ -38,21 +38,19 @@ enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches
 
 // A lower bound on a run's peak memory in bytes: parameters with their
 // gradients (one per shard) and AdamW's two moments, the activations a step
-// keeps for backward, and the evaluation batches. The activation term, 4C +
-// H*T floats per token per layer (the block's tensors and the attention
-// weights) plus the logits, is below what was measured (about 4C + 1.3*H*T
-// for a 12-layer, 768-wide model at T = 256 and 1024), so a run that fits is
-// never refused; the check exists to refuse, before allocating anything,
-// configs that cannot fit at all.
+// keeps for backward, and the evaluation batches. Parameters and activations
+// come from the model's own footprint (its attention kind and positional
+// scheme). For softmax attention it is below what was measured (about 4C +
+// 1.3*H*T floats per token per layer for a 12-layer, 768-wide model at T =
+// 256 and 1024, against 4C + H*T here), so a run that fits is never refused;
+// the check exists to refuse, before allocating anything, configs that
+// cannot fit at all.
 double estimated_bytes(const TrainConfig& c, int64_t shards) {
-  const double C = static_cast<double>(c.model.n_embd), L = static_cast<double>(c.model.n_layer);
-  const double T = static_cast<double>(c.model.block_size), H = static_cast<double>(c.model.n_head);
-  const double V = static_cast<double>(c.model.vocab_size), B = static_cast<double>(c.train.batch_size);
-  const double params = (V + T) * C + L * (12 * C * C + 13 * C) + 2 * C + (c.model.tie_weights ? 0 : V * C);
-  const double tokens = B * T;
-  const double activations = tokens * (L * (4 * C + H * T) + 2 * V);
-  const double eval_batches = (static_cast<double>(c.eval.iters) + static_cast<double>(c.eval.final_iters)) * tokens * 2;
-  return 4 * (params * (3 + static_cast<double>(shards)) + activations + eval_batches);
+  const ModelFootprint f = TransformerLM::footprint(c.model);
+  const double params = static_cast<double>(f.parameters);
+  const double B = static_cast<double>(c.train.batch_size), T = static_cast<double>(c.model.block_size);
+  const double eval_batches = (static_cast<double>(c.eval.iters) + static_cast<double>(c.eval.final_iters)) * B * T * 2;
+  return 4 * (params * (3 + static_cast<double>(shards)) + B * f.activation_floats + eval_batches);
 }
 
 void check_fits_in_memory(const TrainConfig& c, int64_t shards) {

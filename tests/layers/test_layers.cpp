@@ -5,6 +5,7 @@
 #include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "golden.h"
+#include "layers/attention/softmax.h"
 #include "layers/transformer.h"
 #include "sampling_stats.h"
 #include "scale_gradient.h"
@@ -62,7 +63,7 @@ TEST_CASE("Module: GPT-2 init statistics") {
     const double n = t.numel();
     return std::sqrt(s2 / n - (s / n) * (s / n));
   };
-  const Tensor& qkv = model.blocks[0]->attn->qkv->weight.value();
+  const Tensor& qkv = std::dynamic_pointer_cast<MultiHeadAttention>(model.blocks[0]->attn)->qkv->weight.value();
   const Tensor& proj = model.blocks[0]->mlp->proj->weight.value();  // residual projection: 0.02 / sqrt(2 * 8)
   CHECK(stdev_z(stdev(qkv), 0.02, qkv.numel()) < kZ);
   CHECK(stdev_z(stdev(proj), 0.02 / std::sqrt(16.0), proj.numel()) < kZ);
@@ -117,7 +118,8 @@ TEST_CASE("sequences longer than the block size are rejected") {
   Rng rng(6);
   TransformerLM model(tiny_config(), rng);
   CHECK_THROWS_WITH_AS(model.forward(random_ids(1, 9, 11, 1), rng),
-                       doctest::Contains("sequence length 9 exceeds the block size 8"), Error);
+                       doctest::Contains("TransformerLM: sequence length 9 exceeds the 8 positions of model.positional \"learned\" (model.block_size); "
+                       "a positional scheme without a table takes any length"), Error);
 }
 
 TEST_CASE("attention module gradchecks end to end (input and every parameter)") {
@@ -339,8 +341,8 @@ TEST_CASE("TransformerLM with an inference state (KV caches) equals the full for
         check_close(got, full.slice(1, t0, t1), "positions " + std::to_string(t0) + " to " + std::to_string(t1));
       }
       CHECK_THROWS_WITH_AS(model.forward(piece(0, 1), *state),
-                           "TransformerLM: 8 positions seen + 1 new exceed the block size 8 (reset the state and "
-                           "feed the last 8 tokens)",
+                           "TransformerLM: 8 positions seen + 1 new exceed the 8 positions of model.positional "
+                           "\"learned\" (reset the state and feed the last 8 tokens)",
                            Error);
       state->reset();
       CHECK(state->length() == 0);

@@ -1,0 +1,93 @@
+// Attention: the interface every attention kind implements, and the table of
+// kinds a config selects by name (`model.attention`).
+//
+//   ModelConfig cfg;  cfg.attention = "linear";
+//   auto pos = positional_kinds().get(cfg.positional).make(cfg, rng);
+//   std::shared_ptr<Attention> attn = attention_kinds().get(cfg.attention).make(cfg, pos->make_layer(rng), rng);
+//   Var y = attn->forward(x, rng);                       // (B, T, C) -> (B, T, C), causal
+//
+//   NoGradGuard no_grad;  attn->eval();
+//   auto state = attn->make_state(/*batch=*/1, /*window=*/64);
+//   y = attn->forward(x_prompt, *state);                 // (1, t, C)
+//   y = attn->forward(x_next, *state);                   // (1, 1, C): the past is not recomputed
+//
+// Every kind is causal self-attention over its input's positions, with the
+// projections, heads and output projection of a Transformer layer inside
+// (x -> y, both (B, T, C)), and carries a PositionalLayer for the scheme's
+// part (rotations, score biases, relative terms). Its inference state holds
+// what it needs to continue a sequence (softmax: a KV cache of the last
+// `window` positions; linear: the running sums S, z, O(1) in the length).
+//
+// Kinds: "softmax" (layers/attention/softmax.h), "linear" (layers/attention/linear.h).
+// Adding one: docs/adding-an-attention-kind.md.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+#include "layers/inference_state.h"
+#include "layers/model_config.h"
+#include "layers/positional/positional.h"
+
+namespace tapeformer {
+
+class Attention : public Module {
+ public:
+  // The layer's positional part is registered as its child "pos".
+  explicit Attention(std::shared_ptr<PositionalLayer> pos);
+
+  // Causal self-attention over x (B, T, C), positions 0..T-1 -> (B, T, C).
+  virtual Var forward(const Var& x, Rng& rng) const = 0;
+
+  // State for reading a sequence piece by piece. window: how many of the
+  // most recent positions a layer that stores them keeps (older ones drop
+  // out); -1 for all. Layers whose state does not grow ignore it.
+  virtual std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const = 0;
+  // x (B, T, C) holds the T positions after those the state has seen; they
+  // attend to the state's past and causally to each other; the state takes
+  // them in. Needs NoGradGuard and eval(). Equals the matching rows of
+  // forward() on the whole sequence while the window holds it (to float
+  // rounding; bit for bit from an empty state where the kind says so).
+  virtual Var forward(const Var& x, InferenceState& state) const = 0;
+
+  const PositionalLayer& positional() const { return *pos_; }
+
+ protected:
+  // Refuses the inference forward outside NoGradGuard + eval, naming `who`.
+  void check_inference(const char* who, const Var& x, int64_t n_embd) const;
+
+ private:
+  std::shared_ptr<PositionalLayer> pos_;
+};
+
+struct AttentionKind {
+  std::string name;
+  std::string summary;                // one line, for errors and docs
+  std::vector<ModelOption> options;   // the model.* keys it reads (e.g. feature_map)
+  std::function<std::shared_ptr<Attention>(const ModelConfig&, std::shared_ptr<PositionalLayer>, Rng&)> make;
+  // Parameters of one layer, its positional part excluded.
+  std::function<int64_t(const ModelConfig&)> parameters;
+  // Floats one layer keeps for the backward of one sequence of T tokens
+  // (the trainer's memory-fit estimate; a lower bound is fine, an
+  // overestimate would refuse runs that fit).
+  std::function<double(const ModelConfig&, int64_t T)> activation_floats;
+  // Throws Error naming the keys when the config cannot use this kind: its
+  // options' values, and positional schemes whose needs its math lacks.
+  std::function<void(const ModelConfig&, const PositionalKind&)> check;
+};
+
+// The table of attention kinds (layers/attention/registry.cpp). A program may
+// add its own at start-up: attention_kinds().add({...}).
+Registry<AttentionKind>& attention_kinds();
+
+// ---- helpers shared by the kinds -------------------------------------------
+// (the head split of a packed qkv projection is the op split_heads, autograd/ops.h)
+
+// y (B, H, T, D) -> (B, T, C), heads side by side (a view when y's memory is
+// (B, T, H, D), as softmax_attention's output is).
+Var merge_heads(const Var& y);
+
+}  // namespace tapeformer

@@ -1,0 +1,158 @@
+#include "layers/attention/linear.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/kernels/linear_attention.h"
+
+namespace tapeformer {
+
+LinearAttention::FeatureMap parse_feature_map(const std::string& name) {
+  if (name == "elu1") return LinearAttention::FeatureMap::Elu1;
+  if (name == "cos") return LinearAttention::FeatureMap::Cos;
+  if (name == "efficient") return LinearAttention::FeatureMap::Efficient;
+  fail("model.feature_map must be \"elu1\", \"cos\" or \"efficient\", got \"", name, "\"");
+}
+
+// ---- LinearAttentionState -----------------------------------------------------
+
+LinearAttentionState::LinearAttentionState(int64_t batch_, int64_t heads, int64_t features, int64_t values)
+    : S(Tensor::zeros({batch_ * heads, features, values})),
+      z(Tensor::zeros({batch_ * heads, features})),
+      m(Tensor::full({batch_ * heads, features}, -std::numeric_limits<Scalar>::infinity())),
+      batch(batch_) {}
+
+void LinearAttentionState::reset() {
+  S.fill(0.0f);
+  z.fill(0.0f);
+  m.fill(-std::numeric_limits<Scalar>::infinity());
+  seen_ = 0;
+}
+
+// ---- LinearAttention ----------------------------------------------------------
+
+LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
+    : Attention(std::move(pos)),
+      n_embd(cfg.n_embd),
+      n_head(cfg.n_head),
+      feature_map(parse_feature_map(cfg.option_string("feature_map"))) {
+  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "LinearAttention: n_embd ", n_embd,
+                   " is not divisible by n_head ", n_head);
+  TAPEFORMER_CHECK(!(positional().needs().score_bias || positional().needs().relative_terms),
+                   "LinearAttention: its positional layer adds terms to the T x T scores, which linear attention "
+                   "never forms");
+  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, cfg.bias, rng));
+  proj = register_module("proj",
+                         std::make_shared<Linear>(n_embd, n_embd, cfg.bias, rng, residual_init_std(cfg)));
+  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(cfg.dropout));
+}
+
+int64_t LinearAttention::feature_dim() const {
+  const int64_t D = n_embd / n_head;
+  return feature_map == FeatureMap::Cos ? D + 1 : D;
+}
+
+Var LinearAttention::features(const Var& x) const {
+  if (feature_map == FeatureMap::Elu1) return add_scalar(elu(x), 1.0f);  // > 0 everywhere
+  // cos: [x / (|x| + eps); 1], so phi(q) . phi(k) = 1 + cos(q, k) in [0, 2]; the
+  // constant comes last so RoPE's pairs rotate only real features.
+  const Var norm = add_scalar(sqrt(sum(mul(x, x), {-1}, true)), 1e-6f);  // (B, H, T, 1)
+  const Var ones(Tensor::ones({x.dim(0), x.dim(1), x.dim(2), 1}));
+  return concat({div(x, norm), ones}, -1);  // (B, H, T, D + 1)
+}
+
+Var LinearAttention::forward(const Var& x, Rng& rng) const {
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "LinearAttention: input ", x.shape(), " must be (B, T, ",
+                   n_embd, ")");
+  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+  const Var &q = h[0], &k = h[1], &v = h[2];
+  Var y;                                                        // (B, H, T, D)
+  if (feature_map == FeatureMap::Efficient) {
+    y = efficient_attention(q, k, v, /*causal=*/true);
+  } else {
+    const Var a = features(q), b = features(k);  // (B, H, T, C)
+    const PositionalLayer& pos = positional();
+    if (pos.needs().rotates_qk) {
+      // RoPE rotates the numerator's features only; the denominator a_i . z_i stays positive.
+      const Var num = causal_product(pos.rotate(a, 0), pos.rotate(b, 0), v);               // (B, H, T, D)
+      const Var den = add_scalar(sum(mul(a, cumsum(b, 2)), {-1}, /*keepdim=*/true), kEps);  // (B, H, T, 1)
+      y = div(num, den);
+    } else {
+      y = linear_attention(a, b, v, /*causal=*/true, kEps);
+    }
+  }
+  return resid_drop->forward(proj->forward(merge_heads(y)), rng);  // (B, T, C)
+}
+
+std::unique_ptr<InferenceState> LinearAttention::make_state(int64_t batch, int64_t /*window*/) const {
+  TAPEFORMER_CHECK(batch >= 1, "LinearAttention: batch size must be >= 1, got ", batch);
+  return std::make_unique<LinearAttentionState>(batch, n_head, feature_dim(), n_embd / n_head);
+}
+
+Var LinearAttention::forward(const Var& x, InferenceState& state) const {
+  check_inference("LinearAttention", x, n_embd);
+  LinearAttentionState& s = state_as<LinearAttentionState>(state, "LinearAttention", "LinearAttentionState");
+  TAPEFORMER_CHECK(x.dim(0) == s.batch, "LinearAttention: input ", x.shape(), " has batch ", x.dim(0),
+                   " but the state was made for ", s.batch);
+  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+  const Var &q = h[0], &k = h[1], &v = h[2];
+  const int64_t B = x.dim(0), T = x.dim(1), D = n_embd / n_head, BH = B * n_head, C = feature_dim();
+  const int64_t q0 = s.length();  // absolute position of x's first row
+  const Tensor vc = v.value().contiguous();  // (B * H, T, D)
+  Tensor y = Tensor::empty({B, n_head, T, D});  // (B, H, T, D)
+  if (feature_map == FeatureMap::Efficient) {
+    const Tensor qc = q.value().contiguous(), kc = k.value().contiguous();
+    kernels::efficient_attention_recurrent(s.S.data(), s.z.data(), s.m.data(), qc.data(), kc.data(), vc.data(),
+                                           y.data(), BH, T, D, D);
+  } else {
+    const Var a = features(q), b = features(k);  // (B, H, T, C)
+    const PositionalLayer& pos = positional();
+    const Tensor an = pos.rotate(a, q0).value().contiguous(), bn = pos.rotate(b, q0).value().contiguous();
+    const Tensor ad = a.value().contiguous(), bd = b.value().contiguous();
+    kernels::linear_attention_recurrent(s.S.data(), s.z.data(), an.data(), bn.data(), ad.data(), bd.data(),
+                                        vc.data(), y.data(), BH, T, C, D, kEps);
+  }
+  s.seen_ += T;
+  return proj->forward(merge_heads(Var(y)));  // (B, T, C)
+}
+
+// ---- the registry entry ---------------------------------------------------------
+
+AttentionKind linear_attention_kind() {
+  AttentionKind kind;
+  kind.name = "linear";
+  kind.summary = "kernelised linear attention, O(T), an RNN when generating (SPEC §2)";
+  kind.options = {{"feature_map", std::string("elu1"),
+                   "linear attention's feature map: \"elu1\" (elu + 1), \"cos\" (1 + cos, Su) or \"efficient\" "
+                   "(softmax over features for q and over positions for k, Shen et al.)"}};
+  kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
+    return std::make_shared<LinearAttention>(cfg, std::move(pos), rng);
+  };
+  kind.parameters = [](const ModelConfig& cfg) {
+    return 4 * cfg.n_embd * cfg.n_embd + (cfg.bias ? 4 * cfg.n_embd : 0);  // qkv [C, 3C] and proj [C, C]
+  };
+  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
+    return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd);  // the features phi(q), phi(k)
+  };
+  kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
+    const LinearAttention::FeatureMap map = parse_feature_map(cfg.option_string("feature_map"));
+    const char* why = pos.needs.score_bias       ? "it adds constant terms to the T x T attention scores"
+                      : pos.needs.relative_terms ? "it adds learned terms per (query, key) pair to the scores and values"
+                                                 : nullptr;
+    if (why != nullptr) {
+      std::string ok;
+      for (const PositionalKind& p : positional_kinds().kinds())
+        if (!p.needs.score_bias && !p.needs.relative_terms) ok += (ok.empty() ? "" : ", ") + p.name;
+      fail("model.positional \"", pos.name, "\" does not combine with model.attention \"linear\": ", why,
+           ", which linear attention never forms (schemes that combine with it: ", ok, ")");
+    }
+    TAPEFORMER_CHECK(!(pos.needs.rotates_qk && map == LinearAttention::FeatureMap::Efficient),
+                     "model.positional \"", pos.name,
+                     "\" does not combine with model.feature_map \"efficient\": rotating q and k inside its two "
+                     "softmaxes is not a rotation of a kernel's features (use elu1 or cos with it)");
+  };
+  return kind;
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,78 @@
+// Linear attention (Katharopoulos et al. 2020, SPEC §2), the "linear"
+// attention kind: softmax(q k^T) replaced by a kernel sim(q, k) = phi(q) .
+// phi(k) >= 0, so that causal attention costs O(T) and is an RNN:
+//
+//   y_i = phi(q_i)^T S_i / (phi(q_i) . z_i + eps),  S_i = sum_{j<=i} phi(k_j) v_j^T,  z_i = sum_{j<=i} phi(k_j)
+//
+//   ModelConfig cfg;  cfg.attention = "linear";  cfg.options["feature_map"] = std::string("elu1");
+//   LinearAttention attn(cfg, std::make_shared<PositionalLayer>(), rng);
+//   Var y = attn.forward(x, rng);                          // (B, T, C) -> (B, T, C)
+//   auto state = attn.make_state(/*batch=*/1, /*window=*/-1);   // S, z: O(1) in the length
+//
+// Feature maps (`model.feature_map`):
+//   "elu1"      phi(x) = elu(x) + 1 (the paper's);
+//   "cos"       phi(x) = [x / |x|; 1], so sim = 1 + cos(q, k) (Su, SPEC §2.6), C = D + 1;
+//   "efficient" softmax over features for q and over positions for k (Shen
+//               et al., SPEC §2.5), causal with a running per-feature max.
+// No 1/sqrt(D) scale (fast-transformers has none); eps = 1e-6 in the
+// denominator. With RoPE (SPEC §6) the features are rotated in the numerator
+// only: y_i = (R_i phi(q_i))^T sum_j (R_j phi(k_j)) v_j^T / (phi(q_i) . z_i + eps),
+// which keeps the denominator positive. There are no attention probabilities,
+// so no attention dropout; the residual dropout stays.
+// Schemes that add to the T x T scores (ALiBi, Shaw) are refused: the scores
+// never exist.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "layers/attention/attention.h"
+#include "layers/basic.h"
+
+namespace tapeformer {
+
+// Generation state: per (b, h) the running S (C, M) and z (C) — or, for the
+// efficient map, U (C, M), u (C) and the running max m (C) — and the
+// positions seen. Its size does not depend on the length.
+class LinearAttentionState : public InferenceState {
+ public:
+  LinearAttentionState(int64_t batch, int64_t heads, int64_t features, int64_t values);
+  std::string name() const override { return "LinearAttentionState"; }
+  int64_t length() const override { return seen_; }
+  void reset() override;
+
+  Tensor S, z;  // (B * H, C, M), (B * H, C): sums (or U, u for the efficient map)
+  Tensor m;     // (B * H, C): the efficient map's running max (-inf when empty)
+  int64_t batch;
+  int64_t seen_ = 0;
+};
+
+class LinearAttention : public Attention {
+ public:
+  enum class FeatureMap { Elu1, Cos, Efficient };
+  static constexpr float kEps = 1e-6f;
+
+  // Reads n_embd, n_head, bias, dropout (residual only) and model.feature_map.
+  LinearAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+  Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
+
+  // The recurrent (RNN) form: O(C M) per token and head, whatever the length.
+  // Equals forward()'s rows to float rounding.
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
+  Var forward(const Var& x, InferenceState& state) const override;
+
+  int64_t n_embd, n_head;
+  FeatureMap feature_map;
+  std::shared_ptr<Linear> qkv, proj;
+  std::shared_ptr<Dropout> resid_drop;
+
+ private:
+  // q or k (B, H, T, D) -> features (B, H, T, C) (elu1, cos).
+  Var features(const Var& x) const;
+  int64_t feature_dim() const;  // C
+};
+
+// "elu1" -> FeatureMap::Elu1; Error naming model.feature_map otherwise.
+LinearAttention::FeatureMap parse_feature_map(const std::string& name);
+
+}  // namespace tapeformer

@@ -1,0 +1,34 @@
+// The table of attention kinds, and what every kind shares: the Attention
+// base and the head merge.
+#include "layers/attention/attention.h"
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+
+namespace tapeformer {
+
+// Each kind's entry, defined in its own file.
+AttentionKind softmax_attention_kind();  // softmax.cpp
+AttentionKind linear_attention_kind();   // linear.cpp
+
+Registry<AttentionKind>& attention_kinds() {
+  static Registry<AttentionKind> kinds("model.attention", {softmax_attention_kind(), linear_attention_kind()});
+  return kinds;
+}
+
+Attention::Attention(std::shared_ptr<PositionalLayer> pos) : pos_(std::move(pos)) {
+  TAPEFORMER_CHECK(pos_ != nullptr, "Attention: the positional layer is null");
+  register_module("pos", pos_);
+}
+
+void Attention::check_inference(const char* who, const Var& x, int64_t n_embd) const {
+  TAPEFORMER_CHECK(!grad_enabled() && !is_training(), who,
+                   ": the inference-state forward is for inference (eval() and NoGradGuard)");
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, who, ": input ", x.shape(), " must be (B, T, ", n_embd, ")");
+}
+
+Var merge_heads(const Var& y) {
+  return reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), y.dim(1) * y.dim(3)});  // (B, T, H * D)
+}
+
+}  // namespace tapeformer

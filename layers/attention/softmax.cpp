@@ -1,0 +1,202 @@
+#include "layers/attention/softmax.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace tapeformer {
+namespace {
+
+// [Tq, Tk] with 1 where key j is in the future of query i (j > i + Tk - Tq).
+Tensor causal_mask(int64_t Tq, int64_t Tk) {
+  Tensor m = Tensor::zeros({Tq, Tk});
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = i + (Tk - Tq) + 1; j < Tk; ++j) m.at({i, j}) = 1.0f;
+  return m;
+}
+
+}  // namespace
+
+Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, bool causal,
+                                 float dropout_p, Rng* rng) {
+  TAPEFORMER_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4,
+                   "attention: q, k, v must be (B, H, T, D), got ", q.shape(), ", ", k.shape(), ", ",
+                   v.shape());
+  TAPEFORMER_CHECK(k.shape() == v.shape() && q.dim(3) == k.dim(3) && q.dim(0) == k.dim(0) &&
+                       q.dim(1) == k.dim(1),
+                   "attention: incompatible q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
+  const int64_t Tq = q.dim(2), Tk = k.dim(2), D = q.dim(3);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Var scores = mul_scalar(matmul(q, transpose(k, 2, 3)), scale);  // (B, H, Tq, Tk)
+  // -inf, not a large negative number: masked probabilities are exactly 0.
+  if (causal) scores = masked_fill(scores, causal_mask(Tq, Tk), -INFINITY);
+  Var att = softmax(scores);  // (B, H, Tq, Tk)
+  if (dropout_p > 0.0f) {
+    TAPEFORMER_CHECK(rng != nullptr, "attention: dropout needs an Rng");
+    att = dropout(att, dropout_p, *rng);
+  }
+  return matmul(att, v);  // (B, H, Tq, D)
+}
+
+Var composed_attention(const Var& qkv, int64_t n_head, bool causal, float dropout_p, Rng* rng) {
+  TAPEFORMER_CHECK(qkv.rank() == 3 && qkv.dim(2) % (3 * n_head) == 0, "composed_attention: qkv ", qkv.shape(),
+                   " must be (B, T, 3C) with C divisible by n_head ", n_head);
+  const std::vector<Var> h = split_heads(qkv, n_head);  // q, k, v (B, H, T, D)
+  const Var &q = h[0], &k = h[1], &v = h[2];
+  return merge_heads(scaled_dot_product_attention(q, k, v, causal, dropout_p, rng));  // (B, T, C)
+}
+
+// ---- KVCache ------------------------------------------------------------------
+
+KVCache::KVCache(int64_t batch, int64_t n_head, int64_t head_dim, int64_t window)
+    : batch_(batch), heads_(n_head), dim_(head_dim), window_(window) {
+  TAPEFORMER_CHECK(batch > 0 && n_head > 0 && head_dim > 0, "KVCache: batch ", batch, ", heads ", n_head,
+                   " and head dim ", head_dim, " must all be >= 1");
+  TAPEFORMER_CHECK(window >= 1 || window == -1, "KVCache: window must be >= 1 (or -1 for all positions), got ",
+                   window);
+}
+
+// Grows the buffers to hold n positions (doubling, capped at the window),
+// keeping the held ones.
+void KVCache::reserve(int64_t n) {
+  const int64_t capacity = k_.defined() ? k_.dim(2) : 0;
+  if (n <= capacity) return;
+  int64_t grown = std::max<int64_t>({n, 2 * capacity, 16});
+  if (window_ > 0) grown = std::min(grown, window_);
+  Tensor k = Tensor::empty({batch_, heads_, grown, dim_}), v = Tensor::empty(k.shape());  // (B, H, capacity, D)
+  if (held_ > 0) {
+    k.slice(2, 0, held_).copy_from(k_.slice(2, 0, held_));
+    v.slice(2, 0, held_).copy_from(v_.slice(2, 0, held_));
+  }
+  k_ = k;
+  v_ = v;
+}
+
+KVCache::Window KVCache::append(const Tensor& k, const Tensor& v) {
+  TAPEFORMER_CHECK(k.rank() == 4 && k.shape() == v.shape() && k.dim(0) == batch_ && k.dim(1) == heads_ &&
+                       k.dim(3) == dim_,
+                   "KVCache: k ", k.shape(), " and v ", v.shape(), " must both be (", batch_, ", ", heads_, ", T, ",
+                   dim_, ")");
+  const int64_t T = k.dim(2);
+  TAPEFORMER_CHECK(window_ < 0 || T <= window_, "KVCache: ", T, " new positions do not fit in its window of ",
+                   window_);
+  // Past the window the oldest positions drop out: shift the rest down.
+  const int64_t drop = window_ > 0 ? std::max<int64_t>(0, held_ + T - window_) : 0;
+  if (drop > 0) {
+    const int64_t capacity = k_.dim(2), keep = held_ - drop;
+    for (Tensor* t : {&k_, &v_})
+      for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+        Scalar* row = t->data() + bh * capacity * dim_;  // (capacity, D) of one (b, h)
+        std::memmove(row, row + drop * dim_, static_cast<size_t>(keep * dim_) * sizeof(Scalar));
+      }
+    held_ = keep;
+  }
+  reserve(held_ + T);
+  k_.slice(2, held_, held_ + T).copy_from(k);
+  v_.slice(2, held_, held_ + T).copy_from(v);
+  held_ += T;
+  seen_ += T;
+  return {k_.slice(2, 0, held_), v_.slice(2, 0, held_), seen_ - held_};  // (B, H, held, D) each
+}
+
+// ---- MultiHeadAttention -------------------------------------------------------
+
+MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
+                                       float proj_init_std, Rng& rng, std::shared_ptr<PositionalLayer> pos)
+    : Attention(std::move(pos)), n_embd(n_embd_), n_head(n_head_), dropout_p(dropout) {
+  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "MultiHeadAttention: n_embd ", n_embd,
+                   " is not divisible by n_head ", n_head);
+  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, bias, rng));
+  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, bias, rng, proj_init_std));
+  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout));
+}
+
+bool MultiHeadAttention::plain() const {
+  const PositionalNeeds& n = positional().needs();
+  return !n.rotates_qk && !n.score_bias && !n.relative_terms;
+}
+
+Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
+                               Rng* rng) const {
+  const PositionalLayer& pos = positional();
+  const int64_t Tq = q.dim(2), Tk = k.dim(2);
+  const std::vector<Tensor> bias = pos.score_bias(n_head, Tq, Tk, q0, k0);
+  if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, /*causal=*/true, p, rng);
+  // Learned per-(i, j) terms: the scores exist as a tensor, so compose.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(q.dim(3)));
+  Var scores = mul_scalar(add(matmul(q, transpose(k, 2, 3)), pos.score_terms(q, Tk, q0, k0)), scale);  // (B, H, Tq, Tk)
+  for (const Tensor& b : bias) scores = add(scores, Var(b));
+  scores = masked_fill(scores, causal_mask(Tq, Tk), -INFINITY);
+  Var att = softmax(scores);  // (B, H, Tq, Tk)
+  if (p > 0.0f) {
+    TAPEFORMER_CHECK(rng != nullptr, "MultiHeadAttention: dropout needs an Rng");
+    att = dropout(att, p, *rng);
+  }
+  return add(matmul(att, v), pos.value_terms(att, q0, k0));  // (B, H, Tq, D)
+}
+
+Var MultiHeadAttention::self_attention(const Var& qkv_x, float p, Rng* rng) const {
+  if (plain() && qkv_x.dim(1) <= kFusedMaxT) return causal_attention(qkv_x, n_head, p, rng);  // fused, (B, T, C)
+  const std::vector<Var> h = split_heads(qkv_x, n_head);  // q, k, v (B, H, T, D)
+  const Var &q = h[0], &k = h[1], &v = h[2];
+  const PositionalLayer& pos = positional();
+  return merge_heads(attend(pos.rotate(q, 0), pos.rotate(k, 0), v, 0, 0, p, rng));  // (B, T, C)
+}
+
+Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "MultiHeadAttention: input ", x.shape(),
+                   " must be (B, T, ", n_embd, ")");
+  const float p = is_training() ? dropout_p : 0.0f;
+  return resid_drop->forward(proj->forward(self_attention(qkv->forward(x), p, &rng)), rng);
+}
+
+std::unique_ptr<InferenceState> MultiHeadAttention::make_state(int64_t batch, int64_t window) const {
+  return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, window);
+}
+
+Var MultiHeadAttention::forward(const Var& x, InferenceState& state) const {
+  check_inference("MultiHeadAttention", x, n_embd);
+  KVCache& cache = state_as<KVCache>(state, "MultiHeadAttention", "KVCache");
+  const Var qkv_x = qkv->forward(x);  // (B, T, 3C)
+  const int64_t q0 = cache.length();  // absolute position of x's first row
+  const std::vector<Var> h = split_heads(qkv_x, n_head);  // q, k, v of the new positions, (B, H, T, D)
+  const Var &q = h[0], &k_new = h[1], &v_new = h[2];
+  const PositionalLayer& pos = positional();
+  // Keys are rotated once, at their own position, as they enter the cache.
+  const KVCache::Window w = cache.append(pos.rotate(k_new, q0).value(), v_new.value());  // (B, H, held, D)
+  // From an empty cache a plain layer runs forward()'s fused kernel, so a
+  // sequence fed whole gives bit-identical outputs.
+  const bool fused = q0 == 0 && plain() && x.dim(1) <= kFusedMaxT;
+  const Var y = fused ? causal_attention(qkv_x, n_head)  // (B, T, C)
+                      : merge_heads(attend(pos.rotate(q, q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr));
+  return proj->forward(y);  // (B, T, C)
+}
+
+// ---- the registry entry ---------------------------------------------------------
+
+AttentionKind softmax_attention_kind() {
+  AttentionKind kind;
+  kind.name = "softmax";
+  kind.summary = "multi-head scaled dot-product attention, causal (SPEC §1)";
+  kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
+    return std::make_shared<MultiHeadAttention>(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout,
+                                                residual_init_std(cfg), rng, std::move(pos));
+  };
+  kind.parameters = [](const ModelConfig& cfg) {
+    return 4 * cfg.n_embd * cfg.n_embd + (cfg.bias ? 4 * cfg.n_embd : 0);  // qkv [C, 3C] and proj [C, C]
+  };
+  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
+    const auto& needs = positional_kinds().get(cfg.positional).needs;
+    const bool plain = !needs.rotates_qk && !needs.score_bias && !needs.relative_terms;
+    const double H = static_cast<double>(cfg.n_head), t = static_cast<double>(T);
+    // The fused kernel and the composed path keep (T, T) probabilities per
+    // head; the lean kernel one log-sum-exp per row.
+    return (plain && T <= MultiHeadAttention::kFusedMaxT) || needs.relative_terms ? H * t * t : H * t;
+  };
+  kind.check = [](const ModelConfig&, const PositionalKind&) {};  // every scheme's math is softmax attention's
+  return kind;
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,37 @@
+// "rope": rotary position embedding (Su et al. 2021, SPEC §6). Each layer
+// rotates the pairs (2k, 2k+1) of q and k at position p by p * 10000^(-2k/D),
+// so q_m . k_n depends on m - n only. Values are not rotated; nothing is added
+// to the embeddings.
+#include "autograd/ops.h"
+#include "layers/positional/positional.h"
+
+namespace tapeformer {
+namespace {
+
+constexpr PositionalNeeds kRopeNeeds{/*rotates_qk=*/true, /*score_bias=*/false, /*relative_terms=*/false};
+
+class RopeLayer : public PositionalLayer {
+ public:
+  RopeLayer() : PositionalLayer(kRopeNeeds) {}
+  Var rotate(const Var& x, int64_t start) const override { return rotary(x, /*axis=*/2, start); }  // (B, H, T, D)
+};
+
+class RopePositional : public Positional {
+ public:
+  std::shared_ptr<PositionalLayer> make_layer(Rng&) const override { return std::make_shared<RopeLayer>(); }
+};
+
+}  // namespace
+
+PositionalKind rope_positional_kind() {
+  PositionalKind kind;
+  kind.name = "rope";
+  kind.summary = "rotary embedding of q and k in every layer (relative, any length)";
+  kind.needs = kRopeNeeds;
+  kind.make = [](const ModelConfig&, Rng&) { return std::make_shared<RopePositional>(); };
+  kind.parameters = [](const ModelConfig&) { return int64_t{0}; };
+  kind.check = [](const ModelConfig&) {};
+  return kind;
+}
+
+}  // namespace tapeformer
