@@ -9,6 +9,15 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
+const char* schedule_name(WarmupDecaySchedule::Shape shape) {
+  switch (shape) {
+    case WarmupDecaySchedule::Shape::Cosine: return "CosineSchedule";
+    case WarmupDecaySchedule::Shape::Linear: return "LinearSchedule";
+    case WarmupDecaySchedule::Shape::Step: return "StepSchedule";
+  }
+  return "Schedule";
+}
+
 void check_step(const char* name, int64_t step) {
   TAPEFORMER_CHECK(step >= 0, name, ": step must be >= 0, got ", step);
 }
@@ -27,7 +36,7 @@ float ConstantSchedule::lr_at(int64_t step) const {
 WarmupDecaySchedule::WarmupDecaySchedule(Shape shape, float lr, int64_t warmup_iters, int64_t decay_iters,
                                          float min_lr)
     : shape_(shape), lr_(lr), min_lr_(min_lr), warmup_(warmup_iters), decay_iters_(decay_iters) {
-  const char* name = shape == Shape::Cosine ? "CosineSchedule" : "LinearSchedule";
+  const char* name = schedule_name(shape);
   TAPEFORMER_CHECK(std::isfinite(lr) && lr >= 0, name, ": lr must be finite and >= 0, got ", lr);
   TAPEFORMER_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, name, ": min_lr (", min_lr,
                    ") must be in [0, lr (", lr, ")]");
@@ -37,8 +46,9 @@ WarmupDecaySchedule::WarmupDecaySchedule(Shape shape, float lr, int64_t warmup_i
 }
 
 float WarmupDecaySchedule::lr_at(int64_t step) const {
-  check_step(shape_ == Shape::Cosine ? "CosineSchedule" : "LinearSchedule", step);
+  check_step(schedule_name(shape_), step);
   if (step < warmup_) return static_cast<float>(lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_ + 1));
+  if (shape_ == Shape::Step) return static_cast<float>(step < decay_iters_ ? lr_ : min_lr_);
   if (step > decay_iters_) return static_cast<float>(min_lr_);
   const double span = static_cast<double>(decay_iters_ - warmup_);
   const double ratio = span > 0 ? static_cast<double>(step - warmup_) / span : 1.0;

@@ -9,6 +9,8 @@
 //   otherwise, r = (it - warmup_iters) / (decay_iters - warmup_iters) and
 //     cosine: min_lr + 0.5 (1 + cos(pi r)) (lr - min_lr)
 //     linear: min_lr + (1 - r) (lr - min_lr)
+// Step (the copy task of Katharopoulos et al.): the same warmup, then lr
+// until decay_iters and min_lr from decay_iters on.
 // (r = 1 when warmup_iters == decay_iters, so that step gives min_lr.)
 //
 // Contract: constructors throw Error naming the schedule and the field
@@ -38,7 +40,7 @@ class ConstantSchedule : public Schedule {
 // Linear warmup, then a linear or cosine decay from lr to min_lr at decay_iters.
 class WarmupDecaySchedule : public Schedule {
  public:
-  enum class Shape { Linear, Cosine };
+  enum class Shape { Linear, Cosine, Step };
   WarmupDecaySchedule(Shape shape, float lr, int64_t warmup_iters, int64_t decay_iters, float min_lr);
   float lr_at(int64_t step) const override;
 
@@ -56,6 +58,11 @@ struct LinearSchedule : WarmupDecaySchedule {
 struct CosineSchedule : WarmupDecaySchedule {
   CosineSchedule(float lr, int64_t warmup_iters, int64_t decay_iters, float min_lr)
       : WarmupDecaySchedule(Shape::Cosine, lr, warmup_iters, decay_iters, min_lr) {}
+};
+
+struct StepSchedule : WarmupDecaySchedule {
+  StepSchedule(float lr, int64_t warmup_iters, int64_t decay_iters, float min_lr)
+      : WarmupDecaySchedule(Shape::Step, lr, warmup_iters, decay_iters, min_lr) {}
 };
 
 }  // namespace tapeformer

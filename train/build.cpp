@@ -20,6 +20,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedV
 std::unique_ptr<Schedule> make_schedule(const TrainConfig& c) {
   const auto lr = static_cast<float>(c.optimizer.lr), min_lr = static_cast<float>(c.schedule.min_lr);
   if (c.schedule.name == "constant") return std::make_unique<ConstantSchedule>(lr);
+  if (c.schedule.name == "step")
+    return std::make_unique<StepSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
   if (c.schedule.name == "linear")
     return std::make_unique<LinearSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
   return std::make_unique<CosineSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);

@@ -318,8 +318,9 @@ void TrainConfig::validate() const {
   TAPEFORMER_CHECK(optimizer.momentum >= 0, "config: 'optimizer.momentum' must be >= 0, got ", optimizer.momentum);
   TAPEFORMER_CHECK(optimizer.grad_clip == 0 || as_float(optimizer.grad_clip) > 0,
                    "config: 'optimizer.grad_clip' must be 0 (off) or > 0 (as a float), got ", optimizer.grad_clip);
-  TAPEFORMER_CHECK(schedule.name == "constant" || schedule.name == "linear" || schedule.name == "cosine",
-                   "config: 'schedule.name' must be \"constant\", \"linear\" or \"cosine\", got \"",
+  TAPEFORMER_CHECK(schedule.name == "constant" || schedule.name == "linear" || schedule.name == "cosine" ||
+                       schedule.name == "step",
+                   "config: 'schedule.name' must be \"constant\", \"linear\", \"cosine\" or \"step\", got \"",
                    schedule.name, "\"");
   TAPEFORMER_CHECK(schedule.warmup_iters >= 0 && schedule.warmup_iters <= INT32_MAX,
                    "config: 'schedule.warmup_iters' must be in [0, ", INT32_MAX, "], got ", schedule.warmup_iters);

@@ -49,7 +49,7 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "cosine";  // "constant" | "linear" | "cosine"
+  std::string name = "cosine";  // "constant" | "linear" | "cosine" | "step" (lr, then min_lr from decay_iters)
   int64_t warmup_iters = 100;
   int64_t decay_iters = 2000;
   double min_lr = 1e-4;

@@ -156,6 +156,14 @@ TEST_CASE("cosine schedule matches nanoGPT's get_lr; linear and constant schedul
   CHECK(lin.lr_at(1000) == doctest::Approx(0.5));
   CHECK(CosineSchedule(1.0f, 5, 5, 0.25f).lr_at(5) == doctest::Approx(0.25));  // no decay span: min_lr
   CHECK(ConstantSchedule(0.3f).lr_at(1000) == doctest::Approx(0.3));
+  // Step: warmup as the others, lr until decay_iters, min_lr from it on (the copy task's 1e-3 -> 1e-4).
+  StepSchedule step(1e-3f, 2, 1500, 1e-4f);
+  CHECK(step.lr_at(0) == doctest::Approx(1e-3 / 3));
+  CHECK(step.lr_at(2) == 1e-3f);
+  CHECK(step.lr_at(1499) == 1e-3f);
+  CHECK(step.lr_at(1500) == 1e-4f);
+  CHECK(step.lr_at(100000) == 1e-4f);
+  CHECK_THROWS_WITH_AS(step.lr_at(-1), "StepSchedule: step must be >= 0, got -1", Error);
 
   CHECK_THROWS_WITH_AS(CosineSchedule(1e-3f, 20, 10, 0), "CosineSchedule: warmup_iters (20) must be <= decay_iters (10)",
                        Error);
