@@ -24,9 +24,12 @@
 
 namespace tapeformer {
 
+// A target that does not count in the loss (cross_entropy's default ignore_index).
+inline constexpr int32_t kIgnoreTarget = -100;
+
 struct Batch {
   IndexTensor inputs;   // (B, T) token ids
-  IndexTensor targets;  // (B, T) the next token after each input position
+  IndexTensor targets;  // (B, T) the next token after each input position (or kIgnoreTarget)
 };
 
 // The batch of windows starting at `starts` (one row each): inputs

@@ -47,21 +47,33 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     TransformerLM* model;
     Batch rows;
     Rng rng;
+    int64_t weight;  // its share of the batch's loss: rows, or counted targets when some are ignored
     double loss = 0;
   };
+  const auto counted = [](const IndexTensor& targets) {
+    return static_cast<int64_t>(std::count_if(targets.data.begin(), targets.data.end(),
+                                              [](int32_t t) { return t != kIgnoreTarget; }));
+  };
+  const int64_t all_counted = counted(batch.targets);
+  const bool ignores = all_counted != batch.targets.numel();
+  const int64_t total = ignores ? all_counted : B;
   std::vector<Shard> work;
   for (int64_t k = 0, row = 0; k < S; ++k) {
     const int64_t n = B / S + (k < B % S ? 1 : 0);
     TransformerLM* m = k == 0 ? &model_ : replicas_[static_cast<size_t>(k - 1)].get();
     m->train(model_.is_training());
-    work.push_back({m, slice_rows(batch, row, row + n), Rng(dropout_rng.next_u64())});
+    Batch rows = slice_rows(batch, row, row + n);
+    const int64_t weight = ignores ? counted(rows.targets) : n;
+    work.push_back({m, std::move(rows), Rng(dropout_rng.next_u64()), weight});
     row += n;
   }
   const bool grad = grad_enabled();
   parallel::parallel_for(S, 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       Shard& w = work[static_cast<size_t>(k)];
-      const float share = static_cast<float>(w.rows.inputs.shape[0]) / static_cast<float>(B);
+      // Each shard's mean loss weighted by its share, so the model gets the
+      // gradient of the whole batch's mean (over counted targets).
+      const float share = total > 0 ? static_cast<float>(w.weight) / static_cast<float>(total) : 0.0f;
       if (!grad) {  // grad mode is per thread: follow the caller's
         NoGradGuard no_grad;
         w.loss = cross_entropy(w.model->forward(w.rows.inputs, w.rng), w.rows.targets).item();
@@ -74,9 +86,9 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   });
 
   reduce_gradients();
-  double total = 0;
-  for (const Shard& w : work) total += w.loss * static_cast<double>(w.rows.inputs.shape[0]);
-  return total / static_cast<double>(B);
+    double sum = 0;
+  for (const Shard& w : work) sum += w.loss * static_cast<double>(w.weight);
+  return total > 0 ? sum / static_cast<double>(total) : 0.0;
 }
 
 // Replica gradients into the model's, in shard order, in one parallel pass

@@ -16,9 +16,10 @@
 //   B % S shards get one row more); there are min(shards, B) non-empty shards.
 //   Shard 0 runs on `model`, shard k > 0 on a replica whose parameters alias
 //   the model's values (Module::alias_parameters) and own their gradients.
-// - Each shard backpropagates (its mean loss) * scale * (its tokens / all
-//   tokens), so the model receives the gradient of scale * (mean loss of the
-//   whole batch), as without sharding. Replica gradients are added into the
+// - Each shard backpropagates (its mean loss) * scale * (its counted targets /
+//   all counted targets; targets equal to kIgnoreTarget do not count), so the
+//   model receives the gradient of scale * (mean loss of the whole batch), as
+//   without sharding. Replica gradients are added into the
 //   model's in shard order after all shards finish: for a given shard count
 //   the result is the same bit for bit on any number of threads (ops inside a
 //   shard run serially). Different shard counts differ only by rounding.
@@ -47,8 +48,8 @@ class DataParallel {
   int shards() const { return static_cast<int>(replicas_.size()) + 1; }
 
   // Forward + backward of `batch` (B, T); the gradient of scale * mean loss
-  // accumulates into the model's parameters. Returns the mean loss over all
-  // B * T tokens (the value, before `scale`).
+  // accumulates into the model's parameters. Returns the mean loss over the
+  // counted targets (the value, before `scale`).
   double train_batch(const Batch& batch, float scale, Rng& dropout_rng);
 
   // Mean loss of each batch without gradients (the model must be in eval mode

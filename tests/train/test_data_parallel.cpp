@@ -74,6 +74,23 @@ TEST_CASE("DataParallel: 2 and 3 shards give the unsharded loss and gradients (u
   }
 }
 
+TEST_CASE("DataParallel: with ignored targets, shards are weighted by their counted targets (the unsharded mean)") {
+  // Row 0 counts 7 targets, the others 1 each: weighting shards by rows would
+  // give row 0 a third of the gradient instead of 7/11.
+  Batch batch = random_batch(5, 8, 6);
+  for (int64_t b = 1; b < 5; ++b)
+    for (int64_t t = 0; t < 8; ++t)
+      if (t != b) batch.targets.data[static_cast<size_t>(b * 8 + t)] = kIgnoreTarget;
+  batch.targets.data[0] = kIgnoreTarget;
+  const auto [loss1, g1] = sharded_grads(1, batch);
+  for (int shards : {2, 3}) {
+    CAPTURE(shards);
+    const auto [loss, g] = sharded_grads(shards, batch);
+    CHECK(loss == doctest::Approx(loss1).epsilon(1e-6));
+    check_close(g, g1, 1e-5f);
+  }
+}
+
 TEST_CASE("DataParallel: the gradient scale is applied exactly (halving the scale halves every gradient)") {
   const Batch batch = random_batch(4, 8, 2);
   const auto [l1, g_full] = sharded_grads(2, batch, 1.0f);
