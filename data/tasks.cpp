@@ -1,0 +1,39 @@
+#include "data/tasks.h"
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace tapeformer {
+
+CopyTask::CopyTask(const CopyTaskConfig& cfg, int64_t batch, uint64_t seed) : cfg_(cfg), batch_(batch), rng_(seed) {
+  TAPEFORMER_CHECK(cfg.symbols >= 1 && cfg.symbols <= (1 << 20), "CopyTask: symbols must be in [1, 2^20], got ",
+                   cfg.symbols);
+  TAPEFORMER_CHECK(cfg.min_len >= 1 && cfg.min_len <= cfg.max_len && cfg.max_len <= (1 << 20),
+                   "CopyTask: lengths must satisfy 1 <= min_len (", cfg.min_len, ") <= max_len (", cfg.max_len,
+                   ") <= 2^20");
+  TAPEFORMER_CHECK(batch >= 1, "CopyTask: batch size must be >= 1, got ", batch);
+}
+
+Batch CopyTask::next() {
+  const int64_t T = sequence_length(), span = cfg_.max_len - cfg_.min_len + 1;
+  std::vector<int32_t> inputs(static_cast<size_t>(batch_ * T)), targets(inputs.size());  // (B, T) each
+  std::vector<int32_t> seq(static_cast<size_t>(T + 1));
+  for (int64_t b = 0; b < batch_; ++b) {
+    const int64_t L = cfg_.min_len + static_cast<int64_t>(rng_.below(static_cast<uint64_t>(span)));
+    std::fill(seq.begin(), seq.end(), pad());
+    for (int64_t i = 0; i < L; ++i) {
+      seq[static_cast<size_t>(i)] = static_cast<int32_t>(rng_.below(static_cast<uint64_t>(cfg_.symbols)));
+      seq[static_cast<size_t>(L + 1 + i)] = seq[static_cast<size_t>(i)];
+    }
+    seq[static_cast<size_t>(L)] = sep();
+    for (int64_t t = 0; t < T; ++t) {
+      inputs[static_cast<size_t>(b * T + t)] = seq[static_cast<size_t>(t)];
+      // Position t predicts seq[t + 1]: it counts when that is in the second copy (t in [L, 2L)).
+      targets[static_cast<size_t>(b * T + t)] = t >= L && t < 2 * L ? seq[static_cast<size_t>(t + 1)] : kIgnoreTarget;
+    }
+  }
+  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets))};
+}
+
+}  // namespace tapeformer
