@@ -33,6 +33,10 @@ class Storage {
   // Number of Storage objects alive in the process, and their total bytes.
   static int64_t live_count();
   static int64_t live_bytes();
+  // The most live bytes since the start or the last reset_peak() (memory
+  // benchmarks: what a computation needs at its worst moment).
+  static int64_t peak_bytes();
+  static void reset_peak();
   // Bytes held in the reuse cache (not counted as live), and freeing them.
   static int64_t cached_bytes();
   static void release_cache();
