@@ -13,6 +13,7 @@ packages=(
   doctest-dev                       # tests
   nlohmann-json3-dev                # JSON configs and metrics lines
   libcli11-dev                      # the tapeformer command's flags
+  python3                           # the experiment harness (scripts/experiment.py) and its test
 )
 # Extra packages a caller needs, e.g. `bash scripts/setup.sh fortunes`.
 packages+=("$@")

@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""The experiment harness: arms x seeds from a JSON spec, run in parallel,
+resumable, summarised as a table (mean ± sd per arm, markdown and CSV) and
+PNG curves with seed bands, and written into docs/results.md.
+
+    python3 scripts/experiment.py experiments/e2a_copy.json [--jobs 2] [--data FILE]
+    python3 scripts/experiment.py experiments/charlm_attention.json --data ../shared/data/tinyshakespeare.txt
+
+A spec (experiments/*.json; every key is described in experiments/README.md):
+
+    {"name": "e2a_copy", "title": "...", "about": "...",
+     "command": ["{build}/examples/copy_task", "--config", "configs/e2a_copy.json",
+                 "--out", "{run_dir}", "--set", "train.seed={seed}", "--set", "train.threads={threads}"],
+     "seeds": [1, 2, 3], "threads_per_run": 1,
+     "arms": [{"name": "softmax", "args": ["--set", "model.attention=softmax"]}, ...],
+     "metrics": "metrics.jsonl",
+     "table": [{"field": "accuracy", "label": "copy accuracy", "digits": 4}, ...],
+     "compare": [{"field": "val_loss", "baseline": "softmax", "kind": "difference", "label": "Δ loss"}],
+     "curves": [{"x": "step", "y": "train_loss", "log_y": true, "file": "e2a_loss.png"}, ...]}
+
+Each run (arm, seed) gets its own directory OUT/NAME/ARM/seedS. A run is
+finished when its result.json exists (the last JSON line its command printed
+on stdout, with the command and wall time): finished runs are skipped, so an
+interrupted sweep continues where it stopped. Runs go `--jobs` at a time
+(default: cores // threads_per_run). The table and curves are written next to
+the runs (table.md, table.csv, *.png); with every run finished, the section
+<!-- results:NAME --> of docs/results.md is replaced by the table, the plots
+(copied to docs/img/) and the command that reproduces them.
+
+Plots use matplotlib (Debian's python3-matplotlib, installed through
+scripts/setup.sh when missing); --no-plot skips them.
+"""
+import argparse
+import concurrent.futures
+import csv
+import datetime
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fail(message):
+    print(f"experiment: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def slug(name):
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+
+
+def load_spec(path):
+    try:
+        with open(path) as f:
+            spec = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        fail(f"cannot read spec '{path}': {e}")
+    for key in ("name", "command", "seeds", "arms"):
+        if key not in spec:
+            fail(f"spec '{path}': missing key '{key}'")
+    if not spec["arms"] or not spec["seeds"]:
+        fail(f"spec '{path}': 'arms' and 'seeds' must not be empty")
+    names = [a.get("name") for a in spec["arms"]]
+    if None in names or len(set(names)) != len(names):
+        fail(f"spec '{path}': every arm needs a distinct 'name'")
+    return spec
+
+
+def expand(template, values):
+    out = template
+    for k, v in values.items():
+        out = out.replace("{" + k + "}", str(v))
+    left = re.findall(r"\{([a-z_]+)\}", out)
+    if left:
+        fail(f"command placeholder {{{left[0]}}} has no value (pass --{left[0]}?)")
+    return out
+
+
+def run_command(spec, arm, seed, args, threads):
+    run_dir = os.path.join(args.out, spec["name"], slug(arm["name"]), f"seed{seed}")
+    values = {"build": args.build, "run_dir": run_dir, "seed": seed, "threads": threads, "root": ROOT}
+    if args.data:
+        values["data"] = args.data
+    cmd = [expand(c, values) for c in spec["command"]] + [expand(c, values) for c in arm.get("args", [])]
+    return run_dir, cmd
+
+
+def last_json_line(text):
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
+
+
+def execute(run_dir, cmd, label):
+    # A rerun starts the run afresh (its command does not resume).
+    if os.path.isdir(run_dir):
+        shutil.rmtree(run_dir)
+    os.makedirs(run_dir)
+    t0 = time.time()
+    with open(os.path.join(run_dir, "stdout.txt"), "w") as out, open(os.path.join(run_dir, "stderr.txt"), "w") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
+        out.write(proc.stdout)
+    seconds = time.time() - t0
+    result = last_json_line(proc.stdout)
+    if proc.returncode != 0 or result is None:
+        with open(os.path.join(run_dir, "stderr.txt")) as f:
+            tail = f.read().strip().splitlines()[-1:] or ["(no output)"]
+        return False, f"{label}: exit status {proc.returncode}: {tail[0]}"
+    record = {"result": result, "command": cmd, "seconds": round(seconds, 3)}
+    tmp = os.path.join(run_dir, "result.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, os.path.join(run_dir, "result.json"))  # the finished marker, written last
+    return True, f"{label}: done in {seconds:.0f} s"
+
+
+def read_result(run_dir):
+    try:
+        with open(os.path.join(run_dir, "result.json")) as f:
+            return json.load(f)["result"]
+    except (OSError, json.JSONDecodeError, KeyError):
+        return None
+
+
+def read_metrics(run_dir, name):
+    rows = []
+    try:
+        with open(os.path.join(run_dir, name)) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    except OSError:
+        pass
+    return rows
+
+
+def mean_sd(values):
+    n = len(values)
+    if n == 0:
+        return None, None
+    m = sum(values) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return m, sd
+
+
+def fmt(m, sd, digits):
+    if m is None:
+        return "—"
+    s = f"{m:.{digits}f}"
+    return s + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
+def field_of(result, field):
+    v = result
+    for part in field.split("."):
+        if not isinstance(v, dict) or part not in v:
+            return None
+        v = v[part]
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def arm_results(spec, args, arm):
+    """{seed: result} of the finished runs of an arm."""
+    out = {}
+    for seed in spec["seeds"]:
+        run_dir, _ = run_command(spec, arm, seed, args, 1)
+        r = read_result(run_dir)
+        if r is not None:
+            out[seed] = r
+    return out
+
+
+def summarise(spec, args):
+    """The table: per arm, mean ± sd over seeds of each field, then the
+    comparisons with a baseline arm: "difference" (paired by seed: mean ± sd of
+    arm - baseline) or "ratio" (baseline mean / arm mean, e.g. a speed-up)."""
+    table, compare = spec.get("table", []), spec.get("compare", [])
+    header = ["arm", "runs"] + [t.get("label", t["field"]) for t in table] + [c["label"] for c in compare]
+    csv_header = ["arm", "runs"]
+    for t in table:
+        csv_header += [t["field"] + "_mean", t["field"] + "_sd"]
+    for c in compare:
+        csv_header += [slug(c["label"]) + "_mean", slug(c["label"]) + "_sd"]
+    by_arm = {arm["name"]: arm_results(spec, args, arm) for arm in spec["arms"]}
+    complete = all(len(r) == len(spec["seeds"]) for r in by_arm.values())
+    rows, csv_rows = [], []
+    for arm in spec["arms"]:
+        results = by_arm[arm["name"]]
+        cells, csv_cells = [arm["name"], f"{len(results)}/{len(spec['seeds'])}"], [arm["name"], len(results)]
+        for t in table:
+            m, sd = mean_sd([v for v in (field_of(r, t["field"]) for r in results.values()) if v is not None])
+            cells.append(fmt(m, sd, t.get("digits", 4)))
+            csv_cells += [m if m is not None else "", sd if sd is not None else ""]
+        for c in compare:
+            base = by_arm.get(c["baseline"])
+            if base is None:
+                fail(f"compare: baseline arm '{c['baseline']}' is not an arm of the spec")
+            if c.get("kind", "difference") == "difference":
+                diffs = [field_of(results[s], c["field"]) - field_of(base[s], c["field"])
+                         for s in results if s in base and field_of(results[s], c["field"]) is not None
+                         and field_of(base[s], c["field"]) is not None]
+                m, sd = mean_sd(diffs)
+                cells.append(("+" if m is not None and m > 0 else "") + fmt(m, sd, c.get("digits", 4)))
+            else:
+                bm, _ = mean_sd([v for v in (field_of(r, c["field"]) for r in base.values()) if v is not None])
+                am, _ = mean_sd([v for v in (field_of(r, c["field"]) for r in results.values()) if v is not None])
+                m, sd = (bm / am if bm is not None and am else None), None
+                cells.append("—" if m is None else f"{m:.{c.get('digits', 1)}f}x")
+            csv_cells += [m if m is not None else "", sd if sd is not None else ""]
+        rows.append(cells)
+        csv_rows.append(csv_cells)
+    return header, rows, csv_header, csv_rows, complete
+
+
+def markdown_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def plot_curves(spec, args, exp_dir):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("experiment: matplotlib is missing (bash scripts/setup.sh python3-matplotlib); no plots", file=sys.stderr)
+        return []
+    files = []
+    for curve in spec.get("curves", []):
+        x_key, y_key = curve["x"], curve["y"]
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        drawn = False
+        for arm in spec["arms"]:
+            series = []  # one dict x -> y per seed
+            for seed in spec["seeds"]:
+                run_dir, _ = run_command(spec, arm, seed, args, 1)
+                if read_result(run_dir) is None:
+                    continue
+                points = {}
+                for row in read_metrics(run_dir, spec.get("metrics", "metrics.jsonl")):
+                    if isinstance(row.get(x_key), (int, float)) and isinstance(row.get(y_key), (int, float)):
+                        points[row[x_key]] = row[y_key]
+                if points:
+                    series.append(points)
+            if not series:
+                continue
+            xs = sorted(set.intersection(*(set(s) for s in series)))
+            if not xs:
+                continue
+            stats = [mean_sd([s[x] for s in series]) for x in xs]
+            mean = [m for m, _ in stats]
+            line = ax.plot(xs, mean, label=f"{arm['name']} (n={len(series)})", linewidth=1.4)[0]
+            if len(series) > 1:
+                lo = [m - (sd or 0) for m, sd in stats]
+                hi = [m + (sd or 0) for m, sd in stats]
+                ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+            drawn = True
+        if not drawn:
+            plt.close(fig)
+            continue
+        if curve.get("log_x"):
+            ax.set_xscale("log", base=2 if curve.get("log_x") == 2 else 10)
+        if curve.get("log_y"):
+            ax.set_yscale("log")
+        ax.set_xlabel(curve.get("x_label", x_key))
+        ax.set_ylabel(curve.get("y_label", y_key))
+        ax.set_title(curve.get("title", f"{spec.get('title', spec['name'])}"), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(exp_dir, curve["file"])
+        fig.savefig(path)
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+def reproduce_command(spec_path, args):
+    cmd = f"python3 scripts/experiment.py {os.path.relpath(spec_path, ROOT)}"
+    if args.data:
+        cmd += f" --data {args.data}"
+    return cmd
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+def write_results(spec, spec_path, args, table_md, plots):
+    path = args.results
+    begin, end = f"<!-- results:{spec['name']} -->", f"<!-- /results:{spec['name']} -->"
+    img_dir = os.path.join(os.path.dirname(path), "img")
+    os.makedirs(img_dir, exist_ok=True)
+    body = [begin, f"## {spec.get('title', spec['name'])}", ""]
+    if spec.get("about"):
+        body += [spec["about"], ""]
+    body += [
+        f"Reproduce: `{reproduce_command(spec_path, args)}` "
+        f"({len(spec['arms'])} arms x {len(spec['seeds'])} seeds, mean ± sd over seeds; "
+        f"measured {datetime.date.today().isoformat()} on {machine()}).",
+        "",
+        table_md,
+        "",
+    ]
+    for p in plots:
+        name = f"{spec['name']}_{os.path.basename(p)}"
+        shutil.copyfile(p, os.path.join(img_dir, name))
+        body.append(f"![{os.path.basename(p)}](img/{name})")
+    if plots:
+        body.append("")
+    if spec.get("notes"):
+        body += [spec["notes"], ""]
+    body.append(end)
+    section = "\n".join(body)
+    text = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + section + text[text.index(end) + len(end) :]
+    else:
+        if not text:
+            text = ("# Results\n\nMeasured results, each section written by the command that reproduces it "
+                    "(`scripts/experiment.py`); do not edit between the markers.\n")
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("spec", help="experiments/NAME.json")
+    p.add_argument("--jobs", type=int, default=0, help="runs at a time (default: cores / threads_per_run)")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory (default: build/)")
+    p.add_argument("--out", default=os.path.join(ROOT, "out", "experiments"), help="where the runs go")
+    p.add_argument("--data", help="data file, for specs whose command uses {data}")
+    p.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"), help="results page to update")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG curves")
+    p.add_argument("--no-results", action="store_true", help="do not touch the results page")
+    p.add_argument("--dry-run", action="store_true", help="print the commands that would run")
+    args = p.parse_args()
+    if args.data and not os.path.isfile(args.data):
+        fail(f"--data '{args.data}' is not a file")
+    args.data = os.path.abspath(args.data) if args.data else None
+    spec = load_spec(args.spec)
+    if "{data}" in json.dumps(spec) and not args.data:
+        fail(f"spec '{args.spec}' needs --data FILE")
+    threads = int(spec.get("threads_per_run", 1))
+    jobs = args.jobs or max(1, (os.cpu_count() or 1) // threads)
+    exp_dir = os.path.join(args.out, spec["name"])
+    os.makedirs(exp_dir, exist_ok=True)
+
+    pending = []
+    for arm in spec["arms"]:
+        for seed in spec["seeds"]:
+            run_dir, cmd = run_command(spec, arm, seed, args, threads)
+            if read_result(run_dir) is not None:
+                continue
+            pending.append((run_dir, cmd, f"{arm['name']} / seed {seed}"))
+    total = len(spec["arms"]) * len(spec["seeds"])
+    print(f"experiment {spec['name']}: {total - len(pending)} of {total} runs finished, {len(pending)} to run, "
+          f"{jobs} at a time", file=sys.stderr)
+    failures = []
+    if args.dry_run:
+        for run_dir, cmd, label in pending:
+            print(" ".join(cmd))
+        return 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(execute, *job) for job in pending]
+        for fut in concurrent.futures.as_completed(futures):
+            ok, message = fut.result()
+            print(f"experiment {spec['name']}: {message}", file=sys.stderr)
+            if not ok:
+                failures.append(message)
+
+    header, rows, csv_header, csv_rows, complete = summarise(spec, args)
+    table_md = markdown_table(header, rows)
+    with open(os.path.join(exp_dir, "table.md"), "w") as f:
+        f.write(table_md + "\n")
+    with open(os.path.join(exp_dir, "table.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(csv_header)
+        w.writerows(csv_rows)
+    print(table_md)
+    plots = [] if args.no_plot else plot_curves(spec, args, exp_dir)
+    if complete and not args.no_results:
+        write_results(spec, args.spec, args, table_md, plots)
+        print(f"experiment {spec['name']}: wrote its section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)
+    elif not complete:
+        print(f"experiment {spec['name']}: some runs are unfinished; {os.path.relpath(args.results, ROOT)} "
+              "is left as it was", file=sys.stderr)
+    if failures:
+        print(f"experiment {spec['name']}: {len(failures)} run(s) failed (their stderr.txt says why)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
