@@ -19,6 +19,7 @@
 #include "core/parallel.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
+#include "train/trainer.h"
 
 using namespace tapeformer;
 
@@ -116,6 +117,10 @@ int main(int argc, char** argv) {
     if (*t) return run_train(train);
     if (*s) return run_sample(sample);
     if (*e) return run_eval(eval);
+  } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved
+    std::fflush(stdout);
+    std::fprintf(stderr, "tapeformer: %s\n", stop.what());
+    return 128 + stop.signal();
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);
     std::fprintf(stderr, "tapeformer: error: out of memory; make the model, batch or block size smaller\n");

@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -67,7 +70,41 @@ void check_fits_in_memory(const TrainConfig& c, int64_t shards) {
        "); make the model, the batch or the evaluation smaller");
 }
 
+// SIGINT / SIGTERM during run(): the handler only records the signal; the
+// loop saves a checkpoint after the step in progress and stops.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Catches SIGTERM, and SIGINT unless it was ignored (a background job of a
+// script, nohup), for its lifetime; the previous actions come back after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = record_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, nullptr, &old_int_);
+    catch_int_ = old_int_.sa_handler != SIG_IGN;
+    if (catch_int_) sigaction(SIGINT, &sa, nullptr);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    if (catch_int_) sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  int received() const { return g_stop_signal; }
+
+ private:
+  struct sigaction old_term_ {}, old_int_ {};
+  bool catch_int_ = false;
+};
+
 }  // namespace
+
+Interrupted::Interrupted(const std::string& message, int signal) : Error(message), signal_(signal) {}
 
 // ---------------------------------------------------------------------------
 
@@ -215,6 +252,7 @@ TrainResult Trainer::run() {
   if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.checkpoint_path());
   s.model->train();
   double last_loss = s.last_train_loss, last_norm = 0;
+  const StopSignals stop;
 
   while (s.step < c.train.max_iters) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -252,7 +290,18 @@ TrainResult Trainer::run() {
         progress.note(buf);
       }
     }
-    if (s.step % c.checkpoint.interval == 0 || last) s.save();
+    if (s.step % c.checkpoint.interval == 0 || last) {
+      s.save();
+    } else if (stop.received() != 0) {
+      s.save();  // nothing is lost: the next run resumes at this very step
+    }
+    if (stop.received() != 0 && !last) {
+      progress.finish();
+      throw Interrupted(std::string(stop.received() == SIGINT ? "interrupted (SIGINT)" : "stopped (SIGTERM)") +
+                            " at step " + std::to_string(s.step) + ": checkpoint saved to '" + s.checkpoint_path() +
+                            "'; continue with: tapeformer train --out " + s.out_dir + " --resume",
+                        stop.received());
+    }
   }
   progress.finish();
 

@@ -14,12 +14,16 @@
 // atomically. A non-finite loss stops the run with an Error; the last
 // checkpoint is untouched. Resuming restores model, optimizer, step, dropout
 // RNG and sampler position, so the curve continues exactly (same threads).
+// While run() runs, SIGTERM and SIGINT (unless the process ignores it) stop
+// it cleanly: the step in progress completes, a checkpoint of it is written
+// and run() throws Interrupted; the previous signal actions are restored.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "core/error.h"
 #include "train/config.h"
 
 namespace tapeformer {
@@ -34,6 +38,16 @@ struct TrainResult {
   int64_t parameters = 0;
   int shards = 1;            // data-parallel batch shards (train.shards)
   std::string to_json() const;  // one line
+};
+
+// What Trainer::run throws after SIGINT or SIGTERM, once the checkpoint is saved.
+class Interrupted : public Error {
+ public:
+  Interrupted(const std::string& message, int signal);
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 class Trainer {

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # kill -9 during training, --resume, and the run ends exactly like an
-# uninterrupted one (same thread count). Usage: resume_kill.sh path/to/tapeformer
+# uninterrupted one (same thread count); then SIGTERM and SIGINT, which stop
+# the run cleanly with a checkpoint of the step they arrived at (exit status
+# 128 + signal), and --resume again ends exactly like the uninterrupted run.
+# Usage: resume_kill.sh path/to/tapeformer
 set -u
 bin=${1:?usage: resume_kill.sh TAPEFORMER_BINARY}
 work=$(mktemp -d)
@@ -49,6 +52,43 @@ if ! diff <(strip "$work/straight/metrics.jsonl") <(strip "$work/killed/metrics.
 fi
 # It must have resumed from a mid-run checkpoint (100, 200, ...), not started over.
 grep -qE "resuming at step [1-9][0-9]*00 " "$work/resumed.log" || { echo "FAIL: did not resume from a mid-run checkpoint"; fails=1; }
+checks=3
+
+# SIGTERM and SIGINT: the step in progress completes, its checkpoint is
+# written, the exit status is 128 + the signal. Job control on, so that the
+# background run does not start with SIGINT ignored.
+set -m
+for sig in TERM INT; do
+  checks=$((checks + 2))
+  dir="$work/stopped_$sig"
+  "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$dir" > /dev/null 2> "$dir.log" &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -q '"step":130' "$dir/metrics.jsonl" 2>/dev/null && break
+    sleep 0.05
+  done
+  kill -$sig $pid
+  wait $pid
+  status=$?
+  want=$((128 + $(kill -l $sig)))
+  step=$(sed -nE 's/.* at step ([0-9]+): checkpoint saved to .*/\1/p' "$dir.log")
+  if [ $status -ne $want ] || [ -z "$step" ]; then
+    echo "FAIL: SIG$sig: exit status $status (want $want), stderr: $(tail -1 "$dir.log")"; fails=$((fails + 1)); continue
+  fi
+  "$bin" train --out "$dir" --resume > "$dir.json" 2> "$dir.resume.log" \
+    || { echo "FAIL: resume after SIG$sig failed: $(tail -1 "$dir.resume.log")"; fails=$((fails + 1)); continue; }
+  if ! grep -q "resuming at step $step " "$dir.resume.log"; then
+    echo "FAIL: SIG$sig stopped at step $step but the run resumed elsewhere"; fails=$((fails + 1))
+  fi
+  if [ "$(strip "$work/straight.json")" != "$(strip "$dir.json")" ] || \
+     ! diff -q <(strip "$work/straight/metrics.jsonl") <(strip "$dir/metrics.jsonl") > /dev/null; then
+    echo "FAIL: after SIG$sig at step $step and --resume, the run differs from the uninterrupted one"; fails=$((fails + 1))
+  else
+    echo "SIG$sig at step $step: exit status $status, resumed to the same final line and metrics"
+  fi
+done
+set +m
+
 [ $fails -eq 0 ] && echo "straight: $(cat "$work/straight.json")" && echo "resumed:  $(cat "$work/resumed.json")"
-echo "$((3 - fails)) passed, $fails failed"
+echo "$((checks - fails)) passed, $fails failed"
 exit $fails
