@@ -16,6 +16,7 @@ A spec (experiments/*.json; every key is described in experiments/README.md):
      "metrics": "metrics.jsonl",
      "table": [{"field": "accuracy", "label": "copy accuracy", "digits": 4}, ...],
      "compare": [{"field": "val_loss", "baseline": "softmax", "kind": "difference", "label": "Δ loss"}],
+     "setup": ["python3-torch"],   # Debian packages the runs need (optional)
      "curves": [{"x": "step", "y": "train_loss", "log_y": true, "file": "e2a_loss.png"}, ...]}
 
 Each run (arm, seed) gets its own directory OUT/NAME/ARM/seedS. A run is
@@ -186,7 +187,8 @@ def arm_results(spec, args, arm):
 def summarise(spec, args):
     """The table: per arm, mean ± sd over seeds of each field, then the
     comparisons with a baseline arm: "difference" (paired by seed: mean ± sd of
-    arm - baseline) or "ratio" (baseline mean / arm mean, e.g. a speed-up)."""
+    arm - baseline), "ratio" (arm mean / baseline mean) or "speedup"
+    (baseline mean / arm mean, for times)."""
     table, compare = spec.get("table", []), spec.get("compare", [])
     header = ["arm", "runs"] + [t.get("label", t["field"]) for t in table] + [c["label"] for c in compare]
     csv_header = ["arm", "runs"]
@@ -214,10 +216,11 @@ def summarise(spec, args):
                          and field_of(base[s], c["field"]) is not None]
                 m, sd = mean_sd(diffs)
                 cells.append(("+" if m is not None and m > 0 else "") + fmt(m, sd, c.get("digits", 4)))
-            else:
+            else:  # "ratio": arm / baseline; "speedup": baseline / arm (for times)
                 bm, _ = mean_sd([v for v in (field_of(r, c["field"]) for r in base.values()) if v is not None])
                 am, _ = mean_sd([v for v in (field_of(r, c["field"]) for r in results.values()) if v is not None])
-                m, sd = (bm / am if bm is not None and am else None), None
+                num, den = (bm, am) if c["kind"] == "speedup" else (am, bm)
+                m, sd = (num / den if num is not None and den else None), None
                 cells.append("—" if m is None else f"{m:.{c.get('digits', 1)}f}x")
             csv_cells += [m if m is not None else "", sd if sd is not None else ""]
         rows.append(cells)
@@ -376,9 +379,13 @@ def main():
     exp_dir = os.path.join(args.out, spec["name"])
     os.makedirs(exp_dir, exist_ok=True)
 
+    if spec.get("setup") and not args.dry_run:  # Debian packages the runs need (scripts/setup.sh installs the missing)
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "setup.sh")] + list(spec["setup"]), check=True)
+    # Seed-major order: the arms alternate, so a slow spell of the machine
+    # hits all of them, and every arm has results early.
     pending = []
-    for arm in spec["arms"]:
-        for seed in spec["seeds"]:
+    for seed in spec["seeds"]:
+        for arm in spec["arms"]:
             run_dir, cmd = run_command(spec, arm, seed, args, threads)
             if read_result(run_dir) is not None:
                 continue
@@ -404,7 +411,7 @@ def main():
     with open(os.path.join(exp_dir, "table.md"), "w") as f:
         f.write(table_md + "\n")
     with open(os.path.join(exp_dir, "table.csv"), "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(csv_header)
         w.writerows(csv_rows)
     print(table_md)

@@ -6,7 +6,7 @@
 set -euo pipefail
 harness="$1"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fails=0
 check() {  # check DESCRIPTION COMMAND...
   if "${@:2}"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
@@ -23,7 +23,7 @@ with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
     for step in (1, 2, 3):
         f.write(json.dumps({"step": step, "loss": seed * scale / step}) + "\n")
 print("progress on stdout that is not JSON")
-print(json.dumps({"value": seed * scale, "time": 2.0 * seed}))
+print(json.dumps({"value": seed * scale, "time": 2.0 * seed * scale}))
 PY
 cat > "$tmp/spec.json" <<EOF2
 {"name": "fake", "title": "A fake experiment", "about": "Numbers known in advance.",
@@ -33,7 +33,8 @@ cat > "$tmp/spec.json" <<EOF2
           {"name": "flaky", "args": ["10", "fail"]}],
  "table": [{"field": "value", "label": "value", "digits": 4}],
  "compare": [{"field": "value", "baseline": "base", "kind": "difference", "label": "diff", "digits": 2},
-             {"field": "time", "baseline": "base", "kind": "ratio", "label": "speed-up", "digits": 1}],
+             {"field": "time", "baseline": "base", "kind": "speedup", "label": "speed-up", "digits": 1},
+             {"field": "time", "baseline": "base", "kind": "ratio", "label": "time ratio", "digits": 1}],
  "curves": [{"x": "step", "y": "loss", "file": "loss.png"}]}
 EOF2
 printf '# Results\n\nBefore.\n' > "$tmp/results.md"
@@ -43,11 +44,11 @@ status=0
 python3 "$harness" "$tmp/spec.json" "${args[@]}" > "$tmp/first.out" 2> "$tmp/first.err" || status=$?
 check "a failing run makes the exit status 1" test "$status" -eq 1
 check "the failure is reported with its stderr line" grep -q "flaky / seed 1: exit status 3: something broke" "$tmp/first.err"
-check "mean ± sd over seeds (1, 2, 3)" grep -q "| base | 3/3 | 2.0000 ± 1.0000 | 0.00 ± 0.00 | 1.0x |" "$tmp/out/fake/table.md"
-check "paired differences and ratios against the baseline arm" \
-  grep -q "| double | 3/3 | 4.0000 ± 2.0000 | +2.00 ± 1.00 | 1.0x |" "$tmp/out/fake/table.md"
-check "unfinished arms show their count" grep -q "| flaky | 0/3 | — | — | — |" "$tmp/out/fake/table.md"
-check "the CSV has the means and sds" grep -q "^double,3,4.0,2.0,2.0,1.0,1.0," "$tmp/out/fake/table.csv"
+check "mean ± sd over seeds (1, 2, 3)" grep -q "| base | 3/3 | 2.0000 ± 1.0000 | 0.00 ± 0.00 | 1.0x | 1.0x |" "$tmp/out/fake/table.md"
+check "paired differences, speed-ups and ratios against the baseline arm" \
+  grep -q "| double | 3/3 | 4.0000 ± 2.0000 | +2.00 ± 1.00 | 0.5x | 2.0x |" "$tmp/out/fake/table.md"
+check "unfinished arms show their count" grep -q "| flaky | 0/3 | — | — | — | — |" "$tmp/out/fake/table.md"
+check "the CSV has the means and sds" grep -q "^double,3,4.0,2.0,2.0,1.0,0.5,,2.0,$" "$tmp/out/fake/table.csv"
 check "an incomplete experiment leaves the results page alone" grep -qx "Before." "$tmp/results.md"
 check "... and says so" grep -q "some runs are unfinished" "$tmp/first.err"
 
