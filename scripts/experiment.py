@@ -28,8 +28,9 @@ the runs (table.md, table.csv, *.png); with every run finished, the section
 <!-- results:NAME --> of docs/results.md is replaced by the table, the plots
 (copied to docs/img/) and the command that reproduces them.
 
-Plots use matplotlib (Debian's python3-matplotlib, installed through
-scripts/setup.sh when missing); --no-plot skips them.
+Plots use matplotlib (Debian's python3-matplotlib: the harness installs it
+through scripts/setup.sh when missing, and runs itself under /usr/bin/python3
+when the python3 on PATH cannot import it); --no-plot skips them.
 """
 import argparse
 import concurrent.futures
@@ -241,7 +242,8 @@ def plot_curves(spec, args, exp_dir):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("experiment: matplotlib is missing (bash scripts/setup.sh python3-matplotlib); no plots", file=sys.stderr)
+        print("experiment: matplotlib cannot be imported (bash scripts/setup.sh python3-matplotlib); no plots",
+              file=sys.stderr)
         return []
     files = []
     for curve in spec.get("curves", []):
@@ -356,6 +358,21 @@ def write_results(spec, spec_path, args, table_md, plots):
     os.replace(tmp, path)
 
 
+def use_plotting_python():
+    """Installs matplotlib from Debian when missing (scripts/setup.sh) and, when
+    this interpreter is not Debian's (pyenv, a venv) and cannot import it,
+    starts the harness again under /usr/bin/python3, which can."""
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "setup.sh"), "python3-matplotlib"], check=True)
+    try:
+        import matplotlib  # noqa: F401
+        return
+    except ImportError:
+        pass
+    debian = "/usr/bin/python3"
+    if os.path.exists(debian) and os.path.realpath(sys.executable) != os.path.realpath(debian):
+        os.execv(debian, [debian] + sys.argv)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("spec", help="experiments/NAME.json")
@@ -368,6 +385,8 @@ def main():
     p.add_argument("--no-results", action="store_true", help="do not touch the results page")
     p.add_argument("--dry-run", action="store_true", help="print the commands that would run")
     args = p.parse_args()
+    if not args.no_plot and not args.dry_run:
+        use_plotting_python()
     if args.data and not os.path.isfile(args.data):
         fail(f"--data '{args.data}' is not a file")
     args.data = os.path.abspath(args.data) if args.data else None
