@@ -26,6 +26,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "train/metrics.h"
 
 using namespace tapeformer;
 
@@ -150,11 +151,7 @@ int run(int argc, char** argv) {
   const double flat = per_token.empty() ? std::nan("")
                                         : *std::max_element(per_token.begin(), per_token.end()) /
                                               *std::min_element(per_token.begin(), per_token.end());
-  const auto number = [](double v) {  // JSON has no NaN
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4g", v);
-    return std::isfinite(v) ? std::string(buf) : std::string("null");
-  };
+  const auto number = [](double v) { return json_number(v, 4); };
   std::printf("{\"kind\": \"%s\", \"slope_time_per_sample\": %s, \"slope_memory_per_sample\": %s, "
               "\"ms_per_sample_at_8192\": %s, \"time_per_token_max_over_min\": %s, \"threads\": %d}\n",
               kind.c_str(), number(loglog_slope(n, per_sample)).c_str(), number(loglog_slope(n, mem)).c_str(),

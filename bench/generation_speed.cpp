@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "layers/transformer.h"
+#include "train/metrics.h"
 
 using namespace tapeformer;
 
@@ -109,9 +110,8 @@ int run(int argc, char** argv) {
     lo = std::min(lo, t);
     hi = std::max(hi, t);
   }
-  std::printf("{\"mode\": \"%s\", \"ms_per_token_at_1024\": %s, \"slowest_over_fastest\": %.3f, \"threads\": %d}\n",
-              mode.c_str(), std::isfinite(at_1024) ? std::to_string(at_1024).c_str() : "null", hi / lo,
-              parallel::num_threads());
+  std::printf("{\"mode\": \"%s\", \"ms_per_token_at_1024\": %s, \"slowest_over_fastest\": %s, \"threads\": %d}\n",
+              mode.c_str(), json_number(at_1024, 5).c_str(), json_number(hi / lo, 4).c_str(), parallel::num_threads());
   return 0;
 }
 

@@ -28,6 +28,7 @@
 #include "core/parallel.h"
 #include "data/tasks.h"
 #include "train/build.h"
+#include "train/metrics.h"
 
 using namespace tapeformer;
 
@@ -67,12 +68,6 @@ Accuracy evaluate(TransformerLM& model, const std::vector<Batch>& batches) {
   model.train();
   return {loss / static_cast<double>(batches.size()), static_cast<double>(right) / static_cast<double>(counted),
           static_cast<double>(seq_right) / static_cast<double>(seqs)};
-}
-
-std::string json_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return std::isfinite(v) ? buf : "null";
 }
 
 int run(int argc, char** argv) {

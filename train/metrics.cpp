@@ -4,12 +4,20 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
 namespace tapeformer {
+
+std::string json_number(double v, int digits) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
 
 std::string MetricsRecord::to_json() const {
   nlohmann::ordered_json j;

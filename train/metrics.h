@@ -13,6 +13,10 @@
 
 namespace tapeformer {
 
+// A number as JSON: "%.6g"-style digits (or `digits`), and null for NaN or
+// infinity, which JSON cannot hold.
+std::string json_number(double v, int digits = 6);
+
 struct MetricsRecord {
   int64_t step = 0;
   double lr = 0;

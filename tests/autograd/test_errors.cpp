@@ -11,25 +11,11 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "expect_error.h"
 
 using namespace tapeformer;
 
 namespace {
-
-// Runs fn, requires an Error, and checks that its message contains every part.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  std::string message;
-  try {
-    fn();
-  } catch (const Error& e) {
-    message = e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw a non-Error exception: ", e.what());
-    return;
-  }
-  REQUIRE_MESSAGE(!message.empty(), "no Error thrown; expected one mentioning '", parts.front(), "'");
-  for (const std::string& p : parts) CHECK_MESSAGE(message.find(p) != std::string::npos, "'", p, "' not in: ", message);
-}
 
 Var var(const Shape& s, bool grad = true) { return Var(Tensor::ones(s), grad); }
 IndexTensor ids(const Shape& s, std::vector<int32_t> v) { return IndexTensor(s, std::move(v)); }

@@ -19,6 +19,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/storage.h"
+#include "expect_error.h"
 #include "golden.h"
 
 using namespace tapeformer;
@@ -536,17 +537,6 @@ TEST_CASE("1, 2 and 3 threads give bit-identical outputs and gradients") {
 }
 
 TEST_CASE("errors name the op, the argument and the shapes") {
-  auto expect_error = [](const std::function<void()>& fn, const std::vector<std::string>& parts) {
-    std::string message;
-    try {
-      fn();
-    } catch (const Error& e) {
-      message = e.what();
-    }
-    REQUIRE_MESSAGE(!message.empty(), "no Error thrown; expected one mentioning '", parts.front(), "'");
-    for (const std::string& p : parts)
-      CHECK_MESSAGE(message.find(p) != std::string::npos, "'", p, "' not in: ", message);
-  };
   auto var = [](const Shape& s) { return Var(Tensor::ones(s), true); };
   // Rank of the features.
   expect_error([&] { causal_product(var({2, 6, 3}), var({2, 6, 3}), var({2, 6, 4})); },

@@ -15,6 +15,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/storage.h"
+#include "expect_error.h"
 #include "golden.h"
 
 using namespace tapeformer;
@@ -332,18 +333,6 @@ TEST_CASE("softmax_attention is causal bit for bit: new q, k, v at position t le
 }
 
 namespace {
-
-// Runs fn, requires an Error, and checks that its message contains every part.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  std::string message;
-  try {
-    fn();
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  REQUIRE_MESSAGE(!message.empty(), "no Error thrown; expected one mentioning '", parts.front(), "'");
-  for (const std::string& p : parts) CHECK_MESSAGE(message.find(p) != std::string::npos, "'", p, "' not in: ", message);
-}
 
 Var ones(const Shape& s) { return Var(Tensor::ones(s), true); }
 
