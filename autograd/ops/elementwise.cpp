@@ -223,8 +223,11 @@ Var gelu(const Var& x) { return activation(x, Activation::Gelu, "gelu"); }
 
 Var elu(const Var& x, Scalar alpha) {
   Tensor y = map(x.value(), [alpha](const Scalar* v, Scalar* o, int64_t n) {
+    // max(x, 0) + a (e^min(x, 0) - 1): the same values as the two-branch
+    // select, in expressions Eigen vectorises (its select with exp ran
+    // libm's scalar expf per element).
     auto X = array(v, n);
-    array(o, n) = (X > 0.0f).select(X, alpha * (X.exp() - 1.0f));
+    array(o, n) = X.max(0.0f) + alpha * (X.min(0.0f).exp() - 1.0f);
   });
   Var out = unary_result(x, y, "elu");
   record_backward(out, [x, y, alpha](const Tensor& g) {
