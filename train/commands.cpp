@@ -93,6 +93,7 @@ int run_sample(const SampleArgs& args) {
   } catch (const Error& e) {
     fail("prompt: ", e.what());
   }
+  sample_context(*l.model, args.options);  // refused before anything reaches stdout
   Rng rng(args.options.seed);
   std::fputs(args.prompt.c_str(), stdout);
   generate(*l.model, prompt, args.options, rng, [&](int32_t id) {

@@ -17,6 +17,15 @@ void SampleOptions::validate() const {
   TAPEFORMER_CHECK(context >= 0, "sample: context must be >= 0 (0: the block size), got ", context);
 }
 
+int64_t sample_context(const TransformerLM& model, const SampleOptions& opt) {
+  const int64_t limit = model.max_positions();
+  const int64_t context = opt.context > 0 ? opt.context : model.config().block_size;
+  TAPEFORMER_CHECK(limit < 0 || context <= limit, "sample: context ", context, " exceeds the ", limit,
+                   " positions of model.positional \"", model.config().positional,
+                   "\" (its table ends at model.block_size); a positional scheme without a table takes any context");
+  return context;
+}
+
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng) {
   // A NaN would break the sort's ordering and silently pick the last token.
   for (int64_t i = 0; i < V; ++i)
@@ -53,10 +62,7 @@ std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& 
   opt.validate();
   TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one token)");
   const int64_t V = model.config().vocab_size, limit = model.max_positions();
-  const int64_t context = opt.context > 0 ? opt.context : model.config().block_size;
-  TAPEFORMER_CHECK(limit < 0 || context <= limit, "sample: context ", context, " exceeds the ", limit,
-                   " positions of model.positional \"", model.config().positional,
-                   "\" (its table ends at model.block_size); a positional scheme without a table takes any context");
+  const int64_t context = sample_context(model, opt);
   for (int32_t id : prompt)
     TAPEFORMER_CHECK(id >= 0 && id < V, "sample: prompt token ", id, " is outside the vocabulary of ", V);
   // Eval mode for the draw, the caller's mode back afterwards, even on a throw.

@@ -38,6 +38,10 @@ struct SampleOptions {
   void validate() const;
 };
 
+// The context a model reads with these options (opt.context, or the block
+// size when 0); Error when a learned position table cannot hold it.
+int64_t sample_context(const TransformerLM& model, const SampleOptions& opt);
+
 // Picks a token from one row of logits (V).
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng);
 

@@ -68,6 +68,11 @@ expect_error "block size beyond any memory" "model.block_size=1073741824" -- tf 
 expect_error "width beyond any memory" "of memory (model.n_layer=1, model.n_embd=2147483647" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o12" --set model.n_embd=2147483647 --set model.n_head=1
 expect_error "evaluation batches beyond any memory" "eval.iters=2000000000" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o13" --set eval.iters=2000000000
 expect_error "count beyond 32 bits" "'train.grad_accum' must be at most 2147483647" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o18" --set train.grad_accum=1000000000000000000
+# Attention kinds and positional schemes: names, combinations, kind-specific keys.
+expect_error "unknown attention kind" "model.attention: unknown kind \"flash\" (known: softmax, linear)" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o19" --set model.attention=flash
+expect_error "ALiBi with linear attention" "model.positional \"alibi\" does not combine with model.attention \"linear\"" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o20" --set model.attention=linear --set model.positional=alibi
+expect_error "a feature map with softmax attention" "model.feature_map = \"cos\" applies to model.attention \"linear\" only" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o21" --set model.feature_map=cos
+expect_error "a kind-specific key of the wrong type" "model.rel_clip' must be an integer" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o22" --set model.positional=shaw --set model.rel_clip=wide
 
 # A real run to get a checkpoint, then damaged copies of it.
 if ! "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run" > "$work/run.json" 2> "$work/run.log"; then
@@ -93,6 +98,17 @@ expect_error "prompt outside the vocabulary" "not in the vocabulary" -- tf sampl
 echo "Zebras § unknown" > "$work/other.txt"
 expect_error "eval on text outside the vocabulary" "not in the vocabulary" -- tf eval --checkpoint "$work/run" --data "$work/other.txt"
 expect_error "eval on non-UTF-8 text" "not valid UTF-8" -- tf eval --checkpoint "$work/run" --data "$work/latin1.txt"
+expect_error "eval past a learned table" "eval: context 17 exceeds the 16 positions of model.positional \"learned\"" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --context 17
+expect_error "sample past a learned table" "sample: context 17 exceeds the 16 positions" -- tf sample --checkpoint "$work/run" --prompt "The" --tokens 5 --context 17
+expect_error "negative --context" "--context" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --context -1
+
+# A scheme without a table evaluates and samples past the block size.
+checks=$((checks + 1))
+if ! "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/rope" --set model.positional=rope > /dev/null 2>&1 ||
+   ! "$bin" eval --checkpoint "$work/rope" --data "$work/text.txt" --context 64 2>/dev/null | grep -q '"tokens": ' ||
+   [ "$("$bin" sample --checkpoint "$work/rope" --prompt "The" --tokens 40 --context 64 2>/dev/null | head -c 43 | wc -c)" -ne 43 ]; then
+  echo "FAIL: a rope model did not evaluate and sample with a context of 64 past its block size of 16"; failures=$((failures + 1))
+fi
 expect_error "train over an existing run without --resume" "already holds a checkpoint" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run"
 expect_error "unknown subcommand" "frobnicate" --usage tf frobnicate
 expect_error "no subcommand" "subcommand" --usage tf
@@ -125,7 +141,7 @@ checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
   echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
 fi
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16 o17 o18; do
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16 o17 o18 o19 o20 o21 o22; do
   if [ -e "$work/$d" ]; then echo "FAIL: failed run $d left a directory behind"; failures=$((failures + 1)); fi
 done
 
