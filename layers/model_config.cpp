@@ -57,14 +57,15 @@ std::vector<DeclaredOption> model_options() {
 
 namespace {
 
-// The value of option `name`, which a kind's code reads as variant index `type`.
-const OptionValue& option(const ModelConfig& cfg, const std::string& name, size_t type) {
+// The value of option `name`, which a kind's code reads as variant index `type`
+// (a copy: the declarations are gathered afresh from the registries).
+OptionValue option(const ModelConfig& cfg, const std::string& name, size_t type) {
   for (const DeclaredOption& d : model_options()) {
     if (d.option.name != name) continue;
     TAPEFORMER_CHECK(d.option.default_value.index() == type, "model.", name, " is declared as ",
                      kTypeNames[d.option.default_value.index()], " but read as ", kTypeNames[type]);
     const auto it = cfg.options.find(name);
-    const OptionValue& v = it == cfg.options.end() ? d.option.default_value : it->second;
+    OptionValue v = it == cfg.options.end() ? d.option.default_value : it->second;
     TAPEFORMER_CHECK(v.index() == type, "model.", name, " must be ", kTypeNames[type], ", got ", option_to_string(v));
     return v;
   }
@@ -73,7 +74,7 @@ const OptionValue& option(const ModelConfig& cfg, const std::string& name, size_
 
 }  // namespace
 
-const std::string& ModelConfig::option_string(const std::string& name) const {
+std::string ModelConfig::option_string(const std::string& name) const {
   return std::get<std::string>(option(*this, name, 3));
 }
 int64_t ModelConfig::option_int(const std::string& name) const { return std::get<int64_t>(option(*this, name, 1)); }

@@ -53,7 +53,7 @@ struct ModelConfig {
 
   // The value of a declared option: set in `options`, else its default.
   // Error if no registered kind declares it or it has another type.
-  const std::string& option_string(const std::string& name) const;
+  std::string option_string(const std::string& name) const;
   int64_t option_int(const std::string& name) const;
   double option_number(const std::string& name) const;
   bool option_bool(const std::string& name) const;

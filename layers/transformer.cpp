@@ -60,11 +60,12 @@ ModelFootprint TransformerLM::footprint(const ModelConfig& cfg) {
   cfg.validate_kinds();
   const AttentionKind& attn = attention_kinds().get(cfg.attention);
   const PositionalKind& pos = positional_kinds().get(cfg.positional);
-  const int64_t C = cfg.n_embd, V = cfg.vocab_size, b = cfg.bias ? 1 : 0;
-  const int64_t norm = C + b * C;                       // a LayerNorm's gain and bias
-  const int64_t mlp = 8 * C * C + b * (4 * C + C);      // fc [C, 4C] and proj [4C, C]
+  const double C = static_cast<double>(cfg.n_embd), V = static_cast<double>(cfg.vocab_size), b = cfg.bias ? 1 : 0;
+  const double norm = C + b * C;                   // a LayerNorm's gain and bias
+  const double mlp = 8 * C * C + b * (4 * C + C);  // fc [C, 4C] and proj [4C, C]
   ModelFootprint f;
-  f.parameters = V * C + pos.parameters(cfg) + cfg.n_layer * (2 * norm + attn.parameters(cfg) + mlp) + norm +
+  f.parameters = V * C + pos.parameters(cfg) +
+                 static_cast<double>(cfg.n_layer) * (2 * norm + attn.parameters(cfg) + mlp) + norm +
                  (cfg.tie_weights ? 0 : C * V);
   const double T = static_cast<double>(cfg.block_size);
   // Per layer the block's (T, C) tensors (about four kept) and the attention's

@@ -58,7 +58,7 @@ class TransformerBlock : public Module {
 // allocated (the trainer's memory check); parameters equals the built
 // model's num_parameters() for every registered kind (tested).
 struct ModelFootprint {
-  int64_t parameters = 0;
+  double parameters = 0;  // exact up to 2^53; double so that absurd configs are measured, not overflowed
   double activation_floats = 0;  // kept for the backward of one sequence of block_size tokens
 };
 

@@ -50,7 +50,7 @@ enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches
 // cannot fit at all.
 double estimated_bytes(const TrainConfig& c, int64_t shards) {
   const ModelFootprint f = TransformerLM::footprint(c.model);
-  const double params = static_cast<double>(f.parameters);
+  const double params = f.parameters;
   const double B = static_cast<double>(c.train.batch_size), T = static_cast<double>(c.model.block_size);
   const double eval_batches = (static_cast<double>(c.eval.iters) + static_cast<double>(c.eval.final_iters)) * B * T * 2;
   return 4 * (params * (3 + static_cast<double>(shards)) + B * f.activation_floats + eval_batches);

@@ -68,8 +68,9 @@ struct AttentionKind {
   std::string summary;                // one line, for errors and docs
   std::vector<ModelOption> options;   // the model.* keys it reads (e.g. feature_map)
   std::function<std::shared_ptr<Attention>(const ModelConfig&, std::shared_ptr<PositionalLayer>, Rng&)> make;
-  // Parameters of one layer, its positional part excluded.
-  std::function<int64_t(const ModelConfig&)> parameters;
+  // Parameters of one layer, its positional part excluded (in double: a
+  // config too large for any machine is measured and refused, not overflowed).
+  std::function<double(const ModelConfig&)> parameters;
   // Floats one layer keeps for the backward of one sequence of T tokens
   // (the trainer's memory-fit estimate; a lower bound is fine, an
   // overestimate would refuse runs that fit).

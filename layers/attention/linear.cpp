@@ -130,7 +130,8 @@ AttentionKind linear_attention_kind() {
     return std::make_shared<LinearAttention>(cfg, std::move(pos), rng);
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    return 4 * cfg.n_embd * cfg.n_embd + (cfg.bias ? 4 * cfg.n_embd : 0);  // qkv [C, 3C] and proj [C, C]
+    const double C = static_cast<double>(cfg.n_embd);
+    return 4 * C * C + (cfg.bias ? 4 * C : 0);  // qkv [C, 3C] and proj [C, C]
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd);  // the features phi(q), phi(k)

@@ -185,7 +185,8 @@ AttentionKind softmax_attention_kind() {
                                                 residual_init_std(cfg), rng, std::move(pos));
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    return 4 * cfg.n_embd * cfg.n_embd + (cfg.bias ? 4 * cfg.n_embd : 0);  // qkv [C, 3C] and proj [C, C]
+    const double C = static_cast<double>(cfg.n_embd);
+    return 4 * C * C + (cfg.bias ? 4 * C : 0);  // qkv [C, 3C] and proj [C, C]
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     const auto& needs = positional_kinds().get(cfg.positional).needs;

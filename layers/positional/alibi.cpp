@@ -68,7 +68,7 @@ PositionalKind alibi_positional_kind() {
   kind.summary = "a per-head linear penalty on the query-key distance, added to the scores (any length)";
   kind.needs = kAlibiNeeds;
   kind.make = [](const ModelConfig& cfg, Rng&) { return std::make_shared<AlibiPositional>(cfg.n_head); };
-  kind.parameters = [](const ModelConfig&) { return int64_t{0}; };
+  kind.parameters = [](const ModelConfig&) { return 0.0; };
   kind.check = [](const ModelConfig&) {};
   return kind;
 }

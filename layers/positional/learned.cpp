@@ -42,7 +42,7 @@ PositionalKind learned_positional_kind() {
   kind.make = [](const ModelConfig& cfg, Rng& rng) {
     return std::make_shared<LearnedPositional>(cfg.block_size, cfg.n_embd, rng);
   };
-  kind.parameters = [](const ModelConfig& cfg) { return cfg.block_size * cfg.n_embd; };
+  kind.parameters = [](const ModelConfig& cfg) { return static_cast<double>(cfg.block_size) * static_cast<double>(cfg.n_embd); };
   kind.check = [](const ModelConfig&) {};
   return kind;
 }

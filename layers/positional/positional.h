@@ -87,8 +87,9 @@ struct PositionalKind {
   PositionalNeeds needs;  // the same as its layers' needs()
   std::vector<ModelOption> options;  // the model.* keys it reads
   std::function<std::shared_ptr<Positional>(const ModelConfig&, Rng&)> make;
-  // Parameters it adds to a model of this config, all layers together.
-  std::function<int64_t(const ModelConfig&)> parameters;
+  // Parameters it adds to a model of this config, all layers together (in
+  // double, like AttentionKind::parameters).
+  std::function<double(const ModelConfig&)> parameters;
   // Throws Error naming the key when the config's values do not suit it.
   std::function<void(const ModelConfig&)> check;
 };

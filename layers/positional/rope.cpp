@@ -29,7 +29,7 @@ PositionalKind rope_positional_kind() {
   kind.summary = "rotary embedding of q and k in every layer (relative, any length)";
   kind.needs = kRopeNeeds;
   kind.make = [](const ModelConfig&, Rng&) { return std::make_shared<RopePositional>(); };
-  kind.parameters = [](const ModelConfig&) { return int64_t{0}; };
+  kind.parameters = [](const ModelConfig&) { return 0.0; };
   kind.check = [](const ModelConfig&) {};
   return kind;
 }

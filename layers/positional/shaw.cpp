@@ -61,7 +61,8 @@ PositionalKind shaw_positional_kind() {
     return std::make_shared<ShawPositional>(cfg.option_int("rel_clip"), cfg.n_embd / cfg.n_head);
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    return cfg.n_layer * 2 * (2 * cfg.option_int("rel_clip") + 1) * (cfg.n_embd / cfg.n_head);
+    return static_cast<double>(cfg.n_layer) * 2 * static_cast<double>(2 * cfg.option_int("rel_clip") + 1) *
+           static_cast<double>(cfg.n_embd / cfg.n_head);
   };
   kind.check = [](const ModelConfig& cfg) {
     const int64_t k = cfg.option_int("rel_clip");

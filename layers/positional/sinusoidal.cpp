@@ -36,7 +36,7 @@ PositionalKind sinusoidal_positional_kind() {
   kind.name = "sinusoidal";
   kind.summary = "Vaswani's fixed sin/cos table added to the token embeddings, any length";
   kind.make = [](const ModelConfig&, Rng&) { return std::make_shared<SinusoidalPositional>(); };
-  kind.parameters = [](const ModelConfig&) { return int64_t{0}; };
+  kind.parameters = [](const ModelConfig&) { return 0.0; };
   kind.check = [](const ModelConfig&) {};
   return kind;
 }

@@ -226,7 +226,7 @@ TEST_CASE("parameter counts come from the kinds and equal the built model's") {
         c.bias = bias;
         c.tie_weights = tie;
         Rng rng(12);
-        CHECK(TransformerLM::footprint(c).parameters == TransformerLM(c, rng).num_parameters());
+        CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(TransformerLM(c, rng).num_parameters()));
       }
 }
 
@@ -274,7 +274,7 @@ TEST_CASE("a program registers its own positional scheme without editing the lib
     none.name = "none";
     none.summary = "no positions at all (a bag of tokens with a causal mask)";
     none.make = [](const ModelConfig&, Rng&) { return std::make_shared<Positional>(); };
-    none.parameters = [](const ModelConfig&) { return int64_t{0}; };
+    none.parameters = [](const ModelConfig&) { return 0.0; };
     none.check = [](const ModelConfig&) {};
     positional_kinds().add(none);
   }
@@ -282,7 +282,7 @@ TEST_CASE("a program registers its own positional scheme without editing the lib
   Rng rng(13);
   TransformerLM model(c, rng);
   CHECK(model.max_positions() == -1);
-  CHECK(TransformerLM::footprint(c).parameters == model.num_parameters());
+  CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(model.num_parameters()));
   CHECK_THROWS_WITH_AS(positional_kinds().add(positional_kinds().get("rope")),
                        "model.positional: a kind named \"rope\" is already registered", Error);
 }
