@@ -267,12 +267,15 @@ def plot_curves(spec, args, exp_dir):
             xs = sorted(set.intersection(*(set(s) for s in series)))
             if not xs:
                 continue
-            stats = [mean_sd([s[x] for s in series]) for x in xs]
-            mean = [m for m, _ in stats]
-            line = ax.plot(xs, mean, label=f"{arm['name']} (n={len(series)})", linewidth=1.4)[0]
+            # On a log axis the centre is the geometric mean and the band
+            # exp(mean ± sd) of the logs (mean - sd can be <= 0); else mean ± sd.
+            log = bool(curve.get("log_y")) and all(s[x] > 0 for s in series for x in xs)
+            stats = [mean_sd([math.log(s[x]) if log else s[x] for s in series]) for x in xs]
+            back = math.exp if log else (lambda v: v)
+            line = ax.plot(xs, [back(m) for m, _ in stats], label=f"{arm['name']} (n={len(series)})", linewidth=1.4)[0]
             if len(series) > 1:
-                lo = [m - (sd or 0) for m, sd in stats]
-                hi = [m + (sd or 0) for m, sd in stats]
+                lo = [back(m - (sd or 0)) for m, sd in stats]
+                hi = [back(m + (sd or 0)) for m, sd in stats]
                 ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
             drawn = True
         if not drawn:
