@@ -301,7 +301,7 @@ def plot_curves(spec, args, exp_dir):
 def reproduce_command(spec_path, args):
     cmd = f"python3 scripts/experiment.py {os.path.relpath(spec_path, ROOT)}"
     if args.data:
-        cmd += f" --data {args.data}"
+        cmd += f" --data {os.path.relpath(args.data, ROOT)}"  # as run from the project's root
     return cmd
 
 
