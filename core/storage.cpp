@@ -15,7 +15,8 @@ namespace tapeformer {
 namespace {
 std::atomic<int64_t> g_live_count{0};
 std::atomic<int64_t> g_live_bytes{0};
-std::atomic<int64_t> g_peak_bytes{0};
+std::atomic<int64_t> g_peak_bytes{-1};
+std::atomic<bool> g_tracking_peak{false};  // set by the first reset_peak()
 
 // A training step allocates the same buffer sizes every iteration. Keeping
 // freed blocks by exact size avoids returning them to the OS and faulting the
@@ -93,10 +94,12 @@ Storage::Storage(int64_t n) : size_(n) {
   TAPEFORMER_CHECK(n <= kMaxElements, "Storage: ", n, " elements is more than any machine can hold");
   data_ = static_cast<Scalar*>(cache().take(padded_bytes(n)));
   g_live_count.fetch_add(1, std::memory_order_relaxed);
-  const int64_t live = g_live_bytes.fetch_add(n * static_cast<int64_t>(sizeof(Scalar)), std::memory_order_relaxed) +
-                       n * static_cast<int64_t>(sizeof(Scalar));
-  int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
-  while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(Scalar));
+  const int64_t live = g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (g_tracking_peak.load(std::memory_order_relaxed)) {
+    int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+    while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+    }
   }
 }
 
@@ -109,7 +112,10 @@ Storage::~Storage() {
 int64_t Storage::live_count() { return g_live_count.load(); }
 int64_t Storage::live_bytes() { return g_live_bytes.load(); }
 int64_t Storage::peak_bytes() { return g_peak_bytes.load(); }
-void Storage::reset_peak() { g_peak_bytes.store(g_live_bytes.load()); }
+void Storage::reset_peak() {
+  g_peak_bytes.store(g_live_bytes.load());
+  g_tracking_peak.store(true);
+}
 int64_t Storage::cached_bytes() { return static_cast<int64_t>(cache().cached_bytes()); }
 void Storage::release_cache() { cache().release(); }
 

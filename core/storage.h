@@ -33,8 +33,10 @@ class Storage {
   // Number of Storage objects alive in the process, and their total bytes.
   static int64_t live_count();
   static int64_t live_bytes();
-  // The most live bytes since the start or the last reset_peak() (memory
-  // benchmarks: what a computation needs at its worst moment).
+  // The most live bytes since the last reset_peak() (memory benchmarks: what
+  // a computation needs at its worst moment). Counting starts with the first
+  // reset_peak(), so a program that never asks pays nothing per allocation;
+  // before it, peak_bytes() is -1.
   static int64_t peak_bytes();
   static void reset_peak();
   // Bytes held in the reuse cache (not counted as live), and freeing them.
