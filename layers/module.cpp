@@ -7,12 +7,20 @@
 
 namespace tapeformer {
 
+bool Module::has_name(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.first == name) return true;
+  for (const auto& b : buffers_)
+    if (b.first == name) return true;
+  for (const auto& c : children_)
+    if (c.first == name || (c.first.empty() && c.second->has_name(name))) return true;
+  return false;
+}
+
 void Module::check_new_name(const std::string& name) const {
   TAPEFORMER_CHECK(!name.empty() && name.find('.') == std::string::npos,
                    "Module: invalid name '", name, "' (non-empty, no dots)");
-  for (const auto& p : params_) TAPEFORMER_CHECK(p.first != name, "Module: duplicate name '", name, "'");
-  for (const auto& b : buffers_) TAPEFORMER_CHECK(b.first != name, "Module: duplicate name '", name, "'");
-  for (const auto& c : children_) TAPEFORMER_CHECK(c.first != name, "Module: duplicate name '", name, "'");
+  TAPEFORMER_CHECK(!has_name(name), "Module: duplicate name '", name, "'");
 }
 
 Var Module::register_parameter(const std::string& name, Tensor value) {
@@ -34,15 +42,22 @@ Tensor Module::register_buffer(const std::string& name, Tensor value) {
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
-  check_new_name(name);
   TAPEFORMER_CHECK(module != nullptr, "Module: child '", name, "' is null");
+  if (name.empty()) {  // inline: its names join this module's
+    for (const auto& p : module->params_) check_new_name(p.first);
+    for (const auto& b : module->buffers_) check_new_name(b.first);
+    for (const auto& c : module->children_)
+      if (!c.first.empty()) check_new_name(c.first);
+  } else {
+    check_new_name(name);
+  }
   children_.emplace_back(name, std::move(module));
 }
 
 void Module::collect(const std::string& prefix, NamedVars& params, NamedTensors& buffers) const {
   for (const auto& [name, var] : params_) params.emplace_back(prefix + name, var);
   for (const auto& [name, t] : buffers_) buffers.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, buffers);
+  for (const auto& [name, child] : children_) child->collect(name.empty() ? prefix : prefix + name + ".", params, buffers);
 }
 
 NamedVars Module::named_parameters() const {

@@ -70,10 +70,19 @@ class Module {
     add_child(name, module);
     return module;
   }
+  // A child whose entries are named as if they were this module's own
+  // (TransformerLM's block stack: "0.attn.qkv.weight", not "stack.0...").
+  // Its names must not clash with this module's; a clash is an Error.
+  template <class M>
+  std::shared_ptr<M> register_inline(std::shared_ptr<M> module) {
+    add_child("", module);
+    return module;
+  }
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name) const;
+  bool has_name(const std::string& name) const;  // own, or an inline child's
   void collect(const std::string& prefix, NamedVars& params, NamedTensors& buffers) const;
 
   NamedVars params_;
