@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "layers/attention/attention.h"
 #include "layers/basic.h"
+#include "layers/block/block.h"
 #include "layers/positional/positional.h"
 
 namespace tapeformer {
@@ -52,6 +53,7 @@ std::vector<DeclaredOption> model_options() {
   };
   for (const AttentionKind& k : attention_kinds().kinds()) take(k.options, "model.attention \"" + k.name + "\"");
   for (const PositionalKind& k : positional_kinds().kinds()) take(k.options, "model.positional \"" + k.name + "\"");
+  for (const BlockKind& k : block_kinds().kinds()) take(k.options, "model.block \"" + k.name + "\"");
   return out;
 }
 
@@ -69,7 +71,7 @@ OptionValue option(const ModelConfig& cfg, const std::string& name, size_t type)
     TAPEFORMER_CHECK(v.index() == type, "model.", name, " must be ", kTypeNames[type], ", got ", option_to_string(v));
     return v;
   }
-  fail("model.", name, ": no registered attention kind or positional scheme declares this option");
+  fail("model.", name, ": no registered kind declares this option");
 }
 
 }  // namespace
@@ -95,6 +97,7 @@ void ModelConfig::validate() const {
 void ModelConfig::validate_kinds() const {
   const AttentionKind& attn = attention_kinds().get(attention);
   const PositionalKind& pos = positional_kinds().get(positional);
+  const BlockKind& blk = block_kinds().get(block);
   // An option only the unselected kinds read must keep its default: a value
   // set for nothing is refused, not silently ignored.
   for (const DeclaredOption& d : model_options()) {
@@ -107,19 +110,21 @@ void ModelConfig::validate_kinds() const {
         if (o.name == d.option.name) return true;
       return false;
     };
-    if (it->second == d.option.default_value || reads(attn.options) || reads(pos.options)) continue;
+    if (it->second == d.option.default_value || reads(attn.options) || reads(pos.options) || reads(blk.options)) continue;
     std::string readers;
     for (const std::string& r : d.readers) readers += (readers.empty() ? "" : " or ") + r;
     fail("model.", d.option.name, " = ", option_to_string(it->second), " applies to ", readers,
-         " only; this config selects model.attention \"", attention, "\" and model.positional \"", positional, "\"");
+         " only; this config selects model.attention \"", attention, "\", model.positional \"", positional,
+         "\" and model.block \"", block, "\"");
   }
   for (const auto& [name, value] : options) {
     bool declared = false;
     for (const DeclaredOption& d : model_options()) declared = declared || d.option.name == name;
-    TAPEFORMER_CHECK(declared, "model.", name, ": no registered attention kind or positional scheme declares this option");
+    TAPEFORMER_CHECK(declared, "model.", name, ": no registered kind declares this option");
   }
   pos.check(*this);
   attn.check(*this, pos);
+  blk.check(*this);
 }
 
 }  // namespace tapeformer

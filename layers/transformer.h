@@ -11,9 +11,10 @@
 //
 // Architecture (nanoGPT): x = drop(pos_emb.embed(tok_emb(ids), 0)), where the
 // positional scheme adds absolute positions (learned, sinusoidal) or nothing;
-// per block x += attn(ln_1(x)); x += mlp(ln_2(x)); logits = ln_f(x) W_head.
-// The attention kind and the scheme's part inside it come from the
-// registries (layers/attention/attention.h, layers/positional/positional.h).
+// x = stack(x), by default per block x += attn(ln_1(x)); x += mlp(ln_2(x));
+// logits = ln_f(x) W_head. The block stack, the attention kind and the
+// scheme's part inside it come from the registries (layers/block/block.h,
+// layers/attention/attention.h, layers/positional/positional.h).
 // With tie_weights the head is the token embedding's transpose. Init:
 // N(0, 0.02) everywhere, residual projections N(0, 0.02 / sqrt(2 * n_layer)),
 // biases 0, norm gains 1.
@@ -25,34 +26,12 @@
 
 #include "layers/attention/attention.h"
 #include "layers/basic.h"
+#include "layers/block/block.h"
+#include "layers/block/standard.h"
 #include "layers/model_config.h"
 #include "layers/positional/positional.h"
 
 namespace tapeformer {
-
-// FFN(x) = drop(act(x W1 + b1) W2 + b2), hidden = 4 C.
-class FeedForward : public Module {
- public:
-  FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, Activation act,
-              float proj_init_std, Rng& rng);
-  Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
-  Activation activation;
-  std::shared_ptr<Linear> fc, proj;
-  std::shared_ptr<Dropout> drop;
-};
-
-class TransformerBlock : public Module {
- public:
-  // The attention is cfg.attention's kind, with `positional`'s part inside.
-  TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng);
-  Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
-  // Inference with the attention's own state (KV cache, running sums).
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const;
-  Var forward(const Var& x, InferenceState& state) const;  // (B, T, C) -> (B, T, C)
-  std::shared_ptr<LayerNorm> ln_1, ln_2;
-  std::shared_ptr<Attention> attn;
-  std::shared_ptr<FeedForward> mlp;
-};
 
 // What a model of a config costs, computed from its kinds before anything is
 // allocated (the trainer's memory check); parameters equals the built
@@ -92,7 +71,7 @@ class TransformerLM : public Module {
   std::shared_ptr<Embedding> tok_emb;
   std::shared_ptr<Positional> pos_emb;  // the positional scheme (checkpoint keys "pos_emb.*")
   std::shared_ptr<Dropout> drop;
-  std::vector<std::shared_ptr<TransformerBlock>> blocks;
+  std::shared_ptr<BlockStack> stack;  // cfg.block's kind; its layers' keys are "0.*", "1.*", ...
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Linear> lm_head;  // null when tied
 

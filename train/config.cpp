@@ -43,6 +43,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("model.activation", c.model.activation);
   v("model.attention", c.model.attention);
   v("model.positional", c.model.positional);
+  v("model.block", c.model.block);
   // The kind-specific keys the registered kinds declare (model.feature_map, ...).
   for (const DeclaredOption& d : model_options()) {
     OptionSlot slot{&c.model.options, d.option};

@@ -1,5 +1,5 @@
-// Every attention kind x positional scheme (x feature map) the registries
-// allow, as whole models: causality, inference states against the full
+// Every block kind x attention kind x positional scheme (x feature map) the
+// registries allow, as whole models: causality, inference states against the full
 // forward, gradients, parameter counts from the kinds, and the combinations
 // the config refuses (with the keys named).
 #include <doctest/doctest.h>
@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "golden.h"
 #include "layers/attention/attention.h"
+#include "layers/block/block.h"
 #include "layers/transformer.h"
 #include "train/sample.h"
 
@@ -21,8 +22,10 @@ namespace {
 
 struct Arch {
   std::string attention, positional, feature_map;
+  std::string block = "standard";
   std::string label() const {
-    return attention + (feature_map.empty() ? "" : "(" + feature_map + ")") + " + " + positional;
+    return attention + (feature_map.empty() ? "" : "(" + feature_map + ")") + " + " + positional +
+           (block == "standard" ? "" : " [" + block + "]");
   }
 };
 
@@ -35,6 +38,7 @@ ModelConfig config_of(const Arch& a, int64_t layers = 2, int64_t width = 16, int
   c.n_embd = width;
   c.attention = a.attention;
   c.positional = a.positional;
+  c.block = a.block;
   if (!a.feature_map.empty()) c.options["feature_map"] = a.feature_map;
   c.options["rel_clip"] = int64_t{3};  // Shaw: offsets beyond 3 share a vector (the clipping path runs)
   if (a.positional != "shaw") c.options.erase("rel_clip");
@@ -44,19 +48,21 @@ ModelConfig config_of(const Arch& a, int64_t layers = 2, int64_t width = 16, int
 // Every combination the kinds accept; the refused ones are tested below.
 std::vector<Arch> allowed() {
   std::vector<Arch> out;
-  for (const AttentionKind& attn : attention_kinds().kinds())
-    for (const PositionalKind& pos : positional_kinds().kinds()) {
-      const std::vector<std::string> maps =
-          attn.name == "linear" ? std::vector<std::string>{"elu1", "cos", "efficient"} : std::vector<std::string>{""};
-      for (const std::string& map : maps) {
-        const Arch a{attn.name, pos.name, map};
-        try {
-          config_of(a).validate_kinds();
-          out.push_back(a);
-        } catch (const Error&) {
+  for (const BlockKind& block : block_kinds().kinds())
+    for (const AttentionKind& attn : attention_kinds().kinds())
+      for (const PositionalKind& pos : positional_kinds().kinds()) {
+        const std::vector<std::string> maps = attn.name == "linear"
+                                                  ? std::vector<std::string>{"elu1", "cos", "efficient"}
+                                                  : std::vector<std::string>{""};
+        for (const std::string& map : maps) {
+          const Arch a{attn.name, pos.name, map, block.name};
+          try {
+            config_of(a).validate_kinds();
+            out.push_back(a);
+          } catch (const Error&) {
+          }
         }
       }
-    }
   return out;
 }
 
@@ -91,7 +97,8 @@ TEST_CASE("the registries allow the expected combinations") {
   for (const Arch& a : allowed()) labels.push_back(a.label());
   for (const char* want : {"softmax + learned", "softmax + sinusoidal", "softmax + rope", "softmax + alibi",
                            "softmax + shaw", "linear(elu1) + learned", "linear(elu1) + rope", "linear(cos) + rope",
-                           "linear(efficient) + sinusoidal"})
+                           "linear(efficient) + sinusoidal", "softmax + rope [reversible]",
+                           "linear(elu1) + rope [reversible]"})
     CHECK_MESSAGE(std::count(labels.begin(), labels.end(), want) == 1, want);
   for (const char* refused : {"linear(elu1) + alibi", "linear(elu1) + shaw", "linear(efficient) + rope"})
     CHECK_MESSAGE(std::count(labels.begin(), labels.end(), refused) == 0, refused);
@@ -249,15 +256,15 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           "its two softmaxes is not a rotation of a kernel's features (use elu1 or cos with it)");
   refused({"softmax", "learned", "cos"},
           "model.feature_map = \"cos\" applies to model.attention \"linear\" only; this config selects "
-          "model.attention \"softmax\" and model.positional \"learned\"");
+          "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"");
   refused({"softmax", "rope", ""},
           "model.rel_clip = 8 applies to model.positional \"shaw\" only; this config selects model.attention "
-          "\"softmax\" and model.positional \"rope\"",
+          "\"softmax\", model.positional \"rope\" and model.block \"standard\"",
           {{"rel_clip", int64_t{8}}});
   refused({"linear", "learned", "relu1"}, "model.feature_map must be \"elu1\", \"cos\" or \"efficient\", got \"relu1\"");
   refused({"softmax", "shaw", ""}, "model.rel_clip must be in [1, 2^20], got 0", {{"rel_clip", int64_t{0}}});
   refused({"softmax", "shaw", ""}, "model.rel_clip must be an integer, got \"8\"", {{"rel_clip", std::string("8")}});
-  refused({"softmax", "learned", ""}, "model.window: no registered attention kind or positional scheme declares this option",
+  refused({"softmax", "learned", ""}, "model.window: no registered kind declares this option",
           {{"window", int64_t{3}}});
   refused({"flash", "learned", ""}, "model.attention: unknown kind \"flash\" (known: softmax, linear)");
   refused({"softmax", "xpos", ""},

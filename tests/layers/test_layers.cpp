@@ -63,11 +63,12 @@ TEST_CASE("Module: GPT-2 init statistics") {
     const double n = t.numel();
     return std::sqrt(s2 / n - (s / n) * (s / n));
   };
-  const Tensor& qkv = std::dynamic_pointer_cast<MultiHeadAttention>(model.blocks[0]->attn)->qkv->weight.value();
-  const Tensor& proj = model.blocks[0]->mlp->proj->weight.value();  // residual projection: 0.02 / sqrt(2 * 8)
+  const auto& blocks = std::dynamic_pointer_cast<StandardStack>(model.stack)->blocks;
+  const Tensor& qkv = std::dynamic_pointer_cast<MultiHeadAttention>(blocks[0]->attn)->qkv->weight.value();
+  const Tensor& proj = blocks[0]->mlp->proj->weight.value();  // residual projection: 0.02 / sqrt(2 * 8)
   CHECK(stdev_z(stdev(qkv), 0.02, qkv.numel()) < kZ);
   CHECK(stdev_z(stdev(proj), 0.02 / std::sqrt(16.0), proj.numel()) < kZ);
-  CHECK(model.blocks[0]->ln_1->weight.value().to_vector() == std::vector<Scalar>(64, 1.0f));
+  CHECK(blocks[0]->ln_1->weight.value().to_vector() == std::vector<Scalar>(64, 1.0f));
 }
 
 TEST_CASE("Module: load_state round trip and errors name the key and shapes") {
@@ -372,7 +373,7 @@ TEST_CASE("inference states: wrong batch, foreign state, training mode and gradi
     CHECK(model.forward(one, *state).value().shape() == Shape{1, 1, 11});
     // A failure part way (block 1 left in training mode) resets the state
     // instead of leaving block 0's cache a position ahead.
-    model.blocks[1]->train();
+    std::dynamic_pointer_cast<StandardStack>(model.stack)->blocks[1]->train();
     CHECK_THROWS_WITH_AS(model.forward(one, *state), doctest::Contains("is for inference"), Error);
     CHECK(state->length() == 0);
     model.eval();

@@ -1,0 +1,86 @@
+// Blocks: how the n_layer layers between the embeddings and the output head
+// are wired, as one interface with kinds a config selects by name
+// (`model.block`).
+//
+//   ModelConfig cfg;  cfg.block = "reversible";
+//   auto pos = positional_kinds().get(cfg.positional).make(cfg, rng);
+//   std::shared_ptr<BlockStack> stack = block_kinds().get(cfg.block).make(cfg, *pos, rng);
+//   Var h = stack->forward(x, rng);                    // (B, T, C) -> (B, T, C), before ln_f
+//
+//   NoGradGuard no_grad;  stack->eval();
+//   auto state = stack->make_state(/*batch=*/1, /*window=*/64);
+//   h = stack->forward(x_prompt, *state);              // (1, t, C)
+//   h = stack->forward(x_next, *state);                // (1, 1, C)
+//
+// A stack holds its layers as children "0", "1", ... (checkpoint keys
+// "0.attn.qkv.weight", ...; TransformerLM registers the stack without a
+// prefix), each with the config's attention kind and positional scheme
+// inside. What the stack keeps for the backward is its own business: the
+// standard stack keeps every layer's activations (the tape), the reversible
+// one only its outputs, recomputing the rest in the backward.
+//
+// Kinds: "standard" (pre-LN residual blocks, nanoGPT's; layers/block/standard.h),
+// "reversible" (RevNet couplings, SPEC §3; layers/block/reversible.h).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+#include "core/rng.h"
+#include "layers/inference_state.h"
+#include "layers/model_config.h"
+#include "layers/module.h"
+#include "layers/positional/positional.h"
+
+namespace tapeformer {
+
+class BlockStack : public Module {
+ public:
+  // x (B, T, C), the embeddings of positions 0..T-1 -> (B, T, C), the input
+  // of the final norm.
+  virtual Var forward(const Var& x, Rng& rng) const = 0;
+  // Reading a sequence piece by piece: one state per layer (KV cache,
+  // running sums) in one InferenceState; window as Attention::make_state.
+  virtual std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const = 0;
+  // x (B, T, C) of the T positions after those the state has seen -> (B, T, C).
+  virtual Var forward(const Var& x, InferenceState& state) const = 0;
+};
+
+struct BlockKind {
+  std::string name;
+  std::string summary;               // one line, for errors and docs
+  std::vector<ModelOption> options;  // the model.* keys it reads (e.g. ff_chunks)
+  std::function<std::shared_ptr<BlockStack>(const ModelConfig&, const Positional&, Rng&)> make;
+  // Parameters of the whole stack (attention and positional parts included).
+  std::function<double(const ModelConfig&)> parameters;
+  // Floats the stack keeps for the backward of one sequence of T tokens (a
+  // lower bound; see AttentionKind::activation_floats).
+  std::function<double(const ModelConfig&, int64_t T)> activation_floats;
+  // Throws Error naming the keys when the config cannot use this kind.
+  std::function<void(const ModelConfig&)> check;
+};
+
+// The table of block kinds (layers/block/registry.cpp). A program may add its
+// own at start-up: block_kinds().add({...}).
+Registry<BlockKind>& block_kinds();
+
+// The state of a stack of layers that each carry their own (one per layer).
+class LayerStates : public InferenceState {
+ public:
+  std::string name() const override { return "layer states"; }
+  int64_t length() const override { return length_; }
+  void reset() override {
+    for (auto& s : layers) s->reset();
+    length_ = 0;
+  }
+  void advance(int64_t T) { length_ += T; }
+  std::vector<std::unique_ptr<InferenceState>> layers;
+
+ private:
+  int64_t length_ = 0;
+};
+
+}  // namespace tapeformer

@@ -1,0 +1,15 @@
+// The table of block kinds.
+#include "layers/block/block.h"
+
+namespace tapeformer {
+
+// Each kind's entry, defined in its own file.
+BlockKind standard_block_kind();    // standard.cpp
+BlockKind reversible_block_kind();  // reversible.cpp
+
+Registry<BlockKind>& block_kinds() {
+  static Registry<BlockKind> kinds("model.block", {standard_block_kind(), reversible_block_kind()});
+  return kinds;
+}
+
+}  // namespace tapeformer

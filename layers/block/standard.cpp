@@ -1,0 +1,103 @@
+#include "layers/block/standard.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace tapeformer {
+
+FeedForward::FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, Activation act,
+                         float proj_init_std, Rng& rng)
+    : activation(act) {
+  fc = register_module("fc", std::make_shared<Linear>(n_embd, hidden, bias, rng));
+  proj = register_module("proj", std::make_shared<Linear>(hidden, n_embd, bias, rng, proj_init_std));
+  drop = register_module("drop", std::make_shared<Dropout>(dropout));
+}
+
+Var FeedForward::forward(const Var& x, Rng& rng) const {
+  // proj(act(fc(x))) as one fused op (see feed_forward in autograd/ops.h).
+  return drop->forward(feed_forward(x, fc->weight, fc->bias, proj->weight, proj->bias, activation), rng);  // (B, T, C)
+}
+
+TransformerBlock::TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
+  std::shared_ptr<PositionalLayer> pos = positional.make_layer(rng);
+  attn = register_module("attn", attention_kinds().get(cfg.attention).make(cfg, std::move(pos), rng));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
+  mlp = register_module("mlp", std::make_shared<FeedForward>(cfg.n_embd, 4 * cfg.n_embd, cfg.bias,
+                                                             cfg.dropout, cfg.activation,
+                                                             residual_init_std(cfg), rng));
+}
+
+Var TransformerBlock::forward(const Var& x_in, Rng& rng) const {
+  const Var x = add(x_in, attention_branch(x_in, rng));
+  return add(x, ff_branch(x, rng));
+}
+
+std::unique_ptr<InferenceState> TransformerBlock::make_state(int64_t batch, int64_t window) const {
+  return attn->make_state(batch, window);
+}
+
+Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
+  const Var x = add(x_in, attention_branch(x_in, state));
+  Rng unused(0);  // eval mode: no dropout draws
+  return add(x, ff_branch(x, unused));
+}
+
+double transformer_block_parameters(const ModelConfig& cfg) {
+  const double C = static_cast<double>(cfg.n_embd), b = cfg.bias ? 1 : 0;
+  const double norm = C + b * C;                   // a LayerNorm's gain and bias
+  const double mlp = 8 * C * C + b * (4 * C + C);  // fc [C, 4C] and proj [4C, C]
+  return 2 * norm + attention_kinds().get(cfg.attention).parameters(cfg) + mlp;
+}
+
+double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T) {
+  return 4.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd) +
+         attention_kinds().get(cfg.attention).activation_floats(cfg, T);
+}
+
+StandardStack::StandardStack(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
+  for (int64_t i = 0; i < cfg.n_layer; ++i)
+    blocks.push_back(register_module(std::to_string(i), std::make_shared<TransformerBlock>(cfg, positional, rng)));
+}
+
+Var StandardStack::forward(const Var& x_in, Rng& rng) const {
+  Var x = x_in;
+  for (const auto& block : blocks) x = block->forward(x, rng);
+  return x;
+}
+
+std::unique_ptr<InferenceState> StandardStack::make_state(int64_t batch, int64_t window) const {
+  auto state = std::make_unique<LayerStates>();
+  for (const auto& block : blocks) state->layers.push_back(block->make_state(batch, window));
+  return state;
+}
+
+Var StandardStack::forward(const Var& x_in, InferenceState& state) const {
+  LayerStates& s = state_as<LayerStates>(state, "StandardStack", "layer states");
+  TAPEFORMER_CHECK(s.layers.size() == blocks.size(), "StandardStack: a state of ", s.layers.size(),
+                   " layers for a stack of ", blocks.size());
+  Var x = x_in;
+  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.layers[i]);
+  s.advance(x_in.dim(1));
+  return x;
+}
+
+BlockKind standard_block_kind() {
+  BlockKind kind;
+  kind.name = "standard";
+  kind.summary = "pre-LN residual blocks x += attn(ln_1(x)); x += mlp(ln_2(x)) (nanoGPT)";
+  kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
+    return std::make_shared<StandardStack>(cfg, positional, rng);
+  };
+  kind.parameters = [](const ModelConfig& cfg) {
+    return static_cast<double>(cfg.n_layer) * transformer_block_parameters(cfg);
+  };
+  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
+    return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
+  };
+  kind.check = [](const ModelConfig&) {};
+  return kind;
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,65 @@
+// The standard stack: nanoGPT's pre-LN residual blocks, and the pieces every
+// block kind shares (FeedForward, the block's two branches).
+//
+//   per layer:  x = x + F(x),  F = attn(ln_1(.))     (B, T, C)
+//               x = x + G(x),  G = mlp(ln_2(.))      (B, T, C)
+//
+// Its backward keeps every layer's activations (the tape): memory grows with
+// n_layer. The reversible stack (layers/block/reversible.h) wires the same
+// blocks as couplings and keeps only its outputs.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layers/attention/attention.h"
+#include "layers/basic.h"
+#include "layers/block/block.h"
+
+namespace tapeformer {
+
+// FFN(x) = drop(act(x W1 + b1) W2 + b2), hidden = 4 C.
+class FeedForward : public Module {
+ public:
+  FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, Activation act,
+              float proj_init_std, Rng& rng);
+  Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
+  Activation activation;
+  std::shared_ptr<Linear> fc, proj;
+  std::shared_ptr<Dropout> drop;
+};
+
+// One layer's parameters: ln_1, attn (cfg.attention's kind, `positional`'s
+// part inside), ln_2, mlp; keys "ln_1.weight", "attn.qkv.weight", ...
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng);
+  // The residual branches: F(x) = attn(ln_1(x)), G(x) = mlp(ln_2(x)), (B, T, C) -> (B, T, C).
+  Var attention_branch(const Var& x, Rng& rng) const { return attn->forward(ln_1->forward(x), rng); }
+  Var attention_branch(const Var& x, InferenceState& state) const { return attn->forward(ln_1->forward(x), state); }
+  Var ff_branch(const Var& x, Rng& rng) const { return mlp->forward(ln_2->forward(x), rng); }
+  // The pre-LN block: x + F(x), then + G of that.
+  Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const;
+  Var forward(const Var& x, InferenceState& state) const;  // (B, T, C) -> (B, T, C)
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<Attention> attn;
+  std::shared_ptr<FeedForward> mlp;
+};
+
+// Parameters of one TransformerBlock, its positional part excluded.
+double transformer_block_parameters(const ModelConfig& cfg);
+// Floats one TransformerBlock keeps for the backward of T tokens (its
+// (T, C) tensors, about four, and the attention's own).
+double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
+
+class StandardStack : public BlockStack {
+ public:
+  StandardStack(const ModelConfig& cfg, const Positional& positional, Rng& rng);
+  Var forward(const Var& x, Rng& rng) const override;
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
+  Var forward(const Var& x, InferenceState& state) const override;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;  // registered as "0", "1", ...
+};
+
+}  // namespace tapeformer

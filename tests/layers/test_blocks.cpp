@@ -1,0 +1,229 @@
+// Block kinds: the reversible stack against the same couplings run with
+// stored activations (values, every gradient, the rebuilt inputs), dropout
+// replay, chunked feed-forward, memory held, and the block registry's refusals.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/storage.h"
+#include "layers/block/reversible.h"
+#include "layers/transformer.h"
+
+using namespace tapeformer;
+
+namespace {
+
+ModelConfig stack_config(const std::string& attention, const std::string& positional, int64_t layers,
+                         int64_t ff_chunks = 1, float dropout = 0.1f) {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.block_size = 16;
+  c.n_layer = layers;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.dropout = dropout;
+  c.attention = attention;
+  c.positional = positional;
+  c.block = "reversible";
+  if (ff_chunks != 1) c.options["ff_chunks"] = ff_chunks;
+  return c;
+}
+
+Tensor random(const Shape& s, uint64_t seed) {
+  Rng rng(seed);
+  Tensor t = Tensor::empty(s);
+  rng.fill_normal(t, 0.0f, 1.0f);
+  return t;
+}
+
+// max |a - b| / max |b|: the error relative to the tensor's scale.
+double relative_error(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const std::vector<Scalar> x = a.to_vector(), y = b.to_vector();
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(x[i]) - y[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(y[i])));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+// The couplings written out with ordinary ops: every activation on the tape.
+// Records each layer's inputs (X1, X2) in `inputs` when given.
+Var stored_activations(const ReversibleStack& stack, const Var& x, Rng& rng,
+                       std::vector<std::pair<Tensor, Tensor>>* inputs = nullptr) {
+  Var x1 = x, x2 = x;
+  for (const auto& block : stack.blocks) {
+    if (inputs) inputs->push_back({x1.value(), x2.value()});
+    const Var y1 = add(x1, block->attention_branch(x2, rng));
+    x2 = stack.ff_coupling(*block, x2, y1, rng);
+    x1 = y1;
+  }
+  return mul_scalar(add(x1, x2), 0.5f);
+}
+
+struct Run {
+  Tensor y, dx;
+  std::vector<Tensor> grads;
+};
+
+Run run(const ReversibleStack& stack, const Tensor& x_value, const Tensor& dy, uint64_t seed, bool reversible) {
+  for (const Var& p : stack.parameters()) p.zero_grad();
+  Var x(x_value, /*requires_grad=*/true);
+  Rng rng(seed);
+  const Var y = reversible ? stack.forward(x, rng) : stored_activations(stack, x, rng);
+  backward(y, dy);
+  Run r{y.value(), x.grad(), {}};
+  for (const Var& p : stack.parameters()) r.grads.push_back(p.grad());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("reversible stack: values, input and parameter gradients equal stored activations (8 blocks, dropout)") {
+  for (const auto& [attention, positional, chunks] :
+       {std::tuple<std::string, std::string, int64_t>{"softmax", "learned", 1}, {"softmax", "rope", 3},
+        {"linear", "rope", 1}, {"softmax", "shaw", 4}}) {
+    CAPTURE(attention);
+    CAPTURE(positional);
+    CAPTURE(chunks);
+    const ModelConfig c = stack_config(attention, positional, 8, chunks);
+    Rng init(1);
+    const auto pos = positional_kinds().get(c.positional).make(c, init);
+    ReversibleStack stack(c, *pos, init);
+    const Tensor x = random({2, 16, 16}, 2), dy = random({2, 16, 16}, 3);
+    const Run rev = run(stack, x, dy, 7, true), ref = run(stack, x, dy, 7, false);
+    CHECK(rev.y.to_vector() == ref.y.to_vector());  // the same ops on the same values
+    CHECK(relative_error(rev.dx, ref.dx) < 1e-5);
+    REQUIRE(rev.grads.size() == ref.grads.size());
+    for (size_t i = 0; i < rev.grads.size(); ++i) {
+      CAPTURE(stack.named_parameters()[i].first);
+      REQUIRE(rev.grads[i].defined());
+      CHECK(relative_error(rev.grads[i], ref.grads[i]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("reversible stack: the backward rebuilds every layer's inputs to 1e-5 of the stored ones") {
+  const ModelConfig c = stack_config("softmax", "learned", 8);
+  Rng init(4);
+  const auto pos = positional_kinds().get(c.positional).make(c, init);
+  ReversibleStack stack(c, *pos, init);
+  // Weights well past the init's, so that each layer changes its inputs.
+  for (auto& [name, p] : stack.named_parameters()) init.fill_normal(p.value(), 0.0f, 0.2f);
+  const Tensor x_value = random({2, 16, 16}, 5);
+  std::vector<std::pair<Tensor, Tensor>> stored;
+  {
+    NoGradGuard no_grad;
+    Rng rng(8);
+    stored_activations(stack, Var(x_value), rng, &stored);
+  }
+  std::vector<std::pair<Tensor, Tensor>> rebuilt(8);
+  std::vector<size_t> order;
+  stack.on_rebuilt = [&](size_t l, const Tensor& x1, const Tensor& x2) {
+    order.push_back(l);
+    rebuilt[l] = {x1, x2};
+  };
+  Var x(x_value, true);
+  Rng rng(8);
+  backward(stack.forward(x, rng), random({2, 16, 16}, 6));
+  CHECK(order == std::vector<size_t>{7, 6, 5, 4, 3, 2, 1, 0});
+  for (size_t l = 0; l < 8; ++l) {
+    CAPTURE(l);
+    CHECK(relative_error(rebuilt[l].first, stored[l].first) < 1e-5);
+    CHECK(relative_error(rebuilt[l].second, stored[l].second) < 1e-5);
+  }
+  // The check can fail: the first layer's inputs are the embeddings twice.
+  CHECK(relative_error(rebuilt[0].first, stored[1].first) > 0.1);
+}
+
+TEST_CASE("reversible stack: the same seed gives the same dropout masks, another seed others") {
+  const ModelConfig c = stack_config("softmax", "learned", 3, 1, 0.3f);
+  Rng init(9);
+  const auto pos = positional_kinds().get(c.positional).make(c, init);
+  ReversibleStack stack(c, *pos, init);
+  const Tensor x = random({2, 16, 16}, 10), dy = random({2, 16, 16}, 11);
+  const Run a = run(stack, x, dy, 21, true), b = run(stack, x, dy, 21, true), other = run(stack, x, dy, 22, true);
+  CHECK(a.y.to_vector() == b.y.to_vector());
+  CHECK(a.dx.to_vector() == b.dx.to_vector());
+  CHECK(a.y.to_vector() != other.y.to_vector());
+  stack.eval();  // no dropout: the seed no longer matters
+  CHECK(run(stack, x, dy, 21, true).y.to_vector() == run(stack, x, dy, 22, true).y.to_vector());
+}
+
+TEST_CASE("reversible stack: chunked feed-forward gives the unchunked outputs") {
+  Rng init(12);
+  const ModelConfig one = stack_config("softmax", "learned", 2, 1, 0.0f), five = stack_config("softmax", "learned", 2, 5, 0.0f);
+  const auto pos = positional_kinds().get(one.positional).make(one, init);
+  ReversibleStack a(one, *pos, init);
+  Rng init2(12);
+  const auto pos2 = positional_kinds().get(five.positional).make(five, init2);
+  ReversibleStack b(five, *pos2, init2);
+  CHECK(b.ff_chunks == 5);
+  const Tensor x = random({2, 16, 16}, 13), dy = random({2, 16, 16}, 14);
+  const Run ra = run(a, x, dy, 1, true), rb = run(b, x, dy, 1, true);
+  CHECK(relative_error(rb.y, ra.y) < 1e-6);
+  CHECK(relative_error(rb.dx, ra.dx) < 1e-5);
+  for (size_t i = 0; i < ra.grads.size(); ++i) CHECK(relative_error(rb.grads[i], ra.grads[i]) < 1e-5);
+}
+
+TEST_CASE("reversible stack: activation memory does not grow with depth; the standard stack's does") {
+  const auto peak = [](const std::string& block, int64_t layers) {
+    ModelConfig c = stack_config("softmax", "rope", layers, 1, 0.0f);
+    c.block = block;
+    c.block_size = 128;
+    Rng init(15);
+    const auto pos = positional_kinds().get(c.positional).make(c, init);
+    const auto stack = block_kinds().get(block).make(c, *pos, init);
+    const Tensor x_value = random({4, 128, 16}, 16), dy = random({4, 128, 16}, 17);
+    Rng rng(1);
+    backward(stack->forward(Var(x_value, true), rng), dy);  // parameter gradients now exist
+    Var x(x_value, true);
+    Storage::reset_peak();
+    const int64_t before = Storage::live_bytes();
+    backward(stack->forward(x, rng), dy);
+    return static_cast<double>(Storage::peak_bytes() - before);
+  };
+  const double rev2 = peak("reversible", 2), rev8 = peak("reversible", 8);
+  const double std2 = peak("standard", 2), std8 = peak("standard", 8);
+  CHECK(rev8 < 1.2 * rev2);
+  CHECK(std8 > 3.0 * std2);
+  CHECK(rev8 < 0.5 * std8);
+}
+
+TEST_CASE("block kinds: parameters equal the standard stack's; unknown kinds and misplaced keys are refused") {
+  ModelConfig c = stack_config("softmax", "learned", 3);
+  c.block = "standard";
+  Rng a(1), b(1);
+  TransformerLM standard(c, a);
+  c.block = "reversible";
+  TransformerLM reversible(c, b);
+  CHECK(standard.num_parameters() == reversible.num_parameters());
+  CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(reversible.num_parameters()));
+  // The same names: a standard checkpoint loads into a reversible model.
+  CHECK_NOTHROW(reversible.load_state(standard.state()));
+  CHECK(TransformerLM::footprint(c).activation_floats < [&] {
+    ModelConfig s = c;
+    s.block = "standard";
+    return TransformerLM::footprint(s).activation_floats;
+  }());
+
+  ModelConfig bad = c;
+  bad.block = "highway";
+  CHECK_THROWS_WITH_AS(bad.validate_kinds(), "model.block: unknown kind \"highway\" (known: standard, reversible)",
+                       Error);
+  bad = c;
+  bad.options["ff_chunks"] = int64_t{0};
+  CHECK_THROWS_WITH_AS(bad.validate_kinds(), "model.ff_chunks must be >= 1, got 0", Error);
+  bad.block = "standard";
+  bad.options["ff_chunks"] = int64_t{4};
+  CHECK_THROWS_WITH_AS(bad.validate_kinds(),
+                       "model.ff_chunks = 4 applies to model.block \"reversible\" only; this config selects "
+                       "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"",
+                       Error);
+}
