@@ -167,6 +167,17 @@ Var causal_product(const Var& a, const Var& b, const Var& v);
 //   dk_jd = sum_{i>=j} al_id beta_ijd (dy_i . v_j - rho_id); the causal kernel keeps only running C x M sums.
 Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal = true);
 
+// ---- gates (autograd/ops/gates.cpp) -------------------------------------------
+// GTrXL's GRU-type gate (SPEC §5.2) of the residual stream x and a branch
+// output y, both (..., C), with w (C, 3C) = [W_r | W_z | W_g], u (C, 2C) =
+// [U_r | U_z], ug (C, C) = U_g and the bias bg (C):
+//   r = sigmoid(y W_r + x U_r), z = sigmoid(y W_z + x U_z - bg),
+//   h = tanh(y W_g + (r x) U_g), g = (1 - z) x + z h.
+// Backward (SPEC §5.2): dz = dg (h - x), dc = dg z (1 - h^2), e = dc U_g^T,
+//   da = e x r (1 - r), db = dz z (1 - z); dx = dg (1 - z) + e r + [da db] u^T,
+//   dy = [da db dc] w^T, dw = y^T [da db dc], du = x^T [da db], dug = (r x)^T dc, dbg = -sum db.
+Var gru_gate(const Var& x, const Var& y, const Var& w, const Var& u, const Var& ug, const Var& bg);
+
 // ---- positional (autograd/ops/positional.cpp) --------------------------------
 // Rotary position embedding (RoPE, interleaved pairs, SPEC §6): x with positions
 // start + t along `axis` and features along the last axis (width D); pair k

@@ -160,6 +160,11 @@ const std::vector<Row>& table() {
       {"feed_forward relu no bias, transposed weights", {sliced({3, 5}), transposed({5, 7}), transposed({7, 4})},
        [](V v) { return feed_forward(v[0], v[1], Var(), v[2], Var(), Activation::Relu); }},
       {"matmul 2-D x 3-D", {sliced({3, 4}), any({2, 4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
+      // ---- gates ----
+      {"gru_gate (B, T, C) with its weights", {any({2, 3, 4}), any({2, 3, 4}), any({4, 12}), any({4, 8}), any({4, 4}), any({4})},
+       [](V v) { return gru_gate(v[0], mul_scalar(v[1], 2.0f), v[2], v[3], v[4], v[5]); }},
+      {"gru_gate transposed x, 2-D", {transposed({3, 5}), any({3, 5}), any({5, 15}), any({5, 10}), transposed({5, 5}), any({5})},
+       [](V v) { return gru_gate(v[0], v[1], v[2], v[3], v[4], v[5]); }},
       // ---- positional ----
       {"rotary (B, H, T, D) axis 2 from position 3", {any({2, 3, 5, 6})}, [](V v) { return rotary(v[0], 2, 3); }},
       {"rotary odd width, axis 0 of (T, H, D), transposed", {transposed({4, 2, 5})},
