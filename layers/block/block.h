@@ -20,7 +20,9 @@
 // one only its outputs, recomputing the rest in the backward.
 //
 // Kinds: "standard" (pre-LN residual blocks, nanoGPT's; layers/block/standard.h),
-// "reversible" (RevNet couplings, SPEC §3; layers/block/reversible.h).
+// "reversible" (RevNet couplings, SPEC §3; layers/block/reversible.h),
+// "post_ln" (the original Transformer's post-LN blocks; layers/block/post_ln.cpp),
+// "gtrxl" (identity-map reordering with gates, SPEC §5; layers/block/gtrxl.h).
 #pragma once
 
 #include <functional>

@@ -11,6 +11,8 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/storage.h"
+#include "autograd/gradcheck.h"
+#include "layers/block/gtrxl.h"
 #include "layers/block/reversible.h"
 #include "layers/transformer.h"
 
@@ -215,7 +217,7 @@ TEST_CASE("block kinds: parameters equal the standard stack's; unknown kinds and
 
   ModelConfig bad = c;
   bad.block = "highway";
-  CHECK_THROWS_WITH_AS(bad.validate_kinds(), "model.block: unknown kind \"highway\" (known: standard, reversible)",
+  CHECK_THROWS_WITH_AS(bad.validate_kinds(), "model.block: unknown kind \"highway\" (known: standard, reversible, post_ln, gtrxl)",
                        Error);
   bad = c;
   bad.options["ff_chunks"] = int64_t{0};
@@ -224,6 +226,124 @@ TEST_CASE("block kinds: parameters equal the standard stack's; unknown kinds and
   bad.options["ff_chunks"] = int64_t{4};
   CHECK_THROWS_WITH_AS(bad.validate_kinds(),
                        "model.ff_chunks = 4 applies to model.block \"reversible\" only; this config selects "
+                       "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"",
+                       Error);
+}
+
+// ---- GTrXL -------------------------------------------------------------------
+
+namespace {
+
+ModelConfig gated_config(const std::string& gate, double bias, int64_t layers, int64_t width = 16) {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.block_size = 16;
+  c.n_layer = layers;
+  c.n_head = 2;
+  c.n_embd = width;
+  c.block = "gtrxl";
+  c.options["gate"] = gate;
+  c.options["gate_bias"] = bias;
+  return c;
+}
+
+double cosine(const Tensor& a, const Tensor& b) {
+  const std::vector<Scalar> x = a.to_vector(), y = b.to_vector();
+  double xy = 0, xx = 0, yy = 0;
+  for (size_t i = 0; i < x.size(); ++i) xy += double(x[i]) * y[i], xx += double(x[i]) * x[i], yy += double(y[i]) * y[i];
+  return xy / std::sqrt(xx * yy);
+}
+
+}  // namespace
+
+TEST_CASE("gru_gate equals its composition from ops (values and gradients)") {
+  const int64_t C = 6;
+  const Tensor xv = random({2, 3, C}, 30), yv = random({2, 3, C}, 31), dg = random({2, 3, C}, 32);
+  const Tensor wv = mul_scalar(Var(random({C, 3 * C}, 33)), 0.5f).value(), uv = mul_scalar(Var(random({C, 2 * C}, 34)), 0.5f).value();
+  const Tensor ugv = mul_scalar(Var(random({C, C}, 35)), 0.5f).value(), bv = random({C}, 36);
+  struct Out {
+    Tensor g;
+    std::vector<Tensor> grads;
+  };
+  const auto run_gate = [&](bool fused) {
+    std::vector<Var> in = {Var(xv, true), Var(yv, true), Var(wv, true), Var(uv, true), Var(ugv, true), Var(bv, true)};
+    const Var &x = in[0], &y = in[1], &w = in[2], &u = in[3], &ug = in[4], &b = in[5];
+    Var g;
+    if (fused) {
+      g = gru_gate(x, y, w, u, ug, b);
+    } else {
+      const Var ay = matmul(y, w), ax = matmul(x, u);
+      const Var r = sigmoid(add(slice(ay, -1, 0, C), slice(ax, -1, 0, C)));
+      const Var z = sigmoid(sub(add(slice(ay, -1, C, 2 * C), slice(ax, -1, C, 2 * C)), b));
+      const Var h = tanh(add(slice(ay, -1, 2 * C, 3 * C), matmul(mul(r, x), ug)));
+      g = add(mul(add_scalar(neg(z), 1.0f), x), mul(z, h));
+    }
+    backward(g, dg);
+    Out o{g.value(), {}};
+    for (const Var& v : in) o.grads.push_back(v.grad());
+    return o;
+  };
+  const Out fused = run_gate(true), composed = run_gate(false);
+  CHECK(relative_error(fused.g, composed.g) < 1e-6);
+  for (size_t i = 0; i < fused.grads.size(); ++i) {
+    CAPTURE(i);
+    CHECK(relative_error(fused.grads[i], composed.grads[i]) < 1e-5);
+  }
+}
+
+TEST_CASE("gtrxl: at init with b_g = 2 a GRU-gated block's output is close to its input") {
+  const ModelConfig c = gated_config("gru", 2.0, 1, 64);
+  Rng init(40);
+  const auto pos = positional_kinds().get(c.positional).make(c, init);
+  GatedStack stack(c, *pos, init);
+  const Tensor x = random({2, 16, 64}, 41);
+  Rng rng(0);
+  const double cos2 = cosine(stack.forward(Var(x), rng).value(), x);
+  CHECK(cos2 > 0.9);
+  // The check can fail: with b_g = -2 the gate mostly passes the branch.
+  const ModelConfig open = gated_config("gru", -2.0, 1, 64);
+  Rng init2(40);
+  const auto pos2 = positional_kinds().get(open.positional).make(open, init2);
+  GatedStack open_stack(open, *pos2, init2);
+  CHECK(cosine(open_stack.forward(Var(x), rng).value(), x) < cos2);
+}
+
+TEST_CASE("every gate gradchecks in x, y and its parameters") {
+  for (const GateKind& kind : gate_kinds().kinds()) {
+    CAPTURE(kind.name);
+    Rng rng(50);
+    const std::shared_ptr<Gate> gate = kind.make(/*C=*/5, /*bias=*/1.0f, rng);
+    std::vector<Var> vars;
+    for (auto& [name, p] : gate->named_parameters()) {
+      rng.fill_normal(p.value(), 0.0f, 0.5f);  // well past the init, so every term matters
+      vars.push_back(p);
+    }
+    const Var x(random({2, 3, 5}, 51), true), y(random({2, 3, 5}, 52), true);
+    vars.push_back(x);
+    vars.push_back(y);
+    const Tensor r = random({2, 3, 5}, 53);
+    GradcheckOptions opt;
+    opt.label = "gate " + kind.name;
+    const GradcheckResult result = gradcheck_vars([&] { return sum(mul(gate->forward(x, y), Var(r))); }, vars, opt);
+    CHECK_MESSAGE(result.ok, result.message);
+  }
+}
+
+TEST_CASE("gtrxl: parameters per gate kind, and a bad gate is refused naming model.gate") {
+  for (const GateKind& gate : gate_kinds().kinds()) {
+    CAPTURE(gate.name);
+    const ModelConfig c = gated_config(gate.name, 1.0, 2);
+    Rng rng(60);
+    CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(TransformerLM(c, rng).num_parameters()));
+  }
+  CHECK(gate_kinds().get("gru").parameters(16) == 6 * 16 * 16 + 16);  // SPEC §5.2: 6 D^2 + D
+  ModelConfig bad = gated_config("lstm", 2.0, 1);
+  CHECK_THROWS_WITH_AS(bad.validate_kinds(),
+                       "model.gate: unknown kind \"lstm\" (known: none, input, output, highway, sigtanh, gru)", Error);
+  bad.block = "standard";
+  bad.options.erase("gate_bias");
+  CHECK_THROWS_WITH_AS(bad.validate_kinds(),
+                       "model.gate = \"lstm\" applies to model.block \"gtrxl\" only; this config selects "
                        "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"",
                        Error);
 }
