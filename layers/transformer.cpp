@@ -51,6 +51,24 @@ Var TransformerLM::forward(const IndexTensor& ids, Rng& rng) const {
   return head(stack->forward(x, rng));
 }
 
+Var TransformerLM::forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const {
+  TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[1] >= 1, "TransformerLM: ids must be (B, T), got ", ids.shape);
+  TAPEFORMER_CHECK(mem_len() > 0, "TransformerLM: a segment memory needs model.mem_len > 0");
+  TAPEFORMER_CHECK(memory.length() == 0 || memory.layers[0].dim(0) == ids.shape[0], "TransformerLM: a memory of ",
+                   memory.layers[0].dim(0), " sequences for a batch of ", ids.shape[0]);
+  const int64_t T = ids.shape[1], limit = max_positions();
+  TAPEFORMER_CHECK(limit < 0 || T <= limit, "TransformerLM: segment length ", T, " exceeds the ", limit,
+                   " positions of model.positional \"", cfg_.positional, "\"");
+  const Var x = drop->forward(embed(ids, 0), rng);
+  return head(stack->forward(x, memory, rng));
+}
+
+int64_t TransformerLM::mem_len() const {
+  for (const ModelOption& o : block_kinds().get(cfg_.block).options)
+    if (o.name == "mem_len") return cfg_.option_int("mem_len");
+  return 0;
+}
+
 namespace {
 // The model's state: its stack's, and the positions seen.
 class LMState : public InferenceState {

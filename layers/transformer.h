@@ -61,6 +61,15 @@ class TransformerLM : public Module {
   // Needs NoGradGuard and eval(). A state belongs to the model that made it;
   // after an error it is reset.
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const;
+
+  // Transformer-XL training and evaluation (model.mem_len > 0): ids (B, T)
+  // is the segment after those `memory` holds (empty: the first); every
+  // layer attends to its memory, which then moves on to hold each layer's
+  // inputs at the last mem_len positions. Positions restart at 0 in each
+  // segment for the schemes that add them to the embeddings.
+  Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const;
+  // model.mem_len: 0 when the model keeps no segment memory.
+  int64_t mem_len() const;
   Var forward(const IndexTensor& ids, InferenceState& state) const;
   const ModelConfig& config() const { return cfg_; }
   // Positions the model can represent: the learned table's rows, or -1 for any.

@@ -53,6 +53,12 @@ class Attention : public Module {
   // rounding; bit for bit from an empty state where the kind says so).
   virtual Var forward(const Var& x, InferenceState& state) const = 0;
 
+  // Transformer-XL: x (B, T, C) at positions M..M+T-1 attends causally to
+  // itself and to all of `memory` (B, M, C), the (normalised) inputs of the
+  // M positions before it, which get no gradient -> (B, T, C). An undefined
+  // or empty memory is forward(x, rng). Kinds without it refuse.
+  virtual Var forward(const Var& x, const Var& memory, Rng& rng) const;
+
   const PositionalLayer& positional() const { return *pos_; }
 
  protected:
@@ -78,6 +84,8 @@ struct AttentionKind {
   // Throws Error naming the keys when the config cannot use this kind: its
   // options' values, and positional schemes whose needs its math lacks.
   std::function<void(const ModelConfig&, const PositionalKind&)> check;
+  // Whether forward(x, memory, rng) is implemented (Transformer-XL memory).
+  bool segment_memory = false;
 };
 
 // The table of attention kinds (layers/attention/registry.cpp). A program may

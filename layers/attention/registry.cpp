@@ -27,6 +27,11 @@ void Attention::check_inference(const char* who, const Var& x, int64_t n_embd) c
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, who, ": input ", x.shape(), " must be (B, T, ", n_embd, ")");
 }
 
+Var Attention::forward(const Var& x, const Var& memory, Rng& rng) const {
+  if (!memory.defined() || memory.dim(1) == 0) return forward(x, rng);
+  fail("this attention kind takes no segment memory (model.mem_len needs model.attention \"softmax\")");
+}
+
 Var merge_heads(const Var& y) {
   return reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), y.dim(1) * y.dim(3)});  // (B, T, H * D)
 }

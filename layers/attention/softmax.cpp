@@ -126,7 +126,7 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
   if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, /*causal=*/true, p, rng);
   // Learned per-(i, j) terms: the scores exist as a tensor, so compose.
   const float scale = 1.0f / std::sqrt(static_cast<float>(q.dim(3)));
-  Var scores = mul_scalar(add(matmul(q, transpose(k, 2, 3)), pos.score_terms(q, Tk, q0, k0)), scale);  // (B, H, Tq, Tk)
+  Var scores = mul_scalar(add(matmul(q, transpose(k, 2, 3)), pos.score_terms(q, k, q0, k0)), scale);  // (B, H, Tq, Tk)
   for (const Tensor& b : bias) scores = add(scores, Var(b));
   scores = masked_fill(scores, causal_mask(Tq, Tk), -INFINITY);
   Var att = softmax(scores);  // (B, H, Tq, Tk)
@@ -134,7 +134,8 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
     TAPEFORMER_CHECK(rng != nullptr, "MultiHeadAttention: dropout needs an Rng");
     att = dropout(att, p, *rng);
   }
-  return add(matmul(att, v), pos.value_terms(att, q0, k0));  // (B, H, Tq, D)
+  const Var y = matmul(att, v), value_terms = pos.value_terms(att, q0, k0);  // (B, H, Tq, D)
+  return value_terms.defined() ? add(y, value_terms) : y;
 }
 
 Var MultiHeadAttention::self_attention(const Var& qkv_x, float p, Rng* rng) const {
@@ -150,6 +151,27 @@ Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
                    " must be (B, T, ", n_embd, ")");
   const float p = is_training() ? dropout_p : 0.0f;
   return resid_drop->forward(proj->forward(self_attention(qkv->forward(x), p, &rng)), rng);
+}
+
+Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const {
+  if (!memory.defined() || memory.dim(1) == 0) return forward(x, rng);
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd && memory.rank() == 3 && memory.dim(0) == x.dim(0) &&
+                       memory.dim(2) == n_embd,
+                   "MultiHeadAttention: input ", x.shape(), " and memory ", memory.shape(), " must be (B, T, ", n_embd,
+                   ") and (B, M, ", n_embd, ")");
+  const float p = is_training() ? dropout_p : 0.0f;
+  const int64_t B = x.dim(0), M = memory.dim(1), D = n_embd / n_head;
+  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v of x, (B, H, T, D)
+  const Var kv = linear(memory, slice(qkv->weight, 1, n_embd, 3 * n_embd),
+                        qkv->bias.defined() ? slice(qkv->bias, 0, n_embd, 3 * n_embd) : Var());  // (B, M, 2C)
+  const auto heads = [&](int64_t c0) {  // columns c0..c0+C of kv as (B, H, M, D)
+    return permute(reshape(slice(kv, 2, c0, c0 + n_embd), {B, M, n_head, D}), {0, 2, 1, 3});
+  };
+  const PositionalLayer& pos = positional();
+  const Var k = concat({pos.rotate(heads(0), 0), pos.rotate(h[1], M)}, 2);  // (B, H, M + T, D)
+  const Var v = concat({heads(n_embd), h[2]}, 2);
+  const Var y = merge_heads(attend(pos.rotate(h[0], M), k, v, M, 0, p, &rng));  // (B, T, C)
+  return resid_drop->forward(proj->forward(y), rng);
 }
 
 std::unique_ptr<InferenceState> MultiHeadAttention::make_state(int64_t batch, int64_t window) const {
@@ -197,6 +219,7 @@ AttentionKind softmax_attention_kind() {
     return (plain && T <= MultiHeadAttention::kFusedMaxT) || needs.relative_terms ? H * t * t : H * t;
   };
   kind.check = [](const ModelConfig&, const PositionalKind&) {};  // every scheme's math is softmax attention's
+  kind.segment_memory = true;
   return kind;
 }
 

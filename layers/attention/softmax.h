@@ -84,6 +84,9 @@ class MultiHeadAttention : public Attention {
   // rounding.
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
   Var forward(const Var& x, InferenceState& state) const override;  // (B, T, C) -> (B, T, C)
+  // With a Transformer-XL memory (B, M, C): its keys and values come from the
+  // k and v columns of the qkv projection only (no queries for memory rows).
+  Var forward(const Var& x, const Var& memory, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
 
   int64_t n_embd, n_head;
   float dropout_p;

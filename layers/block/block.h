@@ -39,6 +39,15 @@
 
 namespace tapeformer {
 
+// Transformer-XL's segment memory (SPEC §4.3): for each layer, its inputs at
+// the last M <= model.mem_len positions before the current segment, kept
+// without gradient. Empty (M = 0) before the first segment.
+struct SegmentMemory {
+  std::vector<Tensor> layers;  // (B, M, C) each, or none before the first segment
+  int64_t length() const { return layers.empty() || !layers[0].defined() ? 0 : layers[0].dim(1); }
+  void reset() { layers.clear(); }
+};
+
 class BlockStack : public Module {
  public:
   // x (B, T, C), the embeddings of positions 0..T-1 -> (B, T, C), the input
@@ -49,7 +58,15 @@ class BlockStack : public Module {
   virtual std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const = 0;
   // x (B, T, C) of the T positions after those the state has seen -> (B, T, C).
   virtual Var forward(const Var& x, InferenceState& state) const = 0;
+  // A segment after those `memory` holds (Transformer-XL): each layer attends
+  // to its memory rows and causally to x; memory then holds each layer's
+  // inputs at the last mem_len positions. Stacks without memory refuse.
+  virtual Var forward(const Var& x, SegmentMemory& memory, Rng& rng) const;
 };
+
+// The new memory of one layer: the last mem_len rows of [old; x], (B, <= mem_len, C),
+// detached (Transformer-XL's _update_mems with ext_len = 0).
+Tensor next_memory(const Tensor& old, const Var& x, int64_t mem_len);
 
 struct BlockKind {
   std::string name;

@@ -30,7 +30,14 @@ Var GatedBlock::forward(const Var& e, InferenceState& state) const {
   return gate_2->forward(y, relu(mlp->forward(ln_2->forward(y), unused)));
 }
 
-GatedStack::GatedStack(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
+Var GatedBlock::forward(const Var& e, const Tensor& memory, Rng& rng) const {
+  if (!memory.defined() || memory.dim(1) == 0) return forward(e, rng);
+  const Var y = gate_1->forward(e, relu(attn->forward(ln_1->forward(e), ln_1->forward(Var(memory)), rng)));
+  return gate_2->forward(y, relu(mlp->forward(ln_2->forward(y), rng)));
+}
+
+GatedStack::GatedStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
+    : mem_len(cfg.option_int("mem_len")) {
   for (int64_t i = 0; i < cfg.n_layer; ++i)
     blocks.push_back(register_module(std::to_string(i), std::make_shared<GatedBlock>(cfg, positional, rng)));
 }
@@ -57,12 +64,25 @@ Var GatedStack::forward(const Var& x_in, InferenceState& state) const {
   return x;
 }
 
+Var GatedStack::forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const {
+  TAPEFORMER_CHECK(mem_len > 0, "GatedStack: a segment memory needs model.mem_len > 0");
+  memory.layers.resize(blocks.size());
+  Var x = x_in;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Var in = x;
+    x = blocks[i]->forward(in, memory.layers[i], rng);
+    memory.layers[i] = next_memory(memory.layers[i], in, mem_len);
+  }
+  return x;
+}
+
 BlockKind gtrxl_block_kind() {
   BlockKind kind;
   kind.name = "gtrxl";
   kind.summary = "GTrXL: LN on branch inputs, ReLU on branch outputs, gated residuals (SPEC §5)";
   kind.options = {{"gate", std::string("gru"), "gtrxl blocks: none | input | output | highway | sigtanh | gru"},
-                  {"gate_bias", 2.0, "gtrxl blocks: the gates' initial bias b_g (the paper: 2 for gru, 1 for the others)"}};
+                  {"gate_bias", 2.0, "gtrxl blocks: the gates' initial bias b_g (the paper: 2 for gru, 1 for the others)"},
+                  mem_len_option()};
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<GatedStack>(cfg, positional, rng);
   };
@@ -77,6 +97,7 @@ BlockKind gtrxl_block_kind() {
     gate_kinds().get(cfg.option_string("gate"));  // Error naming model.gate and the known gates
     const double b = cfg.option_number("gate_bias");
     TAPEFORMER_CHECK(std::isfinite(b), "model.gate_bias must be a finite number, got ", b);
+    check_mem_len(cfg);
   };
   return kind;
 }

@@ -24,6 +24,8 @@ class GatedBlock : public Module {
   GatedBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng);
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   Var forward(const Var& x, InferenceState& state) const;
+  // With a Transformer-XL memory of this layer's inputs (B, M, C), no gradient.
+  Var forward(const Var& x, const Tensor& memory, Rng& rng) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<FeedForward> mlp;
@@ -36,7 +38,9 @@ class GatedStack : public BlockStack {
   Var forward(const Var& x, Rng& rng) const override;
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
   Var forward(const Var& x, InferenceState& state) const override;
+  Var forward(const Var& x, SegmentMemory& memory, Rng& rng) const override;
   std::vector<std::shared_ptr<GatedBlock>> blocks;  // registered as "0", "1", ...
+  int64_t mem_len = 0;
 };
 
 }  // namespace tapeformer

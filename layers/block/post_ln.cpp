@@ -16,7 +16,7 @@ namespace {
 
 class PostLNStack : public BlockStack {
  public:
-  PostLNStack(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
+  PostLNStack(const ModelConfig& cfg, const Positional& positional, Rng& rng) : mem_len(cfg.option_int("mem_len")) {
     for (int64_t i = 0; i < cfg.n_layer; ++i)
       blocks.push_back(register_module(std::to_string(i), std::make_shared<TransformerBlock>(cfg, positional, rng)));
   }
@@ -26,6 +26,21 @@ class PostLNStack : public BlockStack {
     for (const auto& b : blocks) {
       x = b->ln_1->forward(add(x, b->attn->forward(x, rng)));
       x = b->ln_2->forward(add(x, b->mlp->forward(x, rng)));
+    }
+    return x;
+  }
+
+  Var forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const override {
+    TAPEFORMER_CHECK(mem_len > 0, "PostLNStack: a segment memory needs model.mem_len > 0");
+    memory.layers.resize(blocks.size());
+    Var x = x_in;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const TransformerBlock& b = *blocks[i];
+      const Var in = x;
+      const Tensor& mem = memory.layers[i];
+      x = b.ln_1->forward(add(x, mem.defined() ? b.attn->forward(x, Var(mem), rng) : b.attn->forward(x, rng)));
+      x = b.ln_2->forward(add(x, b.mlp->forward(x, rng)));
+      memory.layers[i] = next_memory(mem, in, mem_len);
     }
     return x;
   }
@@ -52,6 +67,7 @@ class PostLNStack : public BlockStack {
   }
 
   std::vector<std::shared_ptr<TransformerBlock>> blocks;
+  int64_t mem_len = 0;
 };
 
 }  // namespace
@@ -60,6 +76,7 @@ BlockKind post_ln_block_kind() {
   BlockKind kind;
   kind.name = "post_ln";
   kind.summary = "post-LN residual blocks x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)) (Vaswani; canonical TrXL)";
+  kind.options = {mem_len_option()};
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<PostLNStack>(cfg, positional, rng);
   };
@@ -69,7 +86,7 @@ BlockKind post_ln_block_kind() {
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
   };
-  kind.check = [](const ModelConfig&) {};
+  kind.check = check_mem_len;
   return kind;
 }
 

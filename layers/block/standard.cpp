@@ -34,6 +34,12 @@ Var TransformerBlock::forward(const Var& x_in, Rng& rng) const {
   return add(x, ff_branch(x, rng));
 }
 
+Var TransformerBlock::forward(const Var& x_in, const Tensor& memory, Rng& rng) const {
+  if (!memory.defined() || memory.dim(1) == 0) return forward(x_in, rng);
+  const Var x = add(x_in, attn->forward(ln_1->forward(x_in), ln_1->forward(Var(memory)), rng));
+  return add(x, ff_branch(x, rng));
+}
+
 std::unique_ptr<InferenceState> TransformerBlock::make_state(int64_t batch, int64_t window) const {
   return attn->make_state(batch, window);
 }
@@ -56,7 +62,22 @@ double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T) {
          attention_kinds().get(cfg.attention).activation_floats(cfg, T);
 }
 
-StandardStack::StandardStack(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
+ModelOption mem_len_option() {
+  return {"mem_len", int64_t{0},
+          "Transformer-XL memory: each layer also attends to its inputs at this many earlier positions, carried "
+          "across training steps (0: off)"};
+}
+
+void check_mem_len(const ModelConfig& cfg) {
+  const int64_t m = cfg.option_int("mem_len");
+  TAPEFORMER_CHECK(m >= 0 && m <= 1 << 20, "model.mem_len must be in [0, 2^20], got ", m);
+  TAPEFORMER_CHECK(m == 0 || attention_kinds().get(cfg.attention).segment_memory, "model.mem_len = ", m,
+                   " needs an attention kind that takes a segment memory; model.attention \"", cfg.attention,
+                   "\" does not");
+}
+
+StandardStack::StandardStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
+    : mem_len(cfg.option_int("mem_len")) {
   for (int64_t i = 0; i < cfg.n_layer; ++i)
     blocks.push_back(register_module(std::to_string(i), std::make_shared<TransformerBlock>(cfg, positional, rng)));
 }
@@ -83,10 +104,23 @@ Var StandardStack::forward(const Var& x_in, InferenceState& state) const {
   return x;
 }
 
+Var StandardStack::forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const {
+  TAPEFORMER_CHECK(mem_len > 0, "StandardStack: a segment memory needs model.mem_len > 0");
+  memory.layers.resize(blocks.size());
+  Var x = x_in;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Var in = x;
+    x = blocks[i]->forward(in, memory.layers[i], rng);
+    memory.layers[i] = next_memory(memory.layers[i], in, mem_len);
+  }
+  return x;
+}
+
 BlockKind standard_block_kind() {
   BlockKind kind;
   kind.name = "standard";
   kind.summary = "pre-LN residual blocks x += attn(ln_1(x)); x += mlp(ln_2(x)) (nanoGPT)";
+  kind.options = {mem_len_option()};
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<StandardStack>(cfg, positional, rng);
   };
@@ -96,7 +130,7 @@ BlockKind standard_block_kind() {
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
   };
-  kind.check = [](const ModelConfig&) {};
+  kind.check = check_mem_len;
   return kind;
 }
 

@@ -42,6 +42,8 @@ class TransformerBlock : public Module {
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const;
   Var forward(const Var& x, InferenceState& state) const;  // (B, T, C) -> (B, T, C)
+  // With a Transformer-XL memory of this layer's inputs (B, M, C), no gradient.
+  Var forward(const Var& x, const Tensor& memory, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<FeedForward> mlp;
@@ -53,13 +55,20 @@ double transformer_block_parameters(const ModelConfig& cfg);
 // (T, C) tensors, about four, and the attention's own).
 double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
 
+// model.mem_len, declared by the stacks that keep a segment memory, and its
+// check (a positive length needs an attention kind that takes a memory).
+ModelOption mem_len_option();
+void check_mem_len(const ModelConfig& cfg);
+
 class StandardStack : public BlockStack {
  public:
   StandardStack(const ModelConfig& cfg, const Positional& positional, Rng& rng);
   Var forward(const Var& x, Rng& rng) const override;
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
   Var forward(const Var& x, InferenceState& state) const override;
+  Var forward(const Var& x, SegmentMemory& memory, Rng& rng) const override;
   std::vector<std::shared_ptr<TransformerBlock>> blocks;  // registered as "0", "1", ...
+  int64_t mem_len = 0;
 };
 
 }  // namespace tapeformer

@@ -57,8 +57,9 @@ class PositionalLayer : public Module {
     return {};
   }
   // Learned score terms (B, H, Tq, Tk) added to q k^T before the 1/sqrt(D)
-  // scale, for q (B, H, Tq, D) and Tk keys (Shaw: q_i . a^K_ij).
-  virtual Var score_terms(const Var& q, int64_t Tk, int64_t q0, int64_t k0) const { return Var(); }
+  // scale, for q (B, H, Tq, D) and k (B, H, Tk, D) (Shaw: q_i . a^K_ij;
+  // Transformer-XL: u . k_j + (q_i + v) . W_kR R_{i-j}).
+  virtual Var score_terms(const Var& q, const Var& k, int64_t q0, int64_t k0) const { return Var(); }
   // Learned value terms (B, H, Tq, D) added to P v, for probabilities p
   // (B, H, Tq, Tk) (Shaw: sum_j p_ij a^V_ij).
   virtual Var value_terms(const Var& p, int64_t q0, int64_t k0) const { return Var(); }

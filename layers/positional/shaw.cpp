@@ -25,8 +25,8 @@ class ShawLayer : public PositionalLayer {
     value = register_parameter("value", v);
   }
 
-  Var score_terms(const Var& q, int64_t Tk, int64_t q0, int64_t k0) const override {
-    return relative_gather(matmul(q, transpose(key, 0, 1)), Tk, q0, k0);  // (B, H, Tq, 2K + 1) -> (B, H, Tq, Tk)
+  Var score_terms(const Var& q, const Var& k, int64_t q0, int64_t k0) const override {
+    return relative_gather(matmul(q, transpose(key, 0, 1)), k.dim(2), q0, k0);  // (B, H, Tq, 2K + 1) -> (B, H, Tq, Tk)
   }
   Var value_terms(const Var& p, int64_t q0, int64_t k0) const override {
     return matmul(relative_scatter(p, clip_, q0, k0), value);  // (B, H, Tq, 2K + 1) @ (2K + 1, D)

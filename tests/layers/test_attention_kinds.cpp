@@ -272,7 +272,7 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           {{"window", int64_t{3}}});
   refused({"flash", "learned", ""}, "model.attention: unknown kind \"flash\" (known: softmax, linear)");
   refused({"softmax", "xpos", ""},
-          "model.positional: unknown kind \"xpos\" (known: learned, sinusoidal, rope, alibi, shaw)");
+          "model.positional: unknown kind \"xpos\" (known: learned, sinusoidal, rope, alibi, shaw, txl)");
   // Setting an option to its default with another kind is harmless.
   ModelConfig c = config_of({"softmax", "learned", "elu1"});
   CHECK_NOTHROW(c.validate_kinds());
