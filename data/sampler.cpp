@@ -37,4 +37,25 @@ Batch RandomWindowSampler::next() {
   return window_batch(*tokens_, starts, block_);
 }
 
+StreamSampler::StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what)
+    : tokens_(&tokens),
+      batch_(batch),
+      block_(block),
+      stream_(batch > 0 ? (static_cast<int64_t>(tokens.size()) - 1) / batch : 0) {
+  TAPEFORMER_CHECK(batch > 0, "StreamSampler: batch size must be >= 1, got ", batch, " (", what, ")");
+  TAPEFORMER_CHECK(block > 0, "StreamSampler: block size must be >= 1, got ", block, " (", what, ")");
+  TAPEFORMER_CHECK(stream_ >= block, "block size ", block, " in ", batch, " streams needs at least ",
+                   batch * block + 1, " tokens, but the ", what, " has ", tokens.size(),
+                   " (use a smaller block or batch size or more data)");
+}
+
+Batch StreamSampler::next() {
+  if (position_ + block_ > stream_) position_ = 0;  // a stream ran out: start them all over
+  std::vector<int64_t> starts(batch_);
+  for (int64_t b = 0; b < batch_; ++b) starts[b] = b * stream_ + position_;
+  position_ += block_;
+  ++drawn_;
+  return window_batch(*tokens_, starts, block_);
+}
+
 }  // namespace tapeformer

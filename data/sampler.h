@@ -64,4 +64,41 @@ class RandomWindowSampler {
   int64_t drawn_ = 0;
 };
 
+// StreamSampler: Transformer-XL's ordered batches (SPEC §4.3). The tokens are
+// cut into B contiguous streams of L = (n - 1) / B tokens; each call returns
+// the next T positions of every stream, so row b of a batch continues row b of
+// the previous one (what a segment memory needs):
+//
+//   StreamSampler s(corpus.train(), /*B=*/16, /*T=*/64, "train split");
+//   Batch b = s.next();   // row r: x[r L + p, r L + p + T), targets one further
+//   if (s.restarted()) memory.reset();   // this batch went back to the streams' starts
+//
+// When fewer than T positions are left in a stream, the next batch starts the
+// streams over (restarted() is true for it, and for the first batch).
+class StreamSampler {
+ public:
+  // `tokens` must outlive the sampler; `what` names them in errors. Throws
+  // Error unless batch >= 1, block >= 1 and every stream holds a segment.
+  StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what);
+
+  Batch next();
+  // Whether the batch last returned began at the streams' starts.
+  bool restarted() const { return position_ == block_; }
+  int64_t drawn() const { return drawn_; }
+  int64_t stream_length() const { return stream_; }
+  // Segments per pass over the streams.
+  int64_t segments() const { return stream_ / block_; }
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(position_, drawn_);
+  }
+
+ private:
+  const std::vector<int32_t>* tokens_;
+  int64_t batch_, block_, stream_;
+  int64_t position_ = 0;  // where the next batch starts in each stream
+  int64_t drawn_ = 0;
+};
+
 }  // namespace tapeformer

@@ -34,13 +34,13 @@ int64_t shard_count(const TrainConfig& c) {
 
 StepResult train_step(const TrainConfig& c, int64_t step, DataParallel& shards, const std::vector<Var>& params,
                       Optimizer& optimizer, const Schedule& schedule, const std::function<Batch()>& next_batch,
-                      Rng& dropout_rng) {
+                      Rng& dropout_rng, SegmentMemory* memory) {
   StepResult r;
   r.lr = schedule.lr_at(step);
   optimizer.set_lr(r.lr);
   double loss_sum = 0;
   for (int64_t micro = 0; micro < c.train.grad_accum; ++micro)
-    loss_sum += shards.train_batch(next_batch(), 1.0f / static_cast<float>(c.train.grad_accum), dropout_rng);
+    loss_sum += shards.train_batch(next_batch(), 1.0f / static_cast<float>(c.train.grad_accum), dropout_rng, memory);
   r.loss = loss_sum / static_cast<double>(c.train.grad_accum);
   if (!std::isfinite(r.loss)) {
     r.grad_norm = std::nanf("");

@@ -40,9 +40,10 @@ struct StepResult {
 // backpropagating loss / grad_accum), the global gradient norm of `params`,
 // clipping folded into the update (optimizer.grad_clip; 0 = off), zero-grad.
 // When the loss or the norm is not finite the update is skipped and the
-// gradients are left as they are: the caller reports the divergence.
+// gradients are left as they are: the caller reports the divergence. With a
+// segment memory (Transformer-XL) the micro-batches read and carry it in turn.
 StepResult train_step(const TrainConfig& c, int64_t step, DataParallel& shards, const std::vector<Var>& params,
                       Optimizer& optimizer, const Schedule& schedule, const std::function<Batch()>& next_batch,
-                      Rng& dropout_rng);
+                      Rng& dropout_rng, SegmentMemory* memory = nullptr);
 
 }  // namespace tapeformer

@@ -73,6 +73,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("eval.interval", c.eval.interval);
   v("eval.iters", c.eval.iters);
   v("eval.final_iters", c.eval.final_iters);
+  v("eval.mem_len", c.eval.mem_len);
   v("checkpoint.interval", c.checkpoint.interval);
   v("log.interval", c.log.interval);
 }
@@ -334,6 +335,8 @@ void TrainConfig::validate() const {
   positive("eval.interval", eval.interval);
   positive("eval.iters", eval.iters);
   positive("eval.final_iters", eval.final_iters);
+  TAPEFORMER_CHECK(eval.mem_len >= 0 && eval.mem_len <= 1 << 20, "config: 'eval.mem_len' must be in [0, 2^20], got ",
+                   eval.mem_len);
   positive("checkpoint.interval", checkpoint.interval);
   positive("log.interval", log.interval);
 }

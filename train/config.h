@@ -59,6 +59,7 @@ struct EvalConfig {
   int64_t interval = 250;     // evaluate every N steps (and at the end)
   int64_t iters = 20;         // val batches per periodic evaluation
   int64_t final_iters = 200;  // val batches for the final evaluation
+  int64_t mem_len = 0;  // Transformer-XL models: memory kept when evaluating (0: model.mem_len)
 };
 
 struct CheckpointConfig {

@@ -33,13 +33,16 @@ DataParallel::DataParallel(TransformerLM& model, int shards) : model_(model) {
   }
 }
 
-double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_rng) {
+double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_rng, SegmentMemory* memory) {
   const int64_t B = batch.inputs.shape.rank() == 2 ? batch.inputs.shape[0] : 0;
   TAPEFORMER_CHECK(B >= 1, "DataParallel: expected a (B, T) batch with B >= 1, got ", batch.inputs.shape);
   const int64_t S = std::min<int64_t>(shards(), B);
+  const auto forward = [](const TransformerLM& m, const IndexTensor& ids, SegmentMemory* mem, Rng& rng) {
+    return mem != nullptr ? m.forward(ids, *mem, rng) : m.forward(ids, rng);  // (B, T, V)
+  };
   if (S == 1) {
-    Var loss = cross_entropy(model_.forward(batch.inputs, dropout_rng), batch.targets);
-    backward(mul_scalar(loss, scale));
+    Var loss = cross_entropy(forward(model_, batch.inputs, memory, dropout_rng), batch.targets);
+    if (grad_enabled()) backward(mul_scalar(loss, scale));
     return loss.item();
   }
 
@@ -49,6 +52,8 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     Rng rng;
     int64_t weight;  // its share of the batch's loss: rows, or counted targets when some are ignored
     double loss = 0;
+    SegmentMemory memory;  // its rows of the batch's memory
+    int64_t row = 0;
   };
   const auto counted = [](const IndexTensor& targets) {
     return static_cast<int64_t>(std::count_if(targets.data.begin(), targets.data.end(),
@@ -64,7 +69,12 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     m->train(model_.is_training());
     Batch rows = slice_rows(batch, row, row + n);
     const int64_t weight = ignores ? counted(rows.targets) : n;
-    work.push_back({m, std::move(rows), Rng(dropout_rng.next_u64()), weight});
+    work.push_back({m, std::move(rows), Rng(dropout_rng.next_u64()), weight, 0, {}, row});
+    if (memory != nullptr) {
+      SegmentMemory& part = work.back().memory;
+      part.limit = memory->limit;
+      for (const Tensor& t : memory->layers) part.layers.push_back(t.slice(0, row, row + n).contiguous());
+    }
     row += n;
   }
   const bool grad = grad_enabled();
@@ -74,19 +84,29 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
       // Each shard's mean loss weighted by its share, so the model gets the
       // gradient of the whole batch's mean (over counted targets).
       const float share = total > 0 ? static_cast<float>(w.weight) / static_cast<float>(total) : 0.0f;
+      SegmentMemory* mem = memory != nullptr ? &w.memory : nullptr;
       if (!grad) {  // grad mode is per thread: follow the caller's
         NoGradGuard no_grad;
-        w.loss = cross_entropy(w.model->forward(w.rows.inputs, w.rng), w.rows.targets).item();
+        w.loss = cross_entropy(forward(*w.model, w.rows.inputs, mem, w.rng), w.rows.targets).item();
         continue;
       }
-      Var loss = cross_entropy(w.model->forward(w.rows.inputs, w.rng), w.rows.targets);
+      Var loss = cross_entropy(forward(*w.model, w.rows.inputs, mem, w.rng), w.rows.targets);
       backward(mul_scalar(loss, scale * share));
       w.loss = loss.item();
     }
   });
 
-  reduce_gradients();
-    double sum = 0;
+  if (memory != nullptr) {  // the shards' rows back into the batch's memory, in row order
+    NoGradGuard no_grad;
+    memory->layers.assign(work[0].memory.layers.size(), Tensor());
+    for (size_t l = 0; l < memory->layers.size(); ++l) {
+      std::vector<Var> parts;
+      for (const Shard& w : work) parts.emplace_back(w.memory.layers[l]);
+      memory->layers[l] = concat(parts, 0).value();  // (B, M, C)
+    }
+  }
+  if (grad) reduce_gradients();
+  double sum = 0;
   for (const Shard& w : work) sum += w.loss * static_cast<double>(w.weight);
   return total > 0 ? sum / static_cast<double>(total) : 0.0;
 }

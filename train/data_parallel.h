@@ -49,8 +49,11 @@ class DataParallel {
 
   // Forward + backward of `batch` (B, T); the gradient of scale * mean loss
   // accumulates into the model's parameters. Returns the mean loss over the
-  // counted targets (the value, before `scale`).
-  double train_batch(const Batch& batch, float scale, Rng& dropout_rng);
+  // counted targets (the value, before `scale`). Under NoGradGuard, forward
+  // only. With a segment memory (Transformer-XL, for the whole batch: row r
+  // of each layer's memory belongs to row r of the batch), each shard reads
+  // and updates its rows of it.
+  double train_batch(const Batch& batch, float scale, Rng& dropout_rng, SegmentMemory* memory = nullptr);
 
   // Mean loss of each batch without gradients (the model must be in eval mode
   // for deterministic results), batches spread over the threads.

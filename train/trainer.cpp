@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <cereal/types/array.hpp>
+#include <cereal/types/vector.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -102,6 +103,41 @@ class StopSignals {
   bool catch_int_ = false;
 };
 
+// A Transformer-XL run's data stream in the checkpoint: the stream sampler
+// and the segment memory it carries (each layer's (B, M, C), M <= max_m).
+struct StreamState {
+  StreamSampler* sampler;
+  SegmentMemory* memory;
+  int64_t batch, width, layers, max_m;
+
+  template <class Archive>
+  void save(Archive& ar) const {
+    ar(*sampler, static_cast<uint64_t>(memory->layers.size()));
+    for (const Tensor& t : memory->layers) {
+      const std::vector<float> v = t.to_vector();
+      ar(static_cast<int64_t>(t.dim(1)), v);
+    }
+  }
+  template <class Archive>
+  void load(Archive& ar) {
+    ar(*sampler);
+    const size_t n = read_count(ar, static_cast<uint64_t>(layers), "segment memory layers");
+    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(layers), "segment memory: ", n, " layers for a model of ",
+                     layers);
+    memory->layers.clear();
+    for (size_t l = 0; l < n; ++l) {
+      int64_t m = 0;
+      ar(m);
+      TAPEFORMER_CHECK(m >= 0 && m <= max_m, "segment memory: ", m, " positions, more than the ", max_m, " kept");
+      std::vector<float> v;
+      read_bounded(ar, v, static_cast<uint64_t>(batch * m * width), "segment memory");
+      TAPEFORMER_CHECK(static_cast<int64_t>(v.size()) == batch * m * width, "segment memory: ", v.size(),
+                       " values for (", batch, ", ", m, ", ", width, ")");
+      memory->layers.push_back(Tensor::from({batch, m, width}, v));
+    }
+  }
+};
+
 }  // namespace
 
 Interrupted::Interrupted(const std::string& message, int signal) : Error(message), signal_(signal) {}
@@ -117,7 +153,9 @@ struct Trainer::State {
   std::unique_ptr<DataParallel> shards;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Schedule> schedule;
-  std::unique_ptr<RandomWindowSampler> train_batches;
+  std::unique_ptr<RandomWindowSampler> train_batches;  // random windows; or, with a segment memory,
+  std::unique_ptr<StreamSampler> train_streams;        // consecutive segments of B streams
+  SegmentMemory train_memory;                          // carried from step to step (Transformer-XL)
   std::vector<Batch> val_batches, final_batches;
   Rng dropout_rng;
   int64_t step = 0;
@@ -157,6 +195,14 @@ struct Trainer::State {
     shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards));
     schedule = make_schedule(cfg);
     const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
+    if (model->mem_len() > 0) {
+      // Segments in order, so each row's memory holds what came just before it;
+      // evaluation reads the val split's streams from their starts.
+      train_streams = std::make_unique<StreamSampler>(corpus->train(), B, T, "train split");
+      StreamSampler(corpus->val(), B, T, "val split");  // refuses a val split too short for one segment
+      dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
+      return;
+    }
     train_batches = std::make_unique<RandomWindowSampler>(corpus->train(), B, T,
                                                           stream_seed(cfg.train.seed, kTrainBatches), "train split");
     RandomWindowSampler val(corpus->val(), B, T, stream_seed(cfg.train.seed, kValBatches), "val split");
@@ -164,6 +210,40 @@ struct Trainer::State {
     RandomWindowSampler fin(corpus->val(), B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
     for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
+  }
+
+  // Mean loss of the first `segments` segments of the val split's streams (at
+  // most one pass), read in order with a fresh memory of eval.mem_len
+  // (default model.mem_len) positions.
+  double evaluate_streams(int64_t segments) {
+    StreamSampler val(corpus->val(), cfg.train.batch_size, cfg.model.block_size, "val split");
+    const int64_t n = std::min(segments, val.segments());
+    SegmentMemory memory;
+    memory.limit = cfg.eval.mem_len;
+    model->eval();
+    double total = 0;
+    {
+      NoGradGuard no_grad;
+      Rng unused = dropout_rng;  // eval mode draws no masks; the training stream stays untouched
+      for (int64_t i = 0; i < n; ++i) total += shards->train_batch(val.next(), 1.0f, unused, &memory);
+    }
+    model->train();
+    return total / static_cast<double>(n);
+  }
+
+  double evaluate_periodic() { return train_streams ? evaluate_streams(cfg.eval.iters) : evaluate(val_batches); }
+  double evaluate_final() { return train_streams ? evaluate_streams(cfg.eval.final_iters) : evaluate(final_batches); }
+
+  Batch next_train_batch() {
+    if (!train_streams) return train_batches->next();
+    Batch b = train_streams->next();
+    if (train_streams->restarted()) train_memory.reset();  // the streams start over: nothing came before
+    return b;
+  }
+
+  StreamState stream_state() {
+    return {train_streams.get(), &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
+            model->mem_len()};
   }
 
   double evaluate(const std::vector<Batch>& batches) {
@@ -184,7 +264,7 @@ struct Trainer::State {
     c.step = step;
     c.train_seconds = train_seconds;
     c.rng = dropout_rng;
-    c.sampler = to_bytes(*train_batches);
+    c.sampler = train_streams ? to_bytes(stream_state()) : to_bytes(*train_batches);
     save_checkpoint(checkpoint_path(), c);
   }
 
@@ -231,7 +311,13 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
   s.build(load_tokenizer(c.tokenizer));
   s.model->load_state(c.model);
   s.optimizer->load_state(c.optimizer, c.optimizer_step);
-  from_bytes(c.sampler, *s.train_batches, "checkpoint '" + s.checkpoint_path() + "': cannot decode the batch sampler");
+  const std::string what = "checkpoint '" + s.checkpoint_path() + "': cannot decode the batch sampler";
+  if (s.train_streams) {
+    StreamState state = s.stream_state();
+    from_bytes(c.sampler, state, what);
+  } else {
+    from_bytes(c.sampler, *s.train_batches, what);
+  }
   s.dropout_rng = c.rng;
   s.step = c.step;
   s.train_seconds = c.train_seconds;
@@ -257,7 +343,8 @@ TrainResult Trainer::run() {
   while (s.step < c.train.max_iters) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepResult step = train_step(c, s.step, *s.shards, s.model->parameters(), *s.optimizer, *s.schedule,
-                                       [&] { return s.train_batches->next(); }, s.dropout_rng);
+                                       [&] { return s.next_train_batch(); }, s.dropout_rng,
+                                       s.train_streams ? &s.train_memory : nullptr);
     const float lr = step.lr;
     last_loss = step.loss;
     if (!std::isfinite(last_loss))
@@ -280,7 +367,7 @@ TrainResult Trainer::run() {
       r.grad_norm = last_norm;
       r.tokens_per_s = static_cast<double>(tokens_per_step) * s.step / s.train_seconds;
       r.elapsed_s = s.train_seconds;
-      if (eval_now) r.val_loss = s.evaluate(s.val_batches);
+      if (eval_now) r.val_loss = s.evaluate_periodic();
       metrics.write(r);
       progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);
       if (r.val_loss) {
@@ -308,7 +395,7 @@ TrainResult Trainer::run() {
   TrainResult result;
   result.steps = s.step;
   result.train_loss = last_loss;
-  result.val_loss = s.evaluate(s.final_batches);
+  result.val_loss = s.evaluate_final();
   result.train_seconds = s.train_seconds;
   result.tokens_per_s = s.train_seconds > 0 ? static_cast<double>(tokens_per_step) * s.step / s.train_seconds : 0;
   result.parameters = s.model->num_parameters();

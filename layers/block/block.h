@@ -44,6 +44,7 @@ namespace tapeformer {
 // without gradient. Empty (M = 0) before the first segment.
 struct SegmentMemory {
   std::vector<Tensor> layers;  // (B, M, C) each, or none before the first segment
+  int64_t limit = 0;           // positions kept; 0: the model's mem_len (evaluation may keep more)
   int64_t length() const { return layers.empty() || !layers[0].defined() ? 0 : layers[0].dim(1); }
   void reset() { layers.clear(); }
 };

@@ -71,7 +71,7 @@ Var GatedStack::forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const 
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Var in = x;
     x = blocks[i]->forward(in, memory.layers[i], rng);
-    memory.layers[i] = next_memory(memory.layers[i], in, mem_len);
+    memory.layers[i] = next_memory(memory.layers[i], in, memory.limit > 0 ? memory.limit : mem_len);
   }
   return x;
 }

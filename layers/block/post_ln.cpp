@@ -40,7 +40,7 @@ class PostLNStack : public BlockStack {
       const Tensor& mem = memory.layers[i];
       x = b.ln_1->forward(add(x, mem.defined() ? b.attn->forward(x, Var(mem), rng) : b.attn->forward(x, rng)));
       x = b.ln_2->forward(add(x, b.mlp->forward(x, rng)));
-      memory.layers[i] = next_memory(mem, in, mem_len);
+      memory.layers[i] = next_memory(mem, in, memory.limit > 0 ? memory.limit : mem_len);
     }
     return x;
   }

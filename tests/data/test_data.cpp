@@ -289,3 +289,31 @@ TEST_CASE("RandomWindowSampler: state round-trips through cereal and continues i
   }
   CHECK(to_bytes(r) == to_bytes(s));
 }
+
+TEST_CASE("StreamSampler: B contiguous streams, each row continuing the last, restarting when a stream runs out") {
+  const std::vector<int32_t> tokens = iota_tokens(101);  // token i is i: positions are readable
+  StreamSampler s(tokens, /*batch=*/4, /*block=*/10, "t");  // streams of 25 tokens: 2 segments each
+  CHECK(s.stream_length() == 25);
+  CHECK(s.segments() == 2);
+  const Batch a = s.next();
+  CHECK(s.restarted());
+  const Batch b = s.next();
+  CHECK_FALSE(s.restarted());
+  for (int64_t r = 0; r < 4; ++r) {
+    const size_t row = static_cast<size_t>(r * 10);
+    CHECK(a.inputs.data[row] == r * 25);             // stream r starts at r L
+    CHECK(b.inputs.data[row] == r * 25 + 10);        // and continues where the last batch stopped
+    CHECK(b.targets.data[row + 9] == r * 25 + 20);  // targets one position further
+  }
+  const Batch c = s.next();  // 5 tokens left in each stream: start over
+  CHECK(s.restarted());
+  CHECK(c.inputs.data == a.inputs.data);
+  // State round trip: a restored sampler continues identically.
+  StreamSampler r(tokens, 4, 10, "t");
+  from_binary(to_bytes(s), r);
+  CHECK(r.next().inputs.data == s.next().inputs.data);
+  CHECK_THROWS_WITH_AS(StreamSampler(tokens, 11, 10, "val split"),
+                       "block size 10 in 11 streams needs at least 111 tokens, but the val split has 101 (use a smaller "
+                       "block or batch size or more data)",
+                       Error);
+}

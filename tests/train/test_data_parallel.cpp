@@ -178,3 +178,35 @@ TEST_CASE("alias_parameters: mismatched models are rejected with the parameter n
   CHECK_THROWS_WITH_AS(a.alias_parameters(a), doctest::Contains("cannot alias itself"), Error);
   CHECK_THROWS_WITH_AS(DataParallel(a, 0), doctest::Contains("shards must be >= 1"), Error);
 }
+
+TEST_CASE("DataParallel with a segment memory: shards read and update their rows; 2 shards equal 1") {
+  const auto run = [](int shards) {
+    ModelConfig c = small_config();
+    c.positional = "txl";
+    c.options["mem_len"] = int64_t{8};
+    Rng init(3);
+    TransformerLM model(c, init);
+    DataParallel dp(model, shards);
+    Rng dropout(9);
+    SegmentMemory memory;
+    {
+      NoGradGuard no_grad;
+      dp.train_batch(random_batch(5, 8, 1), 1.0f, dropout, &memory);  // fills the memory, no gradients
+    }
+    CHECK(memory.length() == 8);
+    const double loss = dp.train_batch(random_batch(5, 8, 2), 1.0f, dropout, &memory);
+    NamedTensors grads;
+    for (const auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().clone());
+    return std::make_tuple(loss, grads, memory);
+  };
+  const auto [loss1, grads1, mem1] = run(1);
+  const auto [loss2, grads2, mem2] = run(2);
+  CHECK(loss2 == doctest::Approx(loss1).epsilon(1e-6));
+  check_close(grads2, grads1, 1e-5f);
+  REQUIRE(mem1.layers.size() == mem2.layers.size());
+  for (size_t l = 0; l < mem1.layers.size(); ++l) {
+    REQUIRE(mem2.layers[l].shape() == Shape({5, 8, 16}));
+    const auto a = mem1.layers[l].to_vector(), b = mem2.layers[l].to_vector();
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
+  }
+}

@@ -148,6 +148,13 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
     c.model.dropout = 0.1f;
     c.model.options["ff_chunks"] = int64_t{2};
   });
+  // Transformer-XL: the stream sampler's place and the segment memory
+  // carried between steps are in the checkpoint.
+  check_resume_is_exact("transformer-xl", [](TrainConfig& c) {
+    c.model.positional = "txl";
+    c.model.options["mem_len"] = int64_t{8};
+    c.model.dropout = 0.1f;
+  });
 }
 
 TEST_CASE("a diverging run stops with an error and leaves the last checkpoint intact") {
