@@ -86,7 +86,7 @@ def expand(template, values):
 
 def run_command(spec, arm, seed, args, threads):
     run_dir = os.path.join(args.out, spec["name"], slug(arm["name"]), f"seed{seed}")
-    values = {"build": args.build, "run_dir": run_dir, "seed": seed, "threads": threads, "root": ROOT}
+    values = {"build": args.build, "run_dir": run_dir, "seed": seed, "threads": threads, "root": ROOT, "out": args.out}
     if args.data:
         values["data"] = args.data
     cmd = [expand(c, values) for c in spec["command"]] + [expand(c, values) for c in arm.get("args", [])]
