@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "bench/bench_common.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "train/metrics.h"
@@ -91,12 +92,7 @@ int run(int argc, char** argv) {
                    "attention_scaling: --kind must be softmax, softmax-fused or linear, got ", kind);
   TAPEFORMER_CHECK(min_n >= 1 && max_n >= min_n && tokens >= max_n && repeats >= 1 && d >= 1,
                    "attention_scaling: need 1 <= min-n <= max-n <= tokens, repeats >= 1, head-dim >= 1");
-  std::FILE* metrics = nullptr;
-  if (!out.empty()) {
-    std::filesystem::create_directories(out);
-    metrics = std::fopen((out + "/metrics.jsonl").c_str(), "w");
-    TAPEFORMER_CHECK(metrics != nullptr, "attention_scaling: cannot write '", out, "/metrics.jsonl'");
-  }
+  bench::MetricsFile metrics(out, "attention_scaling");
   std::vector<Point> points;
   Rng rng(1);
   for (int64_t N = min_n; N <= max_n; N *= 2) {
@@ -132,10 +128,8 @@ int run(int argc, char** argv) {
                   "\"peak_mb\": %.3f, \"peak_mb_per_sample\": %.4f}",
                   static_cast<long long>(N), static_cast<long long>(B), p.ms_per_call, p.ms_per_call / B,
                   1e3 * p.ms_per_call / static_cast<double>(B * N), peak / 1e6, peak / 1e6 / static_cast<double>(B));
-    std::fprintf(stderr, "%s\n", line);
-    if (metrics) std::fprintf(metrics, "%s\n", line), std::fflush(metrics);
+    metrics.write(line);
   }
-  if (metrics) std::fclose(metrics);
   std::vector<double> n, per_sample, mem, per_token;
   for (const Point& p : points) {
     n.push_back(static_cast<double>(p.N));
@@ -161,11 +155,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "attention_scaling: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("attention_scaling", run, argc, argv); }

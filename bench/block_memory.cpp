@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "bench/bench_common.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/storage.h"
@@ -32,14 +33,6 @@
 using namespace tapeformer;
 
 namespace {
-
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
 
 IndexTensor random_ids(int64_t B, int64_t T, int64_t V, Rng& rng) {
   std::vector<int32_t> v(static_cast<size_t>(B * T));
@@ -69,14 +62,9 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const std::vector<int64_t> depths = parse_list(depths_text);
+  const std::vector<int64_t> depths = bench::parse_list(depths_text);
   TAPEFORMER_CHECK(!depths.empty() && repeats >= 1, "block_memory: need --depths and --repeats >= 1");
-  std::FILE* metrics = nullptr;
-  if (!out.empty()) {
-    std::filesystem::create_directories(out);
-    metrics = std::fopen((out + "/metrics.jsonl").c_str(), "w");
-    TAPEFORMER_CHECK(metrics != nullptr, "block_memory: cannot write '", out, "/metrics.jsonl'");
-  }
+  bench::MetricsFile metrics(out, "block_memory");
   std::vector<Point> points;
   for (const int64_t L : depths) {
     ModelConfig c;
@@ -109,10 +97,8 @@ int run(int argc, char** argv) {
     char line[256];
     std::snprintf(line, sizeof line, "{\"layers\": %lld, \"peak_mb\": %.3f, \"ms_per_step\": %.3f}",
                   static_cast<long long>(L), peak / 1e6, p.ms_per_step);
-    std::fprintf(stderr, "%s\n", line);
-    if (metrics) std::fprintf(metrics, "%s\n", line), std::fflush(metrics);
+    metrics.write(line);
   }
-  if (metrics) std::fclose(metrics);
   const auto at = [&](int64_t L, double Point::*field) {
     for (const Point& p : points)
       if (p.layers == L) return p.*field;
@@ -130,11 +116,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "block_memory: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("block_memory", run, argc, argv); }

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "layers/transformer.h"
@@ -32,14 +33,6 @@
 using namespace tapeformer;
 
 namespace {
-
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
 
 int run(int argc, char** argv) {
   CLI::App app{"E2c: milliseconds per generated token against context length"};
@@ -56,7 +49,7 @@ int run(int argc, char** argv) {
   }
   TAPEFORMER_CHECK(mode == "linear" || mode == "softmax-cache" || mode == "softmax-recompute",
                    "generation_speed: --mode must be linear, softmax-cache or softmax-recompute, got ", mode);
-  const std::vector<int64_t> contexts = parse_list(contexts_text);
+  const std::vector<int64_t> contexts = bench::parse_list(contexts_text);
   TAPEFORMER_CHECK(!contexts.empty() && tokens >= 1, "generation_speed: need contexts and --tokens >= 1");
 
   ModelConfig cfg;  // the char-LM recipe's shape
@@ -68,12 +61,7 @@ int run(int argc, char** argv) {
   model.eval();
   NoGradGuard no_grad;
   Rng unused(0);
-  std::FILE* metrics = nullptr;
-  if (!out.empty()) {
-    std::filesystem::create_directories(out);
-    metrics = std::fopen((out + "/metrics.jsonl").c_str(), "w");
-    TAPEFORMER_CHECK(metrics != nullptr, "generation_speed: cannot write '", out, "/metrics.jsonl'");
-  }
+  bench::MetricsFile metrics(out, "generation_speed");
   std::vector<std::pair<int64_t, double>> results;
   for (const int64_t c : contexts) {
     std::vector<int32_t> text(static_cast<size_t>(c + tokens));
@@ -100,10 +88,8 @@ int run(int argc, char** argv) {
     char line[256];
     std::snprintf(line, sizeof line, "{\"context\": %lld, \"ms_per_token\": %.5f, \"tokens_per_s\": %.1f}",
                   static_cast<long long>(c), median, 1e3 / median);
-    std::fprintf(stderr, "%s\n", line);
-    if (metrics) std::fprintf(metrics, "%s\n", line), std::fflush(metrics);
+    metrics.write(line);
   }
-  if (metrics) std::fclose(metrics);
   double at_1024 = std::nan(""), lo = INFINITY, hi = 0;
   for (const auto& [c, t] : results) {
     if (c == 1024) at_1024 = t;
@@ -117,11 +103,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "generation_speed: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("generation_speed", run, argc, argv); }

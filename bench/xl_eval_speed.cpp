@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "bench/bench_common.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "layers/transformer.h"
@@ -32,14 +33,6 @@
 using namespace tapeformer;
 
 namespace {
-
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
 
 IndexTensor random_ids(int64_t T, Rng& rng) {
   std::vector<int32_t> v(static_cast<size_t>(T));
@@ -71,14 +64,9 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const std::vector<int64_t> lengths = parse_list(lengths_text);
+  const std::vector<int64_t> lengths = bench::parse_list(lengths_text);
   TAPEFORMER_CHECK(!lengths.empty() && repeats >= 1, "xl_eval_speed: need --lengths and --repeats >= 1");
-  std::FILE* metrics = nullptr;
-  if (!out.empty()) {
-    std::filesystem::create_directories(out);
-    metrics = std::fopen((out + "/metrics.jsonl").c_str(), "w");
-    TAPEFORMER_CHECK(metrics != nullptr, "xl_eval_speed: cannot write '", out, "/metrics.jsonl'");
-  }
+  bench::MetricsFile metrics(out, "xl_eval_speed");
   std::string speedups;
   double worst = INFINITY;
   for (const int64_t L : lengths) {
@@ -105,11 +93,9 @@ int run(int argc, char** argv) {
     std::snprintf(line, sizeof line,
                   "{\"L\": %lld, \"ms_per_token_cached\": %.5f, \"ms_per_token_recompute\": %.4f, \"speedup\": %.2f}",
                   static_cast<long long>(L), cached, recompute, speedup);
-    std::fprintf(stderr, "%s\n", line);
-    if (metrics) std::fprintf(metrics, "%s\n", line), std::fflush(metrics);
+    metrics.write(line);
     speedups += "\"speedup_at_" + std::to_string(L) + "\": " + json_number(speedup, 4) + ", ";
   }
-  if (metrics) std::fclose(metrics);
   std::printf("{%s\"min_speedup_over_L\": %s, \"threads\": %d}\n", speedups.c_str(), json_number(worst, 4).c_str(),
               parallel::num_threads());
   return 0;
@@ -117,11 +103,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xl_eval_speed: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("xl_eval_speed", run, argc, argv); }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "autograd/ops.h"
+#include "bench/bench_common.h"
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/sampler.h"
@@ -84,11 +85,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xl_memory_probe: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("xl_memory_probe", run, argc, argv); }

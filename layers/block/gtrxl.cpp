@@ -36,46 +36,6 @@ Var GatedBlock::forward(const Var& e, const Tensor& memory, Rng& rng) const {
   return gate_2->forward(y, relu(mlp->forward(ln_2->forward(y), rng)));
 }
 
-GatedStack::GatedStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
-    : mem_len(cfg.option_int("mem_len")) {
-  for (int64_t i = 0; i < cfg.n_layer; ++i)
-    blocks.push_back(register_module(std::to_string(i), std::make_shared<GatedBlock>(cfg, positional, rng)));
-}
-
-Var GatedStack::forward(const Var& x_in, Rng& rng) const {
-  Var x = x_in;
-  for (const auto& block : blocks) x = block->forward(x, rng);
-  return x;
-}
-
-std::unique_ptr<InferenceState> GatedStack::make_state(int64_t batch, int64_t window) const {
-  auto state = std::make_unique<LayerStates>();
-  for (const auto& block : blocks) state->layers.push_back(block->attn->make_state(batch, window));
-  return state;
-}
-
-Var GatedStack::forward(const Var& x_in, InferenceState& state) const {
-  LayerStates& s = state_as<LayerStates>(state, "GatedStack", "layer states");
-  TAPEFORMER_CHECK(s.layers.size() == blocks.size(), "GatedStack: a state of ", s.layers.size(),
-                   " layers for a stack of ", blocks.size());
-  Var x = x_in;
-  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.layers[i]);
-  s.advance(x_in.dim(1));
-  return x;
-}
-
-Var GatedStack::forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const {
-  TAPEFORMER_CHECK(mem_len > 0, "GatedStack: a segment memory needs model.mem_len > 0");
-  memory.layers.resize(blocks.size());
-  Var x = x_in;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const Var in = x;
-    x = blocks[i]->forward(in, memory.layers[i], rng);
-    memory.layers[i] = next_memory(memory.layers[i], in, memory.limit > 0 ? memory.limit : mem_len);
-  }
-  return x;
-}
-
 BlockKind gtrxl_block_kind() {
   BlockKind kind;
   kind.name = "gtrxl";
@@ -90,9 +50,7 @@ BlockKind gtrxl_block_kind() {
     const double gates = 2 * gate_kinds().get(cfg.option_string("gate")).parameters(static_cast<double>(cfg.n_embd));
     return static_cast<double>(cfg.n_layer) * (transformer_block_parameters(cfg) + gates);
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
-  };
+  kind.activation_floats = transformer_stack_activation_floats;
   kind.check = [](const ModelConfig& cfg) {
     gate_kinds().get(cfg.option_string("gate"));  // Error naming model.gate and the known gates
     const double b = cfg.option_number("gate_bias");

@@ -23,6 +23,9 @@ class GatedBlock : public Module {
  public:
   GatedBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng);
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const {
+    return attn->make_state(batch, window);
+  }
   Var forward(const Var& x, InferenceState& state) const;
   // With a Transformer-XL memory of this layer's inputs (B, M, C), no gradient.
   Var forward(const Var& x, const Tensor& memory, Rng& rng) const;
@@ -32,15 +35,6 @@ class GatedBlock : public Module {
   std::shared_ptr<Gate> gate_1, gate_2;
 };
 
-class GatedStack : public BlockStack {
- public:
-  GatedStack(const ModelConfig& cfg, const Positional& positional, Rng& rng);
-  Var forward(const Var& x, Rng& rng) const override;
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
-  Var forward(const Var& x, SegmentMemory& memory, Rng& rng) const override;
-  std::vector<std::shared_ptr<GatedBlock>> blocks;  // registered as "0", "1", ...
-  int64_t mem_len = 0;
-};
+using GatedStack = SequentialStack<GatedBlock>;
 
 }  // namespace tapeformer

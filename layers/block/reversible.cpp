@@ -138,9 +138,7 @@ BlockKind reversible_block_kind() {
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<ReversibleStack>(cfg, positional, rng);
   };
-  kind.parameters = [](const ModelConfig& cfg) {
-    return static_cast<double>(cfg.n_layer) * transformer_block_parameters(cfg);
-  };
+  kind.parameters = transformer_stack_parameters;
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     // The last layer's (Y1, Y2) and one layer's activations while it is recomputed.
     return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd) +

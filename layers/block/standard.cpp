@@ -62,6 +62,14 @@ double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T) {
          attention_kinds().get(cfg.attention).activation_floats(cfg, T);
 }
 
+double transformer_stack_parameters(const ModelConfig& cfg) {
+  return static_cast<double>(cfg.n_layer) * transformer_block_parameters(cfg);
+}
+
+double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T) {
+  return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
+}
+
 ModelOption mem_len_option() {
   return {"mem_len", int64_t{0},
           "Transformer-XL memory: each layer also attends to its inputs at this many earlier positions, carried "
@@ -76,46 +84,6 @@ void check_mem_len(const ModelConfig& cfg) {
                    "\" does not");
 }
 
-StandardStack::StandardStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
-    : mem_len(cfg.option_int("mem_len")) {
-  for (int64_t i = 0; i < cfg.n_layer; ++i)
-    blocks.push_back(register_module(std::to_string(i), std::make_shared<TransformerBlock>(cfg, positional, rng)));
-}
-
-Var StandardStack::forward(const Var& x_in, Rng& rng) const {
-  Var x = x_in;
-  for (const auto& block : blocks) x = block->forward(x, rng);
-  return x;
-}
-
-std::unique_ptr<InferenceState> StandardStack::make_state(int64_t batch, int64_t window) const {
-  auto state = std::make_unique<LayerStates>();
-  for (const auto& block : blocks) state->layers.push_back(block->make_state(batch, window));
-  return state;
-}
-
-Var StandardStack::forward(const Var& x_in, InferenceState& state) const {
-  LayerStates& s = state_as<LayerStates>(state, "StandardStack", "layer states");
-  TAPEFORMER_CHECK(s.layers.size() == blocks.size(), "StandardStack: a state of ", s.layers.size(),
-                   " layers for a stack of ", blocks.size());
-  Var x = x_in;
-  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.layers[i]);
-  s.advance(x_in.dim(1));
-  return x;
-}
-
-Var StandardStack::forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const {
-  TAPEFORMER_CHECK(mem_len > 0, "StandardStack: a segment memory needs model.mem_len > 0");
-  memory.layers.resize(blocks.size());
-  Var x = x_in;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const Var in = x;
-    x = blocks[i]->forward(in, memory.layers[i], rng);
-    memory.layers[i] = next_memory(memory.layers[i], in, memory.limit > 0 ? memory.limit : mem_len);
-  }
-  return x;
-}
-
 BlockKind standard_block_kind() {
   BlockKind kind;
   kind.name = "standard";
@@ -124,12 +92,8 @@ BlockKind standard_block_kind() {
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<StandardStack>(cfg, positional, rng);
   };
-  kind.parameters = [](const ModelConfig& cfg) {
-    return static_cast<double>(cfg.n_layer) * transformer_block_parameters(cfg);
-  };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
-  };
+  kind.parameters = transformer_stack_parameters;
+  kind.activation_floats = transformer_stack_activation_floats;
   kind.check = check_mem_len;
   return kind;
 }

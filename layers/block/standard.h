@@ -15,6 +15,7 @@
 #include "layers/attention/attention.h"
 #include "layers/basic.h"
 #include "layers/block/block.h"
+#include "layers/block/sequential.h"
 
 namespace tapeformer {
 
@@ -54,21 +55,15 @@ double transformer_block_parameters(const ModelConfig& cfg);
 // Floats one TransformerBlock keeps for the backward of T tokens (its
 // (T, C) tensors, about four, and the attention's own).
 double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
+// The same for n_layer of them (the standard and post-LN stacks).
+double transformer_stack_parameters(const ModelConfig& cfg);
+double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T);
 
 // model.mem_len, declared by the stacks that keep a segment memory, and its
 // check (a positive length needs an attention kind that takes a memory).
 ModelOption mem_len_option();
 void check_mem_len(const ModelConfig& cfg);
 
-class StandardStack : public BlockStack {
- public:
-  StandardStack(const ModelConfig& cfg, const Positional& positional, Rng& rng);
-  Var forward(const Var& x, Rng& rng) const override;
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
-  Var forward(const Var& x, SegmentMemory& memory, Rng& rng) const override;
-  std::vector<std::shared_ptr<TransformerBlock>> blocks;  // registered as "0", "1", ...
-  int64_t mem_len = 0;
-};
+using StandardStack = SequentialStack<TransformerBlock>;
 
 }  // namespace tapeformer

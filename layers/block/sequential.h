@@ -1,0 +1,69 @@
+// SequentialStack<Layer>: n_layer layers run one after the other, each with
+// its own inference state and its own slice of a segment memory. The
+// standard, post-LN and gated stacks are this template over their layer.
+//
+//   using StandardStack = SequentialStack<TransformerBlock>;
+//
+// A Layer provides Layer(cfg, positional, rng); forward(x, rng);
+// forward(x, memory, rng) with its inputs at earlier positions (B, M, C);
+// make_state(batch, window); forward(x, state). Layers are registered as
+// "0", "1", ... (checkpoint keys "0.attn.qkv.weight", ...).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "layers/block/block.h"
+
+namespace tapeformer {
+
+template <class Layer>
+class SequentialStack : public BlockStack {
+ public:
+  SequentialStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
+      : mem_len(cfg.option_int("mem_len")) {
+    for (int64_t i = 0; i < cfg.n_layer; ++i)
+      blocks.push_back(register_module(std::to_string(i), std::make_shared<Layer>(cfg, positional, rng)));
+  }
+
+  Var forward(const Var& x_in, Rng& rng) const override {
+    Var x = x_in;
+    for (const auto& block : blocks) x = block->forward(x, rng);
+    return x;
+  }
+
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override {
+    auto state = std::make_unique<LayerStates>();
+    for (const auto& block : blocks) state->layers.push_back(block->make_state(batch, window));
+    return state;
+  }
+
+  Var forward(const Var& x_in, InferenceState& state) const override {
+    LayerStates& s = state_as<LayerStates>(state, "block stack", "layer states");
+    TAPEFORMER_CHECK(s.layers.size() == blocks.size(), "block stack: a state of ", s.layers.size(),
+                     " layers for a stack of ", blocks.size());
+    Var x = x_in;
+    for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.layers[i]);
+    s.advance(x_in.dim(1));
+    return x;
+  }
+
+  Var forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const override {
+    TAPEFORMER_CHECK(mem_len > 0, "block stack: a segment memory needs model.mem_len > 0");
+    memory.layers.resize(blocks.size());
+    Var x = x_in;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const Var in = x;
+      x = blocks[i]->forward(in, memory.layers[i], rng);
+      memory.layers[i] = next_memory(memory.layers[i], in, memory.limit > 0 ? memory.limit : mem_len);
+    }
+    return x;
+  }
+
+  std::vector<std::shared_ptr<Layer>> blocks;  // registered as "0", "1", ...
+  int64_t mem_len = 0;                         // model.mem_len
+};
+
+}  // namespace tapeformer
