@@ -14,7 +14,10 @@
 // "elapsed_s"}, plus "val_loss", "accuracy" and "seq_accuracy" on evaluation
 // steps) and prints one JSON line with the final figures. Accuracy counts
 // the argmax predictions of the second copy's symbols; seq_accuracy the
-// sequences whose every symbol is right. Built on the library's own pieces:
+// sequences whose every symbol is right. For stability sweeps (E5a),
+// --target-loss reports the first evaluation step at or below a val loss and
+// --divergence-ok ends a diverging run with "diverged": 1 instead of an
+// error. Built on the library's own pieces:
 // TransformerLM, make_optimizer / make_schedule / train_step, DataParallel.
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -81,6 +84,12 @@ int run(int argc, char** argv) {
   app.add_option("--symbols", task_cfg.symbols, "distinct symbols")->capture_default_str();
   app.add_option("--min-len", task_cfg.min_len, "shortest w")->capture_default_str();
   app.add_option("--max-len", task_cfg.max_len, "longest w (model.block_size must be twice it)")->capture_default_str();
+  double target_loss = 0;
+  bool divergence_ok = false;
+  app.add_option("--target-loss", target_loss, "report the first evaluation step whose val loss is at most this (0: off)")
+      ->capture_default_str();
+  app.add_flag("--divergence-ok", divergence_ok,
+               "a non-finite loss ends the run with \"diverged\": 1 in its result instead of an error (sweeps)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -115,15 +124,24 @@ int run(int argc, char** argv) {
   TAPEFORMER_CHECK(metrics != nullptr, "copy_task: cannot write '", metrics_path, "'");
   double seconds = 0, loss = 0;
   Accuracy acc;
+  int64_t steps_run = 0, steps_to_target = -1;
+  bool diverged = false;
   for (int64_t step = 0; step < cfg.train.max_iters; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepResult r = train_step(cfg, step, shards, model.parameters(), *optimizer, *schedule,
                                     [&] { return train_task.next(); }, dropout_rng);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss = r.loss;
+    if (divergence_ok && !(std::isfinite(r.loss) && std::isfinite(r.grad_norm))) {
+      diverged = true;
+      std::fprintf(stderr, "step %lld: diverged (loss %g, gradient norm %g)\n", static_cast<long long>(step + 1),
+                   r.loss, static_cast<double>(r.grad_norm));
+      break;
+    }
     TAPEFORMER_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "copy_task: training diverged at step ",
                      step + 1, " (loss ", r.loss, ", gradient norm ", r.grad_norm, ")");
     const int64_t done = step + 1;
+    steps_run = done;
     const bool last = done == cfg.train.max_iters, eval_now = done % cfg.eval.interval == 0 || last;
     if (done % cfg.log.interval != 0 && !eval_now) continue;
     std::string line = "{\"step\": " + std::to_string(done) + ", \"lr\": " + json_number(r.lr) +
@@ -131,6 +149,7 @@ int run(int argc, char** argv) {
                        ", \"elapsed_s\": " + json_number(seconds);
     if (eval_now) {
       acc = evaluate(model, val);
+      if (target_loss > 0 && steps_to_target < 0 && acc.loss <= target_loss) steps_to_target = done;
       line += ", \"val_loss\": " + json_number(acc.loss) + ", \"accuracy\": " + json_number(acc.tokens) +
               ", \"seq_accuracy\": " + json_number(acc.sequences);
       std::fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f, copy accuracy %.4f\n",
@@ -140,13 +159,16 @@ int run(int argc, char** argv) {
     std::fflush(metrics);
   }
   std::fclose(metrics);
-  const Accuracy fin = evaluate(model, final_val);
-  const double tokens = static_cast<double>(cfg.train.max_iters * cfg.train.batch_size * cfg.model.block_size);
+  const Accuracy fin = diverged ? Accuracy{NAN, NAN, NAN} : evaluate(model, final_val);
+  const double tokens = static_cast<double>(steps_run * cfg.train.batch_size * cfg.model.block_size);
   std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"accuracy\": %s, \"seq_accuracy\": %s, "
-              "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld}\n",
-              static_cast<long long>(cfg.train.max_iters), json_number(loss).c_str(), json_number(fin.loss).c_str(),
-              json_number(fin.tokens).c_str(), json_number(fin.sequences).c_str(), seconds, tokens / seconds,
-              static_cast<long long>(model.num_parameters()));
+              "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, \"diverged\": %d, "
+              "\"reached_target\": %s, \"steps_to_target\": %s}\n",
+              static_cast<long long>(steps_run), json_number(diverged ? NAN : loss).c_str(),
+              json_number(fin.loss).c_str(), json_number(fin.tokens).c_str(), json_number(fin.sequences).c_str(),
+              seconds, seconds > 0 ? tokens / seconds : 0.0, static_cast<long long>(model.num_parameters()),
+              diverged ? 1 : 0, target_loss > 0 ? (steps_to_target > 0 ? "1" : "0") : "null",
+              steps_to_target > 0 ? std::to_string(steps_to_target).c_str() : "null");
   return 0;
 }
 

@@ -250,7 +250,9 @@ def plot_curves(spec, args, exp_dir):
         x_key, y_key = curve["x"], curve["y"]
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
         drawn = False
-        for arm in spec["arms"]:
+        # "arms_containing": only the arms whose name contains that text (one plot per learning rate, say).
+        only = curve.get("arms_containing")
+        for arm in (a for a in spec["arms"] if only is None or only in a["name"]):
             series = []  # one dict x -> y per seed
             for seed in spec["seeds"]:
                 run_dir, _ = run_command(spec, arm, seed, args, 1)
