@@ -1,5 +1,6 @@
 #include "data/tasks.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -33,6 +34,40 @@ Batch CopyTask::next() {
       targets[static_cast<size_t>(b * T + t)] = t >= L && t < 2 * L ? seq[static_cast<size_t>(t + 1)] : kIgnoreTarget;
     }
   }
+  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets))};
+}
+
+RecallTask::RecallTask(const RecallTaskConfig& cfg, int64_t batch, uint64_t seed)
+    : cfg_(cfg), batch_(batch), rng_(seed), keys_(static_cast<size_t>(std::max<int64_t>(batch, 0))) {
+  TAPEFORMER_CHECK(cfg.fillers >= 1 && cfg.fillers <= (1 << 20), "RecallTask: fillers must be in [1, 2^20], got ",
+                   cfg.fillers);
+  TAPEFORMER_CHECK(cfg.keys >= 1 && cfg.keys <= (1 << 20), "RecallTask: keys must be in [1, 2^20], got ", cfg.keys);
+  TAPEFORMER_CHECK(cfg.distance >= 1 && cfg.distance <= (1 << 20), "RecallTask: distance must be in [1, 2^20], got ",
+                   cfg.distance);
+  TAPEFORMER_CHECK(cfg.segment >= 3 && cfg.segment <= (1 << 20), "RecallTask: segment must be in [3, 2^20], got ",
+                   cfg.segment);
+  TAPEFORMER_CHECK(batch >= 1, "RecallTask: batch size must be >= 1, got ", batch);
+}
+
+Batch RecallTask::next() {
+  const int64_t T = cfg_.segment;
+  std::vector<int32_t> inputs(static_cast<size_t>(batch_ * T)), targets(inputs.size(), kIgnoreTarget);  // (B, T)
+  for (int64_t b = 0; b < batch_; ++b) {
+    int32_t* row = inputs.data() + b * T;
+    for (int64_t t = 0; t < T; ++t) row[t] = static_cast<int32_t>(rng_.below(static_cast<uint64_t>(cfg_.fillers)));
+    const auto p = static_cast<int64_t>(rng_.below(static_cast<uint64_t>(T - 2)));  // KEY at p, its key at p + 1
+    const auto key = static_cast<int32_t>(cfg_.fillers + static_cast<int64_t>(rng_.below(static_cast<uint64_t>(cfg_.keys))));
+    row[p] = key_marker();
+    row[p + 1] = key;
+    row[T - 1] = query_marker();
+    std::vector<int32_t>& past = keys_[static_cast<size_t>(b)];
+    if (static_cast<int64_t>(past.size()) == cfg_.distance) {
+      targets[static_cast<size_t>(b * T + T - 1)] = past.front();  // the key `distance` segments back
+      past.erase(past.begin());
+    }
+    past.push_back(key);
+  }
+  ++segments_;
   return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets))};
 }
 

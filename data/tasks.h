@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/rng.h"
 #include "data/sampler.h"
@@ -44,6 +45,42 @@ class CopyTask {
   CopyTaskConfig cfg_;
   int64_t batch_;
   Rng rng_;
+};
+
+// Recall across segments (SPEC E4c): B endless streams read T tokens at a
+// time, as a Transformer-XL reads its corpus. Every segment holds the marker
+// KEY followed by a key symbol at a random place among filler symbols, and
+// ends with the marker QUERY, whose target is the key of the segment
+// `distance` segments earlier; no other target counts. Only a model that
+// carries what it read across segments (a memory reaching distance * T
+// positions back) beats the chance of 1 / keys.
+// Token ids: filler 0..fillers-1, keys fillers..fillers+keys-1, then KEY, QUERY.
+struct RecallTaskConfig {
+  int64_t fillers = 16;   // distinct filler symbols
+  int64_t keys = 8;       // distinct keys
+  int64_t distance = 1;   // segments between a key and its query
+  int64_t segment = 32;   // T
+};
+
+class RecallTask {
+ public:
+  // Throws Error naming the field unless fillers, keys, distance >= 1 and segment >= 3.
+  RecallTask(const RecallTaskConfig& cfg, int64_t batch, uint64_t seed);
+
+  // The next segment of every stream: inputs (B, T), targets (B, T) with one
+  // counted target per row (at the QUERY), none while fewer than `distance`
+  // segments came before.
+  Batch next();
+  int64_t vocab_size() const { return cfg_.fillers + cfg_.keys + 2; }
+  int32_t key_marker() const { return static_cast<int32_t>(cfg_.fillers + cfg_.keys); }
+  int32_t query_marker() const { return key_marker() + 1; }
+
+ private:
+  RecallTaskConfig cfg_;
+  int64_t batch_;
+  Rng rng_;
+  int64_t segments_ = 0;                  // segments generated so far
+  std::vector<std::vector<int32_t>> keys_;  // per stream, the keys of the last `distance` segments (oldest first)
 };
 
 }  // namespace tapeformer

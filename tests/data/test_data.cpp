@@ -13,6 +13,7 @@
 #include "core/serialize.h"
 #include "data/corpus.h"
 #include "data/sampler.h"
+#include "data/tasks.h"
 #include "data/tokenizer.h"
 #include "temp_dir.h"
 
@@ -316,4 +317,56 @@ TEST_CASE("StreamSampler: B contiguous streams, each row continuing the last, re
                        "block size 10 in 11 streams needs at least 111 tokens, but the val split has 101 (use a smaller "
                        "block or batch size or more data)",
                        Error);
+}
+
+TEST_CASE("RecallTask: each segment's query asks for the key `distance` segments back; nothing before that") {
+  RecallTaskConfig cfg;
+  cfg.distance = 2;
+  cfg.segment = 8;
+  RecallTask task(cfg, /*batch=*/3, /*seed=*/5);
+  const auto key_of = [&](const Batch& b, int64_t row) {  // the token after the KEY marker
+    for (int64_t t = 0; t + 1 < 8; ++t)
+      if (b.inputs.data[static_cast<size_t>(row * 8 + t)] == task.key_marker())
+        return b.inputs.data[static_cast<size_t>(row * 8 + t + 1)];
+    FAIL("no KEY in row " << row);
+    return -1;
+  };
+  std::vector<Batch> batches;
+  for (int i = 0; i < 4; ++i) batches.push_back(task.next());
+  for (int i = 0; i < 4; ++i)
+    for (int64_t r = 0; r < 3; ++r) {
+      CAPTURE(i);
+      CAPTURE(r);
+      const Batch& b = batches[static_cast<size_t>(i)];
+      CHECK(b.inputs.data[static_cast<size_t>(r * 8 + 7)] == task.query_marker());
+      const int32_t key = key_of(b, r);
+      CHECK((key >= cfg.fillers && key < cfg.fillers + cfg.keys));
+      for (int64_t t = 0; t < 7; ++t) CHECK(b.targets.data[static_cast<size_t>(r * 8 + t)] == kIgnoreTarget);
+      const int32_t answer = b.targets.data[static_cast<size_t>(r * 8 + 7)];
+      CHECK(answer == (i < 2 ? kIgnoreTarget : key_of(batches[static_cast<size_t>(i - 2)], r)));
+    }
+  cfg.distance = 0;
+  CHECK_THROWS_WITH_AS(RecallTask(cfg, 3, 5), "RecallTask: distance must be in [1, 2^20], got 0", Error);
+}
+
+TEST_CASE("CopyTask: w SEP w PAD..., targets only on the second copy") {
+  CopyTask task({/*symbols=*/5, /*min_len=*/2, /*max_len=*/6}, /*batch=*/4, /*seed=*/3);
+  const Batch b = task.next();
+  REQUIRE(b.inputs.shape == Shape({4, 12}));
+  for (int64_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const int32_t* x = b.inputs.data.data() + r * 12;
+    const int32_t* y = b.targets.data.data() + r * 12;
+    int64_t L = 0;
+    while (L < 12 && x[L] != task.sep()) ++L;
+    REQUIRE((L >= 2 && L <= 6));
+    for (int64_t t = 0; t < 12; ++t) {
+      if (t >= L && t < 2 * L) {
+        CHECK(y[t] == x[t - L]);  // position t predicts the (t - L)-th symbol of the copy
+      } else {
+        CHECK(y[t] == kIgnoreTarget);
+      }
+    }
+    for (int64_t t = 2 * L + 1; t < 12; ++t) CHECK(x[t] == task.pad());
+  }
 }

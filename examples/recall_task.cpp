@@ -1,0 +1,155 @@
+// E4c (SPEC §8): recall across segments. A model reads endless streams T
+// tokens at a time, as Transformer-XL reads a corpus; every segment ends with
+// a query for the key seen `--distance` segments earlier (data/tasks.h,
+// RecallTask). With model.mem_len > 0 the segment memory is carried from
+// each segment to the next (training and evaluation); without one the model
+// sees only the current segment and can do no better than chance.
+//
+//   build/examples/recall_task --config configs/e4c_recall.json --out out/e4c/xl --distance 2
+//       [--set model.mem_len=0] [--set model.n_layer=4]
+//
+// The config is a training config (model.*, optimizer.*, schedule.*, train.*,
+// eval.interval / eval.iters (segments per evaluation) / eval.final_iters,
+// log.interval); model.block_size is the segment length. Writes
+// OUT/metrics.jsonl ({"step", "lr", "train_loss", "grad_norm", "elapsed_s"},
+// plus "val_loss" and "recall" on evaluation steps) and prints one JSON line
+// with the final figures (recall: the fraction of queries answered with the
+// right key; chance is 1 / keys).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "data/tasks.h"
+#include "train/build.h"
+#include "train/metrics.h"
+
+using namespace tapeformer;
+
+namespace {
+
+struct Recall {
+  double loss = 0, accuracy = 0;
+};
+
+// Reads `warmup` segments, then scores the queries of `segments` more, from
+// fresh streams of `seed` and a fresh memory.
+Recall evaluate(TransformerLM& model, const RecallTaskConfig& task_cfg, int64_t batch, uint64_t seed,
+                int64_t segments) {
+  model.eval();
+  NoGradGuard no_grad;
+  Rng unused(0);
+  RecallTask task(task_cfg, batch, seed);
+  SegmentMemory memory;
+  const auto forward = [&](const IndexTensor& ids) {
+    return model.mem_len() > 0 ? model.forward(ids, memory, unused) : model.forward(ids, unused);  // (B, T, V)
+  };
+  for (int64_t i = 0; i < task_cfg.distance; ++i) forward(task.next().inputs);
+  double loss = 0;
+  int64_t right = 0, counted = 0;
+  for (int64_t i = 0; i < segments; ++i) {
+    const Batch b = task.next();
+    const Var logits = forward(b.inputs);
+    loss += cross_entropy(logits, b.targets).item();
+    const int64_t B = b.inputs.shape[0], T = b.inputs.shape[1], V = logits.dim(2);
+    for (int64_t r = 0; r < B; ++r) {
+      const int32_t want = b.targets.data[static_cast<size_t>(r * T + T - 1)];
+      const Scalar* row = logits.value().data() + (r * T + T - 1) * V;
+      right += std::max_element(row, row + V) - row == want;
+      ++counted;
+    }
+  }
+  model.train();
+  return {loss / static_cast<double>(segments), static_cast<double>(right) / static_cast<double>(counted)};
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"E4c: recall of a key across segments (writes OUT/metrics.jsonl)"};
+  std::string config_path, out = "out/recall_task";
+  std::vector<std::string> overrides;
+  RecallTaskConfig task_cfg;
+  app.add_option("--config", config_path, "training config (model, optimizer, schedule, train, eval)")->required();
+  app.add_option("--out", out, "output directory")->capture_default_str();
+  app.add_option("--set", overrides, "override a config value (repeatable)");
+  app.add_option("--distance", task_cfg.distance, "segments between a key and its query")->capture_default_str();
+  app.add_option("--keys", task_cfg.keys, "distinct keys (chance is 1 / keys)")->capture_default_str();
+  app.add_option("--fillers", task_cfg.fillers, "distinct filler symbols")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  TrainConfig cfg = TrainConfig::load(config_path, overrides);
+  parallel::set_num_threads(static_cast<int>(cfg.train.threads));
+  task_cfg.segment = cfg.model.block_size;
+  const auto seed = static_cast<uint64_t>(cfg.train.seed);
+  RecallTask train_task(task_cfg, cfg.train.batch_size, seed * 1000003ULL + 1);
+  cfg.model.vocab_size = train_task.vocab_size();
+  Rng init(seed * 1000003ULL);
+  TransformerLM model(cfg.model, init);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, model.named_parameters());
+  std::unique_ptr<Schedule> schedule = make_schedule(cfg);
+  DataParallel shards(model, static_cast<int>(shard_count(cfg)));
+  Rng dropout_rng(seed * 1000003ULL + 3);
+  SegmentMemory memory;
+  SegmentMemory* carried = model.mem_len() > 0 ? &memory : nullptr;
+  {
+    NoGradGuard no_grad;  // the first `distance` segments have no query to answer yet
+    for (int64_t i = 0; i < task_cfg.distance; ++i) shards.train_batch(train_task.next(), 1.0f, dropout_rng, carried);
+  }
+
+  std::filesystem::create_directories(out);
+  const std::string metrics_path = out + "/metrics.jsonl";
+  std::FILE* metrics = std::fopen(metrics_path.c_str(), "w");
+  TAPEFORMER_CHECK(metrics != nullptr, "recall_task: cannot write '", metrics_path, "'");
+  double seconds = 0, loss = 0;
+  for (int64_t step = 0; step < cfg.train.max_iters; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepResult r = train_step(cfg, step, shards, model.parameters(), *optimizer, *schedule,
+                                    [&] { return train_task.next(); }, dropout_rng, carried);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    loss = r.loss;
+    TAPEFORMER_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "recall_task: training diverged at step ",
+                     step + 1, " (loss ", r.loss, ", gradient norm ", r.grad_norm, ")");
+    const int64_t done = step + 1;
+    const bool last = done == cfg.train.max_iters, eval_now = done % cfg.eval.interval == 0 || last;
+    if (done % cfg.log.interval != 0 && !eval_now) continue;
+    std::string line = "{\"step\": " + std::to_string(done) + ", \"lr\": " + json_number(r.lr) +
+                       ", \"train_loss\": " + json_number(r.loss) + ", \"grad_norm\": " + json_number(r.grad_norm) +
+                       ", \"elapsed_s\": " + json_number(seconds);
+    if (eval_now) {
+      const Recall v = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 2, cfg.eval.iters);
+      line += ", \"val_loss\": " + json_number(v.loss) + ", \"recall\": " + json_number(v.accuracy);
+      std::fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f, recall %.4f\n", static_cast<long long>(done),
+                   r.loss, v.loss, v.accuracy);
+    }
+    std::fprintf(metrics, "%s}\n", line.c_str());
+    std::fflush(metrics);
+  }
+  std::fclose(metrics);
+  const Recall fin = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 4, cfg.eval.final_iters);
+  std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"recall\": %s, \"chance\": %s, "
+              "\"distance\": %lld, \"mem_len\": %lld, \"layers\": %lld, \"train_seconds\": %.3f}\n",
+              static_cast<long long>(cfg.train.max_iters), json_number(loss).c_str(), json_number(fin.loss).c_str(),
+              json_number(fin.accuracy).c_str(), json_number(1.0 / static_cast<double>(task_cfg.keys)).c_str(),
+              static_cast<long long>(task_cfg.distance), static_cast<long long>(model.mem_len()),
+              static_cast<long long>(cfg.model.n_layer), seconds);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "recall_task: error: %s\n", e.what());
+    return 1;
+  }
+}
