@@ -37,11 +37,14 @@ Batch RandomWindowSampler::next() {
   return window_batch(*tokens_, starts, block_);
 }
 
-StreamSampler::StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what)
+StreamSampler::StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what,
+                             int64_t ext)
     : tokens_(&tokens),
       batch_(batch),
       block_(block),
-      stream_(batch > 0 ? (static_cast<int64_t>(tokens.size()) - 1) / batch : 0) {
+      stream_(batch > 0 ? (static_cast<int64_t>(tokens.size()) - 1) / batch : 0),
+      ext_(ext) {
+  TAPEFORMER_CHECK(ext >= 0, "StreamSampler: ext must be >= 0, got ", ext, " (", what, ")");
   TAPEFORMER_CHECK(batch > 0, "StreamSampler: batch size must be >= 1, got ", batch, " (", what, ")");
   TAPEFORMER_CHECK(block > 0, "StreamSampler: block size must be >= 1, got ", block, " (", what, ")");
   TAPEFORMER_CHECK(stream_ >= block, "block size ", block, " in ", batch, " streams needs at least ",
@@ -51,11 +54,15 @@ StreamSampler::StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, 
 
 Batch StreamSampler::next() {
   if (position_ + block_ > stream_) position_ = 0;  // a stream ran out: start them all over
+  const int64_t e = std::min(ext_, position_);  // tokens fed again before the segment
   std::vector<int64_t> starts(batch_);
-  for (int64_t b = 0; b < batch_; ++b) starts[b] = b * stream_ + position_;
+  for (int64_t b = 0; b < batch_; ++b) starts[b] = b * stream_ + position_ - e;
   position_ += block_;
   ++drawn_;
-  return window_batch(*tokens_, starts, block_);
+  Batch batch = window_batch(*tokens_, starts, e + block_);
+  for (int64_t b = 0; b < batch_; ++b)
+    std::fill_n(batch.targets.data.begin() + b * (e + block_), e, kIgnoreTarget);
+  return batch;
 }
 
 }  // namespace tapeformer

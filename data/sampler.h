@@ -75,11 +75,15 @@ class RandomWindowSampler {
 //
 // When fewer than T positions are left in a stream, the next batch starts the
 // streams over (restarted() is true for it, and for the first batch).
+// With ext > 0 (Transformer-XL's ext_len) each batch also starts with the
+// up to `ext` tokens before its segment, fed again, their targets
+// kIgnoreTarget: inputs (B, e + T), e = min(ext, tokens read in this pass).
 class StreamSampler {
  public:
   // `tokens` must outlive the sampler; `what` names them in errors. Throws
-  // Error unless batch >= 1, block >= 1 and every stream holds a segment.
-  StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what);
+  // Error unless batch >= 1, block >= 1, ext >= 0 and every stream holds a segment.
+  StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what,
+                int64_t ext = 0);
 
   Batch next();
   // Whether the batch last returned began at the streams' starts.
@@ -96,7 +100,7 @@ class StreamSampler {
 
  private:
   const std::vector<int32_t>* tokens_;
-  int64_t batch_, block_, stream_;
+  int64_t batch_, block_, stream_, ext_;
   int64_t position_ = 0;  // where the next batch starts in each stream
   int64_t drawn_ = 0;
 };

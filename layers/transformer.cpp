@@ -63,11 +63,17 @@ Var TransformerLM::forward(const IndexTensor& ids, SegmentMemory& memory, Rng& r
   return head(stack->forward(x, memory, rng));
 }
 
-int64_t TransformerLM::mem_len() const {
-  for (const ModelOption& o : block_kinds().get(cfg_.block).options)
-    if (o.name == "mem_len") return cfg_.option_int("mem_len");
+namespace {
+// A memory option's value, or 0 when the block kind keeps no memory.
+int64_t memory_option(const ModelConfig& cfg, const char* name) {
+  for (const ModelOption& o : block_kinds().get(cfg.block).options)
+    if (o.name == name) return cfg.option_int(name);
   return 0;
 }
+}  // namespace
+
+int64_t TransformerLM::mem_len() const { return memory_option(cfg_, "mem_len"); }
+int64_t TransformerLM::ext_len() const { return memory_option(cfg_, "ext_len"); }
 
 namespace {
 // The model's state: its stack's, and the positions seen.

@@ -68,8 +68,9 @@ class TransformerLM : public Module {
   // inputs at the last mem_len positions. Positions restart at 0 in each
   // segment for the schemes that add them to the embeddings.
   Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const;
-  // model.mem_len: 0 when the model keeps no segment memory.
+  // model.mem_len and model.ext_len: 0 when the model keeps no segment memory.
   int64_t mem_len() const;
+  int64_t ext_len() const;
   Var forward(const IndexTensor& ids, InferenceState& state) const;
   const ModelConfig& config() const { return cfg_; }
   // Positions the model can represent: the learned table's rows, or -1 for any.

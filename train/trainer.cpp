@@ -198,7 +198,7 @@ struct Trainer::State {
     if (model->mem_len() > 0) {
       // Segments in order, so each row's memory holds what came just before it;
       // evaluation reads the val split's streams from their starts.
-      train_streams = std::make_unique<StreamSampler>(corpus->train(), B, T, "train split");
+      train_streams = std::make_unique<StreamSampler>(corpus->train(), B, T, "train split", model->ext_len());
       StreamSampler(corpus->val(), B, T, "val split");  // refuses a val split too short for one segment
       dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
       return;
@@ -216,7 +216,7 @@ struct Trainer::State {
   // most one pass), read in order with a fresh memory of eval.mem_len
   // (default model.mem_len) positions.
   double evaluate_streams(int64_t segments) {
-    StreamSampler val(corpus->val(), cfg.train.batch_size, cfg.model.block_size, "val split");
+    StreamSampler val(corpus->val(), cfg.train.batch_size, cfg.model.block_size, "val split", model->ext_len());
     const int64_t n = std::min(segments, val.segments());
     SegmentMemory memory;
     memory.limit = cfg.eval.mem_len;

@@ -41,8 +41,8 @@ BlockKind gtrxl_block_kind() {
   kind.name = "gtrxl";
   kind.summary = "GTrXL: LN on branch inputs, ReLU on branch outputs, gated residuals (SPEC §5)";
   kind.options = {{"gate", std::string("gru"), "gtrxl blocks: none | input | output | highway | sigtanh | gru"},
-                  {"gate_bias", 2.0, "gtrxl blocks: the gates' initial bias b_g (the paper: 2 for gru, 1 for the others)"},
-                  mem_len_option()};
+                  {"gate_bias", 2.0, "gtrxl blocks: the gates' initial bias b_g (the paper: 2 for gru, 1 for the others)"}};
+  for (ModelOption& o : memory_options()) kind.options.push_back(std::move(o));
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<GatedStack>(cfg, positional, rng);
   };
@@ -55,7 +55,7 @@ BlockKind gtrxl_block_kind() {
     gate_kinds().get(cfg.option_string("gate"));  // Error naming model.gate and the known gates
     const double b = cfg.option_number("gate_bias");
     TAPEFORMER_CHECK(std::isfinite(b), "model.gate_bias must be a finite number, got ", b);
-    check_mem_len(cfg);
+    check_memory(cfg);
   };
   return kind;
 }

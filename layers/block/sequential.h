@@ -10,10 +10,12 @@
 // "0", "1", ... (checkpoint keys "0.attn.qkv.weight", ...).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/error.h"
 #include "layers/block/block.h"
 
@@ -23,7 +25,7 @@ template <class Layer>
 class SequentialStack : public BlockStack {
  public:
   SequentialStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
-      : mem_len(cfg.option_int("mem_len")) {
+      : mem_len(cfg.option_int("mem_len")), ext_len(cfg.option_int("ext_len")) {
     for (int64_t i = 0; i < cfg.n_layer; ++i)
       blocks.push_back(register_module(std::to_string(i), std::make_shared<Layer>(cfg, positional, rng)));
   }
@@ -57,13 +59,17 @@ class SequentialStack : public BlockStack {
     for (size_t i = 0; i < blocks.size(); ++i) {
       const Var in = x;
       x = blocks[i]->forward(in, memory.layers[i], rng);
-      memory.layers[i] = next_memory(memory.layers[i], in, memory.limit > 0 ? memory.limit : mem_len);
+      // The last ext_len positions come again at the start of the next input.
+      const int64_t keep = std::max<int64_t>(0, in.dim(1) - ext_len);
+      if (keep > 0)
+        memory.layers[i] = next_memory(memory.layers[i], slice(in, 1, 0, keep), memory.limit > 0 ? memory.limit : mem_len);
     }
     return x;
   }
 
   std::vector<std::shared_ptr<Layer>> blocks;  // registered as "0", "1", ...
   int64_t mem_len = 0;                         // model.mem_len
+  int64_t ext_len = 0;                         // model.ext_len
 };
 
 }  // namespace tapeformer

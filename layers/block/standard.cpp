@@ -70,31 +70,37 @@ double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T) {
   return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
 }
 
-ModelOption mem_len_option() {
-  return {"mem_len", int64_t{0},
-          "Transformer-XL memory: each layer also attends to its inputs at this many earlier positions, carried "
-          "across training steps (0: off)"};
+std::vector<ModelOption> memory_options() {
+  return {{"mem_len", int64_t{0},
+           "Transformer-XL memory: each layer also attends to its inputs at this many earlier positions, carried "
+           "across training steps (0: off)"},
+          {"ext_len", int64_t{0},
+           "Transformer-XL: this many tokens before each segment are fed again with it (their loss not counted) and "
+           "kept out of the memory (SPEC §4.3; 0: off)"}};
 }
 
-void check_mem_len(const ModelConfig& cfg) {
-  const int64_t m = cfg.option_int("mem_len");
+void check_memory(const ModelConfig& cfg) {
+  const int64_t m = cfg.option_int("mem_len"), e = cfg.option_int("ext_len");
   TAPEFORMER_CHECK(m >= 0 && m <= 1 << 20, "model.mem_len must be in [0, 2^20], got ", m);
   TAPEFORMER_CHECK(m == 0 || attention_kinds().get(cfg.attention).segment_memory, "model.mem_len = ", m,
                    " needs an attention kind that takes a segment memory; model.attention \"", cfg.attention,
                    "\" does not");
+  TAPEFORMER_CHECK(e >= 0 && e <= cfg.block_size, "model.ext_len must be in [0, model.block_size = ", cfg.block_size,
+                   "], got ", e);
+  TAPEFORMER_CHECK(e == 0 || m > 0, "model.ext_len = ", e, " needs a memory: set model.mem_len > 0");
 }
 
 BlockKind standard_block_kind() {
   BlockKind kind;
   kind.name = "standard";
   kind.summary = "pre-LN residual blocks x += attn(ln_1(x)); x += mlp(ln_2(x)) (nanoGPT)";
-  kind.options = {mem_len_option()};
+  kind.options = memory_options();
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<StandardStack>(cfg, positional, rng);
   };
   kind.parameters = transformer_stack_parameters;
   kind.activation_floats = transformer_stack_activation_floats;
-  kind.check = check_mem_len;
+  kind.check = check_memory;
   return kind;
 }
 

@@ -59,10 +59,11 @@ double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
 double transformer_stack_parameters(const ModelConfig& cfg);
 double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T);
 
-// model.mem_len, declared by the stacks that keep a segment memory, and its
-// check (a positive length needs an attention kind that takes a memory).
-ModelOption mem_len_option();
-void check_mem_len(const ModelConfig& cfg);
+// model.mem_len and model.ext_len, declared by the stacks that keep a segment
+// memory, and their check (a memory needs an attention kind that takes one;
+// ext_len needs a memory and at most block_size).
+std::vector<ModelOption> memory_options();
+void check_memory(const ModelConfig& cfg);
 
 using StandardStack = SequentialStack<TransformerBlock>;
 

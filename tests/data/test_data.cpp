@@ -313,6 +313,17 @@ TEST_CASE("StreamSampler: B contiguous streams, each row continuing the last, re
   StreamSampler r(tokens, 4, 10, "t");
   from_binary(to_bytes(s), r);
   CHECK(r.next().inputs.data == s.next().inputs.data);
+  // ext: the 3 tokens before each segment come again first, their targets not counted.
+  StreamSampler x(tokens, 4, 10, "t", /*ext=*/3);
+  const Batch x0 = x.next(), x1 = x.next();
+  REQUIRE(x0.inputs.shape == Shape({4, 10}));  // nothing before the streams' starts
+  REQUIRE(x1.inputs.shape == Shape({4, 13}));
+  for (int64_t r = 0; r < 4; ++r) {
+    CHECK(x1.inputs.data[static_cast<size_t>(r * 13)] == r * 25 + 7);  // positions 7, 8, 9, then the segment 10..19
+    CHECK(x1.inputs.data[static_cast<size_t>(r * 13 + 3)] == r * 25 + 10);
+    for (int64_t t = 0; t < 3; ++t) CHECK(x1.targets.data[static_cast<size_t>(r * 13 + t)] == kIgnoreTarget);
+    CHECK(x1.targets.data[static_cast<size_t>(r * 13 + 3)] == r * 25 + 11);
+  }
   CHECK_THROWS_WITH_AS(StreamSampler(tokens, 11, 10, "val split"),
                        "block size 10 in 11 streams needs at least 111 tokens, but the val split has 101 (use a smaller "
                        "block or batch size or more data)",

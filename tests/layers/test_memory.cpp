@@ -55,6 +55,14 @@ IndexTensor join(const IndexTensor& a, const IndexTensor& b) {
   return IndexTensor({B, Ta + Tb}, v);
 }
 
+IndexTensor columns_of(const IndexTensor& ids, int64_t t0, int64_t t1) {
+  const int64_t B = ids.shape[0], T = ids.shape[1];
+  std::vector<int32_t> v;
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[static_cast<size_t>(r * T + t)]);
+  return IndexTensor({B, t1 - t0}, v);
+}
+
 void randomise(Module& m, uint64_t seed) {
   Rng rng(seed);
   for (auto& [name, p] : m.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.3f);
@@ -186,6 +194,28 @@ TEST_CASE("the memory keeps each layer's inputs at the last mem_len positions") 
   CHECK(next_memory(Tensor(), Var(x), 9).shape() == Shape({2, 5, 4}));
 }
 
+TEST_CASE("ext_len: the last ext_len positions of an input stay out of the memory (they are fed again)") {
+  ModelConfig c = xl_config("txl", 8);
+  c.options["ext_len"] = int64_t{3};
+  Rng rng(21);
+  TransformerLM model(c, rng);
+  model.eval();
+  NoGradGuard no_grad;
+  Rng unused(0);
+  SegmentMemory with_ext;
+  model.forward(ids_in(2, 8, 0, 11, 22), with_ext, unused);
+  CHECK(with_ext.length() == 5);  // 8 positions read, the last 3 left for the next input
+  // The same as a model without ext_len reading only the first 5 positions.
+  ModelConfig plain = xl_config("txl", 8);
+  Rng rng2(21);
+  TransformerLM reference(plain, rng2);
+  reference.eval();
+  SegmentMemory without;
+  reference.forward(columns_of(ids_in(2, 8, 0, 11, 22), 0, 5), without, unused);
+  for (size_t l = 0; l < with_ext.layers.size(); ++l)
+    CHECK(with_ext.layers[l].to_vector() == without.layers[l].to_vector());
+}
+
 TEST_CASE("memory configs: kinds without one are refused naming the keys") {
   ModelConfig c = xl_config("txl", 8);
   c.attention = "linear";
@@ -200,6 +230,12 @@ TEST_CASE("memory configs: kinds without one are refused naming the keys") {
   c = xl_config("txl", 0);
   c.options["same_length"] = true;
   CHECK_THROWS_WITH_AS(c.validate_kinds(), "model.same_length needs a memory: set model.mem_len > 0", Error);
+  c = xl_config("txl", 0);
+  c.options["ext_len"] = int64_t{2};
+  CHECK_THROWS_WITH_AS(c.validate_kinds(), "model.ext_len = 2 needs a memory: set model.mem_len > 0", Error);
+  c = xl_config("txl", 8);
+  c.options["ext_len"] = int64_t{9};
+  CHECK_THROWS_WITH_AS(c.validate_kinds(), "model.ext_len must be in [0, model.block_size = 8], got 9", Error);
   c = xl_config("txl", -1);
   c.options["mem_len"] = int64_t{-1};
   CHECK_THROWS_WITH_AS(c.validate_kinds(), "model.mem_len must be in [0, 2^20], got -1", Error);

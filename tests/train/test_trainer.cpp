@@ -153,6 +153,13 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
   check_resume_is_exact("transformer-xl", [](TrainConfig& c) {
     c.model.positional = "txl";
     c.model.options["mem_len"] = int64_t{8};
+    c.model.options["ext_len"] = int64_t{4};
+    c.model.dropout = 0.1f;
+  });
+  check_resume_is_exact("gtrxl", [](TrainConfig& c) {
+    c.model.block = "gtrxl";
+    c.model.positional = "txl";
+    c.model.options["mem_len"] = int64_t{8};
     c.model.dropout = 0.1f;
   });
 }
