@@ -380,7 +380,7 @@ def use_plotting_python():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", help="experiments/NAME.json")
+    p.add_argument("spec", nargs="+", help="experiments/NAME.json (several: run one after the other, in this order)")
     p.add_argument("--jobs", type=int, default=0, help="runs at a time (default: cores / threads_per_run)")
     p.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory (default: build/)")
     p.add_argument("--out", default=os.path.join(ROOT, "out", "experiments"), help="where the runs go")
@@ -395,9 +395,16 @@ def main():
     if args.data and not os.path.isfile(args.data):
         fail(f"--data '{args.data}' is not a file")
     args.data = os.path.abspath(args.data) if args.data else None
-    spec = load_spec(args.spec)
+    status = 0
+    for path in args.spec:
+        status = max(status, run_spec(path, args))
+    return status
+
+
+def run_spec(spec_path, args):
+    spec = load_spec(spec_path)
     if "{data}" in json.dumps(spec) and not args.data:
-        fail(f"spec '{args.spec}' needs --data FILE")
+        fail(f"spec '{spec_path}' needs --data FILE")
     threads = int(spec.get("threads_per_run", 1))
     jobs = args.jobs or max(1, (os.cpu_count() or 1) // threads)
     exp_dir = os.path.join(args.out, spec["name"])
@@ -441,7 +448,7 @@ def main():
     print(table_md)
     plots = [] if args.no_plot else plot_curves(spec, args, exp_dir)
     if complete and not args.no_results:
-        write_results(spec, args.spec, args, table_md, plots)
+        write_results(spec, spec_path, args, table_md, plots)
         print(f"experiment {spec['name']}: wrote its section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)
     elif not complete:
         print(f"experiment {spec['name']}: some runs are unfinished; {os.path.relpath(args.results, ROOT)} "
