@@ -20,17 +20,17 @@
 // error. Built on the library's own pieces:
 // TransformerLM, make_optimizer / make_schedule / train_step, DataParallel.
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/tasks.h"
 #include "train/build.h"
+#include "examples/task_loop.h"
 #include "train/metrics.h"
 
 using namespace tapeformer;
@@ -111,54 +111,23 @@ int run(int argc, char** argv) {
   for (int64_t i = 0; i < cfg.eval.iters; ++i) val.push_back(val_task.next());
   for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_val.push_back(val_task.next());
 
-  Rng init(seed * 1000003ULL);
-  TransformerLM model(cfg.model, init);
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, model.named_parameters());
-  std::unique_ptr<Schedule> schedule = make_schedule(cfg);
-  DataParallel shards(model, static_cast<int>(shard_count(cfg)));
-  Rng dropout_rng(seed * 1000003ULL + 3);
-
-  std::filesystem::create_directories(out);
-  const std::string metrics_path = out + "/metrics.jsonl";
-  std::FILE* metrics = std::fopen(metrics_path.c_str(), "w");
-  TAPEFORMER_CHECK(metrics != nullptr, "copy_task: cannot write '", metrics_path, "'");
-  double seconds = 0, loss = 0;
-  Accuracy acc;
-  int64_t steps_run = 0, steps_to_target = -1;
-  bool diverged = false;
-  for (int64_t step = 0; step < cfg.train.max_iters; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const StepResult r = train_step(cfg, step, shards, model.parameters(), *optimizer, *schedule,
-                                    [&] { return train_task.next(); }, dropout_rng);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    loss = r.loss;
-    if (divergence_ok && !(std::isfinite(r.loss) && std::isfinite(r.grad_norm))) {
-      diverged = true;
-      std::fprintf(stderr, "step %lld: diverged (loss %g, gradient norm %g)\n", static_cast<long long>(step + 1),
-                   r.loss, static_cast<double>(r.grad_norm));
-      break;
-    }
-    TAPEFORMER_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "copy_task: training diverged at step ",
-                     step + 1, " (loss ", r.loss, ", gradient norm ", r.grad_norm, ")");
-    const int64_t done = step + 1;
-    steps_run = done;
-    const bool last = done == cfg.train.max_iters, eval_now = done % cfg.eval.interval == 0 || last;
-    if (done % cfg.log.interval != 0 && !eval_now) continue;
-    std::string line = "{\"step\": " + std::to_string(done) + ", \"lr\": " + json_number(r.lr) +
-                       ", \"train_loss\": " + json_number(r.loss) + ", \"grad_norm\": " + json_number(r.grad_norm) +
-                       ", \"elapsed_s\": " + json_number(seconds);
-    if (eval_now) {
-      acc = evaluate(model, val);
-      if (target_loss > 0 && steps_to_target < 0 && acc.loss <= target_loss) steps_to_target = done;
-      line += ", \"val_loss\": " + json_number(acc.loss) + ", \"accuracy\": " + json_number(acc.tokens) +
-              ", \"seq_accuracy\": " + json_number(acc.sequences);
-      std::fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f, copy accuracy %.4f\n",
-                   static_cast<long long>(done), r.loss, acc.loss, acc.tokens);
-    }
-    std::fprintf(metrics, "%s}\n", line.c_str());
-    std::fflush(metrics);
-  }
-  std::fclose(metrics);
+  TaskLoop loop(cfg, out, "copy_task", seed * 1000003ULL);
+  TransformerLM& model = *loop.model;
+  int64_t steps_to_target = -1;
+  const TaskLoop::Result result = loop.run(
+      [&] { return train_task.next(); },
+      [&](int64_t step) {
+        const Accuracy acc = evaluate(model, val);
+        if (target_loss > 0 && steps_to_target < 0 && acc.loss <= target_loss) steps_to_target = step;
+        std::fprintf(stderr, "step %lld: val loss %.4f, copy accuracy %.4f\n", static_cast<long long>(step), acc.loss,
+                     acc.tokens);
+        return ", \"val_loss\": " + json_number(acc.loss) + ", \"accuracy\": " + json_number(acc.tokens) +
+               ", \"seq_accuracy\": " + json_number(acc.sequences);
+      },
+      nullptr, divergence_ok);
+  const bool diverged = result.diverged;
+  const int64_t steps_run = result.steps;
+  const double seconds = result.seconds, loss = result.train_loss;
   const Accuracy fin = diverged ? Accuracy{NAN, NAN, NAN} : evaluate(model, final_val);
   const double tokens = static_cast<double>(steps_run * cfg.train.batch_size * cfg.model.block_size);
   std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"accuracy\": %s, \"seq_accuracy\": %s, "
@@ -174,11 +143,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "copy_task: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("copy_task", run, argc, argv); }

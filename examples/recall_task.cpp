@@ -16,17 +16,17 @@
 // with the final figures (recall: the fraction of queries answered with the
 // right key; chance is 1 / keys).
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/tasks.h"
 #include "train/build.h"
+#include "examples/task_loop.h"
 #include "train/metrics.h"
 
 using namespace tapeformer;
@@ -86,53 +86,29 @@ int run(int argc, char** argv) {
   }
 
   TrainConfig cfg = TrainConfig::load(config_path, overrides);
-  parallel::set_num_threads(static_cast<int>(cfg.train.threads));
   task_cfg.segment = cfg.model.block_size;
   const auto seed = static_cast<uint64_t>(cfg.train.seed);
   RecallTask train_task(task_cfg, cfg.train.batch_size, seed * 1000003ULL + 1);
   cfg.model.vocab_size = train_task.vocab_size();
-  Rng init(seed * 1000003ULL);
-  TransformerLM model(cfg.model, init);
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, model.named_parameters());
-  std::unique_ptr<Schedule> schedule = make_schedule(cfg);
-  DataParallel shards(model, static_cast<int>(shard_count(cfg)));
-  Rng dropout_rng(seed * 1000003ULL + 3);
+  TaskLoop loop(cfg, out, "recall_task", seed * 1000003ULL);
+  TransformerLM& model = *loop.model;
   SegmentMemory memory;
   SegmentMemory* carried = model.mem_len() > 0 ? &memory : nullptr;
   {
     NoGradGuard no_grad;  // the first `distance` segments have no query to answer yet
-    for (int64_t i = 0; i < task_cfg.distance; ++i) shards.train_batch(train_task.next(), 1.0f, dropout_rng, carried);
+    for (int64_t i = 0; i < task_cfg.distance; ++i)
+      loop.shards->train_batch(train_task.next(), 1.0f, loop.dropout_rng(), carried);
   }
-
-  std::filesystem::create_directories(out);
-  const std::string metrics_path = out + "/metrics.jsonl";
-  std::FILE* metrics = std::fopen(metrics_path.c_str(), "w");
-  TAPEFORMER_CHECK(metrics != nullptr, "recall_task: cannot write '", metrics_path, "'");
-  double seconds = 0, loss = 0;
-  for (int64_t step = 0; step < cfg.train.max_iters; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const StepResult r = train_step(cfg, step, shards, model.parameters(), *optimizer, *schedule,
-                                    [&] { return train_task.next(); }, dropout_rng, carried);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    loss = r.loss;
-    TAPEFORMER_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "recall_task: training diverged at step ",
-                     step + 1, " (loss ", r.loss, ", gradient norm ", r.grad_norm, ")");
-    const int64_t done = step + 1;
-    const bool last = done == cfg.train.max_iters, eval_now = done % cfg.eval.interval == 0 || last;
-    if (done % cfg.log.interval != 0 && !eval_now) continue;
-    std::string line = "{\"step\": " + std::to_string(done) + ", \"lr\": " + json_number(r.lr) +
-                       ", \"train_loss\": " + json_number(r.loss) + ", \"grad_norm\": " + json_number(r.grad_norm) +
-                       ", \"elapsed_s\": " + json_number(seconds);
-    if (eval_now) {
-      const Recall v = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 2, cfg.eval.iters);
-      line += ", \"val_loss\": " + json_number(v.loss) + ", \"recall\": " + json_number(v.accuracy);
-      std::fprintf(stderr, "step %lld: train loss %.4f, val loss %.4f, recall %.4f\n", static_cast<long long>(done),
-                   r.loss, v.loss, v.accuracy);
-    }
-    std::fprintf(metrics, "%s}\n", line.c_str());
-    std::fflush(metrics);
-  }
-  std::fclose(metrics);
+  const TaskLoop::Result result = loop.run(
+      [&] { return train_task.next(); },
+      [&](int64_t step) {
+        const Recall v = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 2, cfg.eval.iters);
+        std::fprintf(stderr, "step %lld: val loss %.4f, recall %.4f\n", static_cast<long long>(step), v.loss,
+                     v.accuracy);
+        return ", \"val_loss\": " + json_number(v.loss) + ", \"recall\": " + json_number(v.accuracy);
+      },
+      carried);
+  const double loss = result.train_loss, seconds = result.seconds;
   const Recall fin = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 4, cfg.eval.final_iters);
   std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"recall\": %s, \"chance\": %s, "
               "\"distance\": %lld, \"mem_len\": %lld, \"layers\": %lld, \"train_seconds\": %.3f}\n",
@@ -145,11 +121,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "recall_task: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("recall_task", run, argc, argv); }
