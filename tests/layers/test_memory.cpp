@@ -115,6 +115,26 @@ TEST_CASE("txl: relative scores equal the naive (q + u) . k_j + (q + v) . W_kR R
   }
 }
 
+TEST_CASE("txl same_length: each query sees exactly the mem_len + 1 most recent positions") {
+  ModelConfig c = xl_config("txl", 4);
+  c.options["same_length"] = true;
+  Rng rng(23);
+  const auto pos = positional_kinds().get("txl").make(c, rng);
+  const auto layer = pos->make_layer(rng);
+  const std::vector<Tensor> bias = layer->score_bias(2, /*Tq=*/3, /*Tk=*/7, /*q0=*/4, /*k0=*/0);  // 4 memory rows
+  REQUIRE(bias.size() == 1);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 7; ++j) {
+      const int64_t d = 4 + i - j;  // distance; d < 0 is the future, masked by the attention anyway
+      CAPTURE(i);
+      CAPTURE(j);
+      CHECK(bias[0].at({0, 0, i, j}) == (d > 4 ? -INFINITY : 0.0f));
+    }
+  c.options.erase("same_length");  // off: no bias at all
+  Rng rng2(23);
+  CHECK(positional_kinds().get("txl").make(c, rng2)->make_layer(rng2)->score_bias(2, 3, 7, 4, 0).empty());
+}
+
 TEST_CASE("attention with a memory equals attention over [memory; x], the memory rows' outputs dropped") {
   for (const char* scheme : {"txl", "rope", "alibi", "shaw", "learned"}) {
     CAPTURE(scheme);
