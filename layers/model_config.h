@@ -48,7 +48,7 @@ struct ModelConfig {
   bool tie_weights = true;  // output head shares the token embedding matrix
   Activation activation = Activation::Gelu;  // MLP: "gelu" (tanh form) | "relu"
   std::string attention = "softmax";  // attention kind: "softmax" | "linear" (layers/attention/attention.h)
-  std::string positional = "learned";  // "learned" | "sinusoidal" | "rope" | "alibi" | "shaw" (layers/positional/positional.h)
+  std::string positional = "learned";  // "learned" | "sinusoidal" | "rope" | "alibi" | "shaw" | "txl" (layers/positional/positional.h)
   std::string block = "standard";  // how the layers are wired: "standard" | "reversible" | "post_ln" | "gtrxl" (layers/block/block.h)
   std::map<std::string, OptionValue> options;  // kind-specific keys by name (without "model.")
 
