@@ -2,30 +2,69 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/parallel.h"
 #include "optim/clip.h"
 
 namespace tapeformer {
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params) {
-  const float lr = static_cast<float>(c.lr), wd = static_cast<float>(c.weight_decay);
-  if (c.name == "sgd")
-    return std::make_unique<SGD>(decay_groups(params, lr, wd), static_cast<float>(c.momentum), 0.0f, c.nesterov);
-  const auto b1 = static_cast<float>(c.betas[0]), b2 = static_cast<float>(c.betas[1]), eps = static_cast<float>(c.eps);
-  if (c.name == "adam") return std::make_unique<Adam>(decay_groups(params, lr, wd), b1, b2, eps);
-  return std::make_unique<AdamW>(decay_groups(params, lr, wd), b1, b2, eps);
+Registry<OptimizerKind>& optimizer_kinds() {
+  const auto adam_args = [](const OptimizerConfig& c) {
+    return std::make_tuple(static_cast<float>(c.betas[0]), static_cast<float>(c.betas[1]), static_cast<float>(c.eps));
+  };
+  const auto groups = [](const OptimizerConfig& c, const NamedVars& params) {
+    return decay_groups(params, static_cast<float>(c.lr), static_cast<float>(c.weight_decay));
+  };
+  static Registry<OptimizerKind> kinds(
+      "optimizer.name",
+      {{"adamw", "Adam with decoupled weight decay",
+        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
+          const auto [b1, b2, eps] = adam_args(c);
+          return std::make_unique<AdamW>(groups(c, params), b1, b2, eps);
+        }},
+       {"adam", "Adam, weight decay as L2 in the gradient",
+        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
+          const auto [b1, b2, eps] = adam_args(c);
+          return std::make_unique<Adam>(groups(c, params), b1, b2, eps);
+        }},
+       {"sgd", "SGD with momentum (optionally Nesterov)",
+        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
+          return std::make_unique<SGD>(groups(c, params), static_cast<float>(c.momentum), 0.0f, c.nesterov);
+        }}});
+  return kinds;
 }
 
-std::unique_ptr<Schedule> make_schedule(const TrainConfig& c) {
-  const auto lr = static_cast<float>(c.optimizer.lr), min_lr = static_cast<float>(c.schedule.min_lr);
-  if (c.schedule.name == "constant") return std::make_unique<ConstantSchedule>(lr);
-  if (c.schedule.name == "step")
-    return std::make_unique<StepSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
-  if (c.schedule.name == "linear")
-    return std::make_unique<LinearSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
-  return std::make_unique<CosineSchedule>(lr, c.schedule.warmup_iters, c.schedule.decay_iters, min_lr);
+Registry<ScheduleKind>& schedule_kinds() {
+  // The schedules' common arguments: peak lr, warmup, decay end, floor.
+  using Args = std::tuple<float, int64_t, int64_t, float>;
+  const auto args = [](const TrainConfig& c) {
+    return Args{static_cast<float>(c.optimizer.lr), c.schedule.warmup_iters, c.schedule.decay_iters,
+                static_cast<float>(c.schedule.min_lr)};
+  };
+  const auto warmup_decay = [args](auto make) {
+    return [args, make](const TrainConfig& c) -> std::unique_ptr<Schedule> { return std::apply(make, args(c)); };
+  };
+  static Registry<ScheduleKind> kinds(
+      "schedule.name",
+      {{"constant", "optimizer.lr throughout",
+        [](const TrainConfig& c) -> std::unique_ptr<Schedule> {
+          return std::make_unique<ConstantSchedule>(static_cast<float>(c.optimizer.lr));
+        }},
+       {"linear", "warmup, then linear decay to min_lr at decay_iters",
+        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<LinearSchedule>(lr, w, d, m); })},
+       {"cosine", "warmup, then cosine decay to min_lr at decay_iters",
+        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<CosineSchedule>(lr, w, d, m); })},
+       {"step", "warmup, lr, then min_lr from decay_iters",
+        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<StepSchedule>(lr, w, d, m); })}});
+  return kinds;
 }
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params) {
+  return optimizer_kinds().get(c.name).make(c, params);
+}
+
+std::unique_ptr<Schedule> make_schedule(const TrainConfig& c) { return schedule_kinds().get(c.schedule.name).make(c); }
 
 int64_t shard_count(const TrainConfig& c) {
   const int64_t wanted = c.train.shards > 0 ? c.train.shards : parallel::num_threads();

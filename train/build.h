@@ -14,14 +14,35 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/registry.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/config.h"
 #include "train/data_parallel.h"
 
 namespace tapeformer {
+
+// The optimizers and schedules a config names (`optimizer.name`,
+// `schedule.name`): one table each, which the config check and these
+// factories both read, so a name cannot be accepted by one and missing in
+// the other. A program adds its own at start-up:
+//   optimizer_kinds().add({"lion", "sign of an interpolated momentum", [](const OptimizerConfig& c,
+//                          const NamedVars& params) { return std::make_unique<Lion>(...); }});
+struct OptimizerKind {
+  std::string name;
+  std::string summary;  // one line, for docs
+  std::function<std::unique_ptr<Optimizer>(const OptimizerConfig&, const NamedVars&)> make;
+};
+struct ScheduleKind {
+  std::string name;
+  std::string summary;
+  std::function<std::unique_ptr<Schedule>(const TrainConfig&)> make;
+};
+Registry<OptimizerKind>& optimizer_kinds();
+Registry<ScheduleKind>& schedule_kinds();
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params);
 std::unique_ptr<Schedule> make_schedule(const TrainConfig& c);

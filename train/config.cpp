@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/utf8.h"
 #include "optim/optimizer.h"
+#include "train/build.h"
 
 namespace tapeformer {
 namespace {
@@ -295,8 +296,8 @@ void TrainConfig::validate() const {
                    train.threads);
   TAPEFORMER_CHECK(train.shards >= 0 && train.shards <= 1024, "config: 'train.shards' must be in [0, 1024], got ",
                    train.shards);
-  TAPEFORMER_CHECK(optimizer.name == "adamw" || optimizer.name == "adam" || optimizer.name == "sgd",
-                   "config: 'optimizer.name' must be \"adamw\", \"adam\" or \"sgd\", got \"", optimizer.name, "\"");
+  TAPEFORMER_CHECK(optimizer_kinds().find(optimizer.name) != nullptr, "config: 'optimizer.name' must be one of ",
+                   optimizer_kinds().names(), ", got \"", optimizer.name, "\"");
   // Optimizers compute in float: check the values as they will be used
   // (lr 1e-50 would become 0, a beta of 0.99999999 would become 1).
   const auto as_float = [](double v) { return static_cast<double>(static_cast<float>(v)); };
@@ -320,10 +321,8 @@ void TrainConfig::validate() const {
   TAPEFORMER_CHECK(optimizer.momentum >= 0, "config: 'optimizer.momentum' must be >= 0, got ", optimizer.momentum);
   TAPEFORMER_CHECK(optimizer.grad_clip == 0 || as_float(optimizer.grad_clip) > 0,
                    "config: 'optimizer.grad_clip' must be 0 (off) or > 0 (as a float), got ", optimizer.grad_clip);
-  TAPEFORMER_CHECK(schedule.name == "constant" || schedule.name == "linear" || schedule.name == "cosine" ||
-                       schedule.name == "step",
-                   "config: 'schedule.name' must be \"constant\", \"linear\", \"cosine\" or \"step\", got \"",
-                   schedule.name, "\"");
+  TAPEFORMER_CHECK(schedule_kinds().find(schedule.name) != nullptr, "config: 'schedule.name' must be one of ",
+                   schedule_kinds().names(), ", got \"", schedule.name, "\"");
   TAPEFORMER_CHECK(schedule.warmup_iters >= 0 && schedule.warmup_iters <= INT32_MAX,
                    "config: 'schedule.warmup_iters' must be in [0, ", INT32_MAX, "], got ", schedule.warmup_iters);
   TAPEFORMER_CHECK(schedule.decay_iters <= INT32_MAX, "config: 'schedule.decay_iters' must be at most ", INT32_MAX,

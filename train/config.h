@@ -38,7 +38,7 @@ struct LoopConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";  // "adamw" | "adam" | "sgd"
+  std::string name = "adamw";  // "adamw" | "adam" | "sgd" (optimizer_kinds(), train/build.h)
   double lr = 1e-3;  // peak learning rate (the schedule scales it)
   std::array<double, 2> betas{0.9, 0.99};  // adam/adamw moment decay rates
   double eps = 1e-8;  // adam/adamw denominator term
@@ -49,7 +49,7 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "cosine";  // "constant" | "linear" | "cosine" | "step" (lr, then min_lr from decay_iters)
+  std::string name = "cosine";  // "constant" | "linear" | "cosine" | "step" (lr, then min_lr from decay_iters; schedule_kinds())
   int64_t warmup_iters = 100;
   int64_t decay_iters = 2000;
   double min_lr = 1e-4;

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "core/error.h"
+#include "train/build.h"
 #include "train/config.h"
 
 using namespace tapeformer;
@@ -117,4 +118,20 @@ TEST_CASE("config: huge values are refused with the key named, before they overf
 TEST_CASE("config: a missing file or a directory is named") {
   CHECK_THROWS_WITH_AS(TrainConfig::load("/nonexistent/x.json"), "config: cannot open '/nonexistent/x.json'", Error);
   CHECK_THROWS_WITH_AS(TrainConfig::load("/tmp"), "config: '/tmp' is a directory, not a JSON file", Error);
+}
+
+TEST_CASE("config: optimizer and schedule names come from their tables, which a program can extend") {
+  CHECK(error_of(R"({"optimizer": {"name": "lion"}})") ==
+        "config: 'optimizer.name' must be one of adamw, adam, sgd, got \"lion\"");
+  CHECK(error_of(R"({"schedule": {"name": "warm"}})") ==
+        "config: 'schedule.name' must be one of constant, linear, cosine, step, got \"warm\"");
+  // A schedule registered at start-up is accepted by name and built by make_schedule.
+  if (schedule_kinds().find("half") == nullptr)
+    schedule_kinds().add({"half", "half of optimizer.lr throughout", [](const TrainConfig& c) -> std::unique_ptr<Schedule> {
+                            return std::make_unique<ConstantSchedule>(static_cast<float>(c.optimizer.lr / 2));
+                          }});
+  const TrainConfig c = TrainConfig::parse(R"({"schedule": {"name": "half"}, "optimizer": {"lr": 0.01}})", "t");
+  CHECK(make_schedule(c)->lr_at(7) == doctest::Approx(0.005));
+  CHECK_THROWS_WITH_AS(schedule_kinds().add(schedule_kinds().get("cosine")),
+                       "schedule.name: a kind named \"cosine\" is already registered", Error);
 }
