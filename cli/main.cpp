@@ -4,6 +4,7 @@
 //   tapeformer train --out out/run --resume              # continue after an interruption
 //   tapeformer sample --checkpoint out/run --prompt "ROMEO:" --tokens 300 --temperature 0.8
 //   tapeformer eval --checkpoint out/run --data other.txt
+//   tapeformer plot out/run out/other -o curves.png
 //
 // Errors print one line ("tapeformer: error: ...") and exit with status 1
 // (2 for command-line mistakes). Progress goes to stderr; `train` prints one
@@ -19,6 +20,7 @@
 #include "core/parallel.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
+#include "train/plot.h"
 #include "train/trainer.h"
 
 using namespace tapeformer;
@@ -93,13 +95,21 @@ int main(int argc, char** argv) {
       ->check(at_least_zero)
       ->capture_default_str();
 
+  PlotArgs plot;
+  auto* pl = app.add_subcommand("plot", "train and val loss curves of runs on shared axes, as a PNG (gnuplot)");
+  pl->add_option("runs", plot.runs, "run directories (each with metrics.jsonl)")->required();
+  pl->add_option("-o,--output", plot.output, "the PNG to write")->required();
+  pl->add_flag("--log-y", plot.log_y, "logarithmic loss axis");
+  pl->add_flag("!--no-train", plot.train, "validation curves only");
+
   int threads = -1;
   app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")
       ->check(CLI::Range(0, 1024));
 
   const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval") {
-    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample or eval; see --help)\n",
+  if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&
+      first != "plot") {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval or plot; see --help)\n",
                  argv[1]);
     return 2;
   }
@@ -117,6 +127,7 @@ int main(int argc, char** argv) {
     if (*t) return run_train(train);
     if (*s) return run_sample(sample);
     if (*e) return run_eval(eval);
+    if (*pl) return run_plot(plot);
   } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved
     std::fflush(stdout);
     std::fprintf(stderr, "tapeformer: %s\n", stop.what());

@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev                # JSON configs and metrics lines
   libcli11-dev                      # the tapeformer command's flags
   python3                           # the experiment harness (scripts/experiment.py) and its test
+  gnuplot-nox                       # tapeformer plot draws its PNGs with it
 )
 # Extra packages a caller needs, e.g. `bash scripts/setup.sh fortunes`.
 packages+=("$@")

@@ -1,0 +1,25 @@
+// `tapeformer plot`: the train and validation loss curves of one or more runs
+// on shared axes, as a PNG drawn by gnuplot (Debian's gnuplot-nox, which
+// scripts/setup.sh installs): a well-kept plotting tool rather than a
+// hand-written rasteriser.
+//
+//   PlotArgs a;  a.runs = {"out/softmax", "out/linear"};  a.output = "curves.png";
+//   run_plot(a);   // one colour per run: validation loss solid with points, train loss thin
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tapeformer {
+
+struct PlotArgs {
+  std::vector<std::string> runs;  // run directories (each with metrics.jsonl)
+  std::string output;             // the PNG to write
+  bool log_y = false;             // logarithmic loss axis
+  bool train = true;              // also draw the train loss
+};
+
+// Errors name the run whose metrics are missing or empty, and a missing gnuplot.
+int run_plot(const PlotArgs& args);
+
+}  // namespace tapeformer
