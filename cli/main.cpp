@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   auto* s = app.add_subcommand("sample", "generate text from a checkpoint");
   s->add_option("--checkpoint", sample.checkpoint, "run directory (or checkpoint.bin)")->required();
   s->add_option("--prompt", sample.prompt, "text to continue")->default_str("\\n");
+  s->add_option("--weights", sample.weights, "safetensors file replacing the checkpoint's weights");
   s->add_option("--tokens", sample.options.tokens, "tokens to generate (0: print the prompt only)")
       ->check(at_least_zero)
       ->capture_default_str();
@@ -90,10 +91,17 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");
   e->add_option("--checkpoint", eval.checkpoint, "run directory (or checkpoint.bin)")->required();
   e->add_option("--data", eval.data, "text file to evaluate on")->required();
+  e->add_option("--weights", eval.weights, "safetensors file replacing the checkpoint's weights");
   e->add_option("--context", eval.context,
                 "window length in tokens (0 = block size; past block size needs a scheme without a table)")
       ->check(at_least_zero)
       ->capture_default_str();
+
+  ExportArgs exp;
+  auto* x = app.add_subcommand("export", "write a checkpoint's weights as safetensors (nanoGPT's names for a GPT)");
+  x->add_option("--checkpoint", exp.checkpoint, "run directory (or checkpoint.bin)")->required();
+  x->add_option("-o,--output", exp.output, "the file to write")->required();
+  x->add_option("--format", exp.format, "safetensors")->capture_default_str();
 
   PlotArgs plot;
   auto* pl = app.add_subcommand("plot", "train and val loss curves of runs on shared axes, as a PNG (gnuplot)");
@@ -108,8 +116,8 @@ int main(int argc, char** argv) {
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&
-      first != "plot") {
-    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval or plot; see --help)\n",
+      first != "plot" && first != "export") {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, plot or export; see --help)\n",
                  argv[1]);
     return 2;
   }
@@ -128,6 +136,7 @@ int main(int argc, char** argv) {
     if (*s) return run_sample(sample);
     if (*e) return run_eval(eval);
     if (*pl) return run_plot(plot);
+    if (*x) return run_export(exp);
   } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved
     std::fflush(stdout);
     std::fprintf(stderr, "tapeformer: %s\n", stop.what());

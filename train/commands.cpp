@@ -1,4 +1,5 @@
 #include "train/commands.h"
+#include "train/export.h"
 
 #include <cmath>
 #include <cstdio>
@@ -25,7 +26,7 @@ struct Loaded {
   std::unique_ptr<TransformerLM> model;
 };
 
-Loaded load_model(const std::string& checkpoint) {
+Loaded load_model(const std::string& checkpoint, const std::string& weights = "") {
   const std::string path = checkpoint_file(checkpoint);
   const Checkpoint c = load_checkpoint(path);
   Loaded l;
@@ -39,6 +40,7 @@ Loaded load_model(const std::string& checkpoint) {
   } catch (const Error& e) {
     fail("checkpoint '", path, "' does not match its own config: ", e.what());
   }
+  if (!weights.empty()) import_safetensors(*l.model, weights);  // the checkpoint's config, these weights
   l.model->eval();
   return l;
 }
@@ -86,7 +88,7 @@ int run_train(const TrainArgs& args) {
 
 int run_sample(const SampleArgs& args) {
   args.options.validate();  // before anything reaches stdout
-  Loaded l = load_model(args.checkpoint);
+  Loaded l = load_model(args.checkpoint, args.weights);
   std::vector<int32_t> prompt;
   try {
     prompt = l.tokenizer->encode(args.prompt);
@@ -104,9 +106,10 @@ int run_sample(const SampleArgs& args) {
   return 0;
 }
 
-EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context) {
+EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context,
+                         const std::string& weights) {
   TAPEFORMER_CHECK(context >= 0, "eval: context must be >= 0 (0: the block size), got ", context);
-  Loaded l = load_model(checkpoint);
+  Loaded l = load_model(checkpoint, weights);
   const int64_t limit = l.model->max_positions();
   const int64_t T = context > 0 ? context : l.cfg.model.block_size;
   TAPEFORMER_CHECK(limit < 0 || T <= limit, "eval: context ", T, " exceeds the ", limit,
@@ -139,9 +142,19 @@ double EvalResult::bpc() const { return loss / std::log(2.0); }
 double EvalResult::perplexity() const { return std::exp(loss); }
 
 int run_eval(const EvalArgs& args) {
-  const EvalResult r = evaluate_file(args.checkpoint, args.data, args.context);
+  const EvalResult r = evaluate_file(args.checkpoint, args.data, args.context, args.weights);
   std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %.4f, \"tokens\": %lld}\n", r.loss, r.bpc(),
               r.perplexity(), static_cast<long long>(r.tokens));
+  return 0;
+}
+
+int run_export(const ExportArgs& args) {
+  TAPEFORMER_CHECK(args.format == "safetensors", "export: --format must be \"safetensors\", got \"", args.format,
+                   "\"");
+  Loaded l = load_model(args.checkpoint);
+  export_safetensors(*l.model, args.output);
+  std::printf("export: wrote %s (%lld parameters, safetensors)\n", args.output.c_str(),
+              static_cast<long long>(l.model->num_parameters()));
   return 0;
 }
 

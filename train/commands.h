@@ -19,12 +19,14 @@ struct TrainArgs {
 
 struct SampleArgs {
   std::string checkpoint;  // run directory or checkpoint file
+  std::string weights;     // a safetensors file replacing the checkpoint's weights (optional)
   std::string prompt = "\n";
   SampleOptions options;
 };
 
 struct EvalArgs {
   std::string checkpoint;
+  std::string weights;  // a safetensors file replacing the checkpoint's weights (optional)
   std::string data;
   int64_t context = 0;  // window length in tokens; 0 = the model's block_size
 };
@@ -40,7 +42,16 @@ struct EvalResult {
 // `context` tokens (0: the block size): every token after the first is
 // predicted exactly once. A context past the block size needs a positional
 // scheme without a table (sinusoidal, rope, alibi, shaw).
-EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context = 0);
+EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context = 0,
+                         const std::string& weights = "");
+
+struct ExportArgs {
+  std::string checkpoint;  // run directory or checkpoint file
+  std::string output;      // the file to write
+  std::string format = "safetensors";
+};
+// Writes the checkpoint's weights (train/export.h); prints one line naming the file.
+int run_export(const ExportArgs& args);
 
 // Trains (or resumes); prints the final TrainResult JSON line on stdout.
 int run_train(const TrainArgs& args);
