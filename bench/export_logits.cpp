@@ -1,0 +1,63 @@
+// Logits of a checkpoint's model (optionally with safetensors weights) for
+// given token ids, as one JSON line: what bench/safetensors_vs_pytorch.py
+// compares against PyTorch running the exported file.
+//
+//   build/bench/export_logits --checkpoint out/run [--weights model.safetensors] --ids 1,2,3
+//   -> {"shape": [1, 3, V], "logits": [...]}
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "bench/bench_common.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "layers/transformer.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/export.h"
+
+using namespace tapeformer;
+
+namespace {
+
+int run(int argc, char** argv) {
+  CLI::App app{"logits of a checkpoint's model for token ids, as JSON"};
+  std::string checkpoint, weights, ids_text;
+  app.add_option("--checkpoint", checkpoint, "run directory")->required();
+  app.add_option("--weights", weights, "safetensors file replacing the checkpoint's weights");
+  app.add_option("--ids", ids_text, "comma-separated token ids")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  const std::string path = checkpoint + "/checkpoint.bin";
+  const Checkpoint c = load_checkpoint(path);
+  TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + path + "'");
+  cfg.model.vocab_size = load_tokenizer(c.tokenizer)->vocab_size();
+  Rng rng(0);
+  TransformerLM model(cfg.model, rng);
+  model.load_state(c.model);
+  if (!weights.empty()) import_safetensors(model, weights);
+  model.eval();
+  std::vector<int32_t> ids;
+  for (const int64_t id : bench::parse_list(ids_text)) ids.push_back(static_cast<int32_t>(id));
+  NoGradGuard no_grad;
+  const Tensor logits = model.forward(IndexTensor({1, static_cast<int64_t>(ids.size())}, ids), rng).value();
+  std::string out = "{\"shape\": [1, " + std::to_string(ids.size()) + ", " + std::to_string(logits.dim(2)) +
+                    "], \"logits\": [";
+  const std::vector<Scalar> v = logits.to_vector();
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.9g", i ? ", " : "", static_cast<double>(v[i]));
+    out += buf;
+  }
+  std::printf("%s]}\n", out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return bench::guarded_main("export_logits", run, argc, argv); }
