@@ -12,11 +12,8 @@
 #include "autograd/ops.h"
 #include "bench/bench_common.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "layers/transformer.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/export.h"
+#include "train/commands.h"
 
 using namespace tapeformer;
 
@@ -33,15 +30,9 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const std::string path = checkpoint + "/checkpoint.bin";
-  const Checkpoint c = load_checkpoint(path);
-  TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + path + "'");
-  cfg.model.vocab_size = load_tokenizer(c.tokenizer)->vocab_size();
+  Loaded l = load_model(checkpoint, weights);
+  TransformerLM& model = *l.model;
   Rng rng(0);
-  TransformerLM model(cfg.model, rng);
-  model.load_state(c.model);
-  if (!weights.empty()) import_safetensors(model, weights);
-  model.eval();
   std::vector<int32_t> ids;
   for (const int64_t id : bench::parse_list(ids_text)) ids.push_back(static_cast<int32_t>(id));
   NoGradGuard no_grad;

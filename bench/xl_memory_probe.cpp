@@ -21,7 +21,7 @@
 #include "data/sampler.h"
 #include "data/tokenizer.h"
 #include "layers/transformer.h"
-#include "train/checkpoint.h"
+#include "train/commands.h"
 #include "train/config.h"
 #include "train/metrics.h"
 
@@ -49,17 +49,13 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const std::string path = checkpoint + "/checkpoint.bin";
-  const Checkpoint c = load_checkpoint(path);
-  TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + path + "'");
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(c.tokenizer);
-  cfg.model.vocab_size = tok->vocab_size();
+  Loaded l = load_model(checkpoint);
+  const TrainConfig& cfg = l.cfg;
+  TransformerLM& model = *l.model;
+  const std::string path = checkpoint;
   Rng rng(0);
-  TransformerLM model(cfg.model, rng);
-  model.load_state(c.model);
-  model.eval();
   TAPEFORMER_CHECK(model.mem_len() > 0, "xl_memory_probe: the model in '", path, "' has no memory (model.mem_len)");
-  const TextCorpus corpus = TextCorpus::from_file(data.empty() ? cfg.data.path : data, *tok, cfg.data.val_fraction);
+  const TextCorpus corpus = TextCorpus::from_file(data.empty() ? cfg.data.path : data, *l.tokenizer, cfg.data.val_fraction);
   NoGradGuard no_grad;
   const auto mean_loss = [&](const char* how) {
     StreamSampler val(corpus.val(), cfg.train.batch_size, cfg.model.block_size, "val split");

@@ -19,14 +19,9 @@ std::string checkpoint_file(const std::string& path) {
   return fs::is_directory(path) ? (fs::path(path) / "checkpoint.bin").string() : path;
 }
 
-// A checkpoint's model and tokenizer, ready for inference.
-struct Loaded {
-  TrainConfig cfg;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<TransformerLM> model;
-};
+}  // namespace
 
-Loaded load_model(const std::string& checkpoint, const std::string& weights = "") {
+Loaded load_model(const std::string& checkpoint, const std::string& weights) {
   const std::string path = checkpoint_file(checkpoint);
   const Checkpoint c = load_checkpoint(path);
   Loaded l;
@@ -44,8 +39,6 @@ Loaded load_model(const std::string& checkpoint, const std::string& weights = ""
   l.model->eval();
   return l;
 }
-
-}  // namespace
 
 bool key_may_change_on_resume(const std::string& key) {
   return key == "train.max_iters" || key == "train.threads" || key == "train.shards" || key == "data.path" ||

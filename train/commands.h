@@ -2,12 +2,26 @@
 // them directly; cli/main.cpp only parses flags).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
+#include "layers/transformer.h"
+#include "train/config.h"
 #include "train/sample.h"
 
 namespace tapeformer {
+
+// A checkpoint's model (in eval mode) and tokenizer, ready for inference;
+// with `weights`, a safetensors file replacing the checkpoint's weights.
+// checkpoint: a run directory or a checkpoint file.
+struct Loaded {
+  TrainConfig cfg;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<TransformerLM> model;
+};
+Loaded load_model(const std::string& checkpoint, const std::string& weights = "");
 
 struct TrainArgs {
   std::string config;                  // JSON config; optional with resume
