@@ -97,6 +97,14 @@ int main(int argc, char** argv) {
       ->check(at_least_zero)
       ->capture_default_str();
 
+  PrepareArgs prep;
+  auto* pr = app.add_subcommand("prepare", "write a text file as token files (train.bin, val.bin) to train on");
+  pr->add_option("--data", prep.data, "the text file")->required();
+  pr->add_option("--out", prep.out, "directory for train.bin, val.bin and tokenizer.bin")->required();
+  pr->add_option("--tokenizer", prep.tokenizer, "char | byte")->capture_default_str();
+  pr->add_option("--val-fraction", prep.val_fraction, "the last fraction of the tokens is validation")
+      ->capture_default_str();
+
   ExportArgs exp;
   auto* x = app.add_subcommand("export", "write a checkpoint's weights as safetensors (nanoGPT's names for a GPT)");
   x->add_option("--checkpoint", exp.checkpoint, "run directory (or checkpoint.bin)")->required();
@@ -116,8 +124,8 @@ int main(int argc, char** argv) {
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&
-      first != "plot" && first != "export") {
-    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, plot or export; see --help)\n",
+      first != "plot" && first != "export" && first != "prepare") {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, prepare, plot or export; see --help)\n",
                  argv[1]);
     return 2;
   }
@@ -137,6 +145,7 @@ int main(int argc, char** argv) {
     if (*e) return run_eval(eval);
     if (*pl) return run_plot(plot);
     if (*x) return run_export(exp);
+    if (*pr) return run_prepare(prep);
   } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved
     std::fflush(stdout);
     std::fprintf(stderr, "tapeformer: %s\n", stop.what());

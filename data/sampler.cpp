@@ -6,27 +6,41 @@
 
 namespace tapeformer {
 
+RandomWindowSampler::RandomWindowSampler(const TokenSource& tokens, int64_t batch, int64_t block, uint64_t seed,
+                                         const std::string& what)
+    : tokens_(&tokens), batch_(batch), block_(block), rng_(seed) {
+  check(what);
+}
+
 RandomWindowSampler::RandomWindowSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block,
                                          uint64_t seed, const std::string& what)
-    : tokens_(&tokens), batch_(batch), block_(block), rng_(seed) {
-  TAPEFORMER_CHECK(batch > 0, "RandomWindowSampler: batch size must be >= 1, got ", batch, " (", what, ")");
-  TAPEFORMER_CHECK(block > 0, "RandomWindowSampler: block size must be >= 1, got ", block, " (", what, ")");
-  TAPEFORMER_CHECK(static_cast<int64_t>(tokens.size()) >= block + 1, "block size ", block, " needs at least ",
-                   block + 1, " tokens, but the ", what, " has ", tokens.size(),
-                   " (use a smaller block size or more data)");
+    : owned_(std::make_shared<VectorTokens>(tokens)), tokens_(owned_.get()), batch_(batch), block_(block), rng_(seed) {
+  check(what);
+}
+
+void RandomWindowSampler::check(const std::string& what) const {
+  TAPEFORMER_CHECK(batch_ > 0, "RandomWindowSampler: batch size must be >= 1, got ", batch_, " (", what, ")");
+  TAPEFORMER_CHECK(block_ > 0, "RandomWindowSampler: block size must be >= 1, got ", block_, " (", what, ")");
+  TAPEFORMER_CHECK(tokens_->size() >= block_ + 1, "block size ", block_, " needs at least ", block_ + 1,
+                   " tokens, but the ", what, " has ", tokens_->size(), " (use a smaller block size or more data)");
+}
+
+Batch window_batch(const TokenSource& tokens, const std::vector<int64_t>& starts, int64_t block) {
+  const auto B = static_cast<int64_t>(starts.size());
+  std::vector<int32_t> inputs(B * block), targets(B * block), window(static_cast<size_t>(block + 1));  // (B, T) each
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t s = starts[b];
+    TAPEFORMER_CHECK(s >= 0 && s + block < tokens.size(), "window start ", s, " out of range for block size ", block,
+                     " in ", tokens.size(), " tokens");
+    tokens.read(s, block + 1, window.data());
+    std::copy(window.begin(), window.end() - 1, inputs.begin() + b * block);
+    std::copy(window.begin() + 1, window.end(), targets.begin() + b * block);
+  }
+  return {IndexTensor({B, block}, std::move(inputs)), IndexTensor({B, block}, std::move(targets))};
 }
 
 Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t block) {
-  const auto B = static_cast<int64_t>(starts.size());
-  std::vector<int32_t> inputs(B * block), targets(B * block);  // (B, T) each
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t s = starts[b];
-    TAPEFORMER_CHECK(s >= 0 && s + block < static_cast<int64_t>(tokens.size()), "window start ", s,
-                     " out of range for block size ", block, " in ", tokens.size(), " tokens");
-    std::copy(tokens.begin() + s, tokens.begin() + s + block, inputs.begin() + b * block);
-    std::copy(tokens.begin() + s + 1, tokens.begin() + s + block + 1, targets.begin() + b * block);
-  }
-  return {IndexTensor({B, block}, std::move(inputs)), IndexTensor({B, block}, std::move(targets))};
+  return window_batch(VectorTokens(tokens), starts, block);
 }
 
 Batch RandomWindowSampler::next() {
@@ -37,18 +51,25 @@ Batch RandomWindowSampler::next() {
   return window_batch(*tokens_, starts, block_);
 }
 
+StreamSampler::StreamSampler(const TokenSource& tokens, int64_t batch, int64_t block, const std::string& what,
+                             int64_t ext)
+    : tokens_(&tokens), batch_(batch), block_(block), ext_(ext) {
+  check(what);
+}
+
 StreamSampler::StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what,
                              int64_t ext)
-    : tokens_(&tokens),
-      batch_(batch),
-      block_(block),
-      stream_(batch > 0 ? (static_cast<int64_t>(tokens.size()) - 1) / batch : 0),
-      ext_(ext) {
-  TAPEFORMER_CHECK(ext >= 0, "StreamSampler: ext must be >= 0, got ", ext, " (", what, ")");
-  TAPEFORMER_CHECK(batch > 0, "StreamSampler: batch size must be >= 1, got ", batch, " (", what, ")");
-  TAPEFORMER_CHECK(block > 0, "StreamSampler: block size must be >= 1, got ", block, " (", what, ")");
-  TAPEFORMER_CHECK(stream_ >= block, "block size ", block, " in ", batch, " streams needs at least ",
-                   batch * block + 1, " tokens, but the ", what, " has ", tokens.size(),
+    : owned_(std::make_shared<VectorTokens>(tokens)), tokens_(owned_.get()), batch_(batch), block_(block), ext_(ext) {
+  check(what);
+}
+
+void StreamSampler::check(const std::string& what) {
+  stream_ = batch_ > 0 ? (tokens_->size() - 1) / batch_ : 0;
+  TAPEFORMER_CHECK(ext_ >= 0, "StreamSampler: ext must be >= 0, got ", ext_, " (", what, ")");
+  TAPEFORMER_CHECK(batch_ > 0, "StreamSampler: batch size must be >= 1, got ", batch_, " (", what, ")");
+  TAPEFORMER_CHECK(block_ > 0, "StreamSampler: block size must be >= 1, got ", block_, " (", what, ")");
+  TAPEFORMER_CHECK(stream_ >= block_, "block size ", block_, " in ", batch_, " streams needs at least ",
+                   batch_ * block_ + 1, " tokens, but the ", what, " has ", tokens_->size(),
                    " (use a smaller block or batch size or more data)");
 }
 

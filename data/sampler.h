@@ -16,11 +16,13 @@
 
 #include <cereal/types/array.hpp>  // Rng's state words, so callers need no extra include
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "data/token_file.h"
 
 namespace tapeformer {
 
@@ -35,6 +37,7 @@ struct Batch {
 // The batch of windows starting at `starts` (one row each): inputs
 // x[s, s+T), targets x[s+1, s+T]. Throws Error for a start whose window of
 // T + 1 tokens does not fit in `tokens`.
+Batch window_batch(const TokenSource& tokens, const std::vector<int64_t>& starts, int64_t block);
 Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t block);
 
 class RandomWindowSampler {
@@ -42,6 +45,7 @@ class RandomWindowSampler {
   // `tokens` must outlive the sampler; `what` names them in errors. Throws
   // Error unless batch >= 1, block >= 1 and tokens.size() >= block + 1:
   //   block size 64 needs at least 65 tokens, but the val split has 40 (...)
+  RandomWindowSampler(const TokenSource& tokens, int64_t batch, int64_t block, uint64_t seed, const std::string& what);
   RandomWindowSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, uint64_t seed,
                       const std::string& what);
 
@@ -50,7 +54,7 @@ class RandomWindowSampler {
   int64_t batch_size() const { return batch_; }
   int64_t block_size() const { return block_; }
   // Number of distinct start offsets: n - T.
-  int64_t num_windows() const { return static_cast<int64_t>(tokens_->size()) - block_; }
+  int64_t num_windows() const { return tokens_->size() - block_; }
 
   template <class Archive>
   void serialize(Archive& ar) {
@@ -58,7 +62,9 @@ class RandomWindowSampler {
   }
 
  private:
-  const std::vector<int32_t>* tokens_;
+  void check(const std::string& what) const;
+  std::shared_ptr<const TokenSource> owned_;  // a vector's wrapper, when built from one
+  const TokenSource* tokens_;
   int64_t batch_, block_;
   Rng rng_;
   int64_t drawn_ = 0;
@@ -82,6 +88,7 @@ class StreamSampler {
  public:
   // `tokens` must outlive the sampler; `what` names them in errors. Throws
   // Error unless batch >= 1, block >= 1, ext >= 0 and every stream holds a segment.
+  StreamSampler(const TokenSource& tokens, int64_t batch, int64_t block, const std::string& what, int64_t ext = 0);
   StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what,
                 int64_t ext = 0);
 
@@ -99,8 +106,10 @@ class StreamSampler {
   }
 
  private:
-  const std::vector<int32_t>* tokens_;
-  int64_t batch_, block_, stream_, ext_;
+  void check(const std::string& what);
+  std::shared_ptr<const TokenSource> owned_;
+  const TokenSource* tokens_;
+  int64_t batch_, block_, stream_ = 0, ext_;
   int64_t position_ = 0;  // where the next batch starts in each stream
   int64_t drawn_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "train/commands.h"
-#include "train/export.h"
+
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -7,7 +8,9 @@
 
 #include "core/error.h"
 #include "data/corpus.h"
+#include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "train/export.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -148,6 +151,27 @@ int run_export(const ExportArgs& args) {
   export_safetensors(*l.model, args.output);
   std::printf("export: wrote %s (%lld parameters, safetensors)\n", args.output.c_str(),
               static_cast<long long>(l.model->num_parameters()));
+  return 0;
+}
+
+int run_prepare(const PrepareArgs& args) {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  int pass = 1;
+  int64_t last_done = -1;
+  const PreparedFiles p = prepare_token_files(args.data, args.out, args.tokenizer, args.val_fraction,
+                                              [&](int64_t done, int64_t total) {
+                                                if (done < last_done) ++pass;  // the second pass starts over
+                                                last_done = done;
+                                                if (!tty) return;
+                                                std::fprintf(stderr, "\rprepare: pass %d/2 %3.0f%% of %lld MB", pass,
+                                                             100.0 * static_cast<double>(done) / static_cast<double>(total),
+                                                             static_cast<long long>(total >> 20));
+                                                std::fflush(stderr);
+                                              });
+  if (tty) std::fprintf(stderr, "\n");
+  std::printf("{\"train_tokens\": %lld, \"val_tokens\": %lld, \"vocab_size\": %lld, \"out\": \"%s\"}\n",
+              static_cast<long long>(p.train_tokens), static_cast<long long>(p.val_tokens),
+              static_cast<long long>(p.vocab_size), args.out.c_str());
   return 0;
 }
 

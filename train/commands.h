@@ -59,6 +59,17 @@ struct EvalResult {
 EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context = 0,
                          const std::string& weights = "");
 
+struct PrepareArgs {
+  std::string data;                // the text file
+  std::string out;                 // the directory for train.bin, val.bin, tokenizer.bin
+  std::string tokenizer = "char";  // "char" | "byte"
+  double val_fraction = 0.1;
+};
+// Writes nanoGPT-style token files (data/token_file.h) with a progress line
+// on stderr; prints {"train_tokens", "val_tokens", "vocab_size"} on stdout.
+// Train on them with --data DIR (or data.path = DIR).
+int run_prepare(const PrepareArgs& args);
+
 struct ExportArgs {
   std::string checkpoint;  // run directory or checkpoint file
   std::string output;      // the file to write

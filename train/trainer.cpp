@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "core/parallel.h"
 #include "core/serialize.h"
 #include "data/corpus.h"
+#include "data/token_file.h"
 #include "data/sampler.h"
 #include "data/tokenizer.h"
 #include "train/build.h"
@@ -148,7 +150,8 @@ struct Trainer::State {
   TrainConfig cfg;
   std::string out_dir;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<TextCorpus> corpus;
+  std::unique_ptr<TextCorpus> corpus;  // a text file's ids, in memory; or none, with token files
+  std::unique_ptr<TokenSource> train_tokens, val_tokens;  // the splits the samplers read
   std::unique_ptr<TransformerLM> model;
   std::unique_ptr<DataParallel> shards;
   std::unique_ptr<Optimizer> optimizer;
@@ -181,11 +184,38 @@ struct Trainer::State {
     parallel::set_num_threads(static_cast<int>(cfg.train.threads));
     Storage::keep_freed_memory_mapped();
     TAPEFORMER_CHECK(!cfg.data.path.empty(), "no data file: set data.path in the config or pass --data FILE");
-    // A byte-level run takes any non-empty file; a char-level one valid UTF-8 text.
-    const std::string text = read_corpus_file(cfg.data.path, tok ? tok->kind() : cfg.data.tokenizer);
-    const std::string origin = "data file '" + cfg.data.path + "'";
-    tokenizer = tok ? std::move(tok) : make_tokenizer(cfg.data.tokenizer, text, origin);
-    corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);
+    const fs::path dir(cfg.data.path);
+    if (fs::is_directory(dir)) {
+      // Token files (tapeformer prepare, nanoGPT's layout): read window by window, never whole.
+      const std::string what = "data directory '" + cfg.data.path + "'";
+      TAPEFORMER_CHECK(fs::exists(dir / "train.bin") && fs::exists(dir / "val.bin"), what,
+                       " has no train.bin and val.bin (write them with: tapeformer prepare --data FILE --out DIR)");
+      if (!tok) {
+        std::ifstream in(dir / "tokenizer.bin", std::ios::binary);
+        TAPEFORMER_CHECK(in.good(), what, " has no tokenizer.bin (tapeformer prepare writes one)");
+        std::stringstream bytes;
+        bytes << in.rdbuf();
+        tok = load_tokenizer(bytes.str());
+      }
+      TAPEFORMER_CHECK(tok->kind() == cfg.data.tokenizer, "data.tokenizer is \"", cfg.data.tokenizer, "\" but ",
+                       what, " was prepared with the \"", tok->kind(), "\" tokenizer");
+      tokenizer = std::move(tok);
+      auto train_file = std::make_unique<TokenFile>((dir / "train.bin").string());
+      auto val_file = std::make_unique<TokenFile>((dir / "val.bin").string());
+      for (const TokenFile* f : {train_file.get(), val_file.get()})
+        TAPEFORMER_CHECK(f->max_id() < tokenizer->vocab_size(), what, ": an id of ", f->max_id(),
+                         " in its token files, beyond the tokenizer's ", tokenizer->vocab_size());
+      train_tokens = std::move(train_file);
+      val_tokens = std::move(val_file);
+    } else {
+      // A byte-level run takes any non-empty file; a char-level one valid UTF-8 text.
+      const std::string text = read_corpus_file(cfg.data.path, tok ? tok->kind() : cfg.data.tokenizer);
+      const std::string origin = "data file '" + cfg.data.path + "'";
+      tokenizer = tok ? std::move(tok) : make_tokenizer(cfg.data.tokenizer, text, origin);
+      corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);
+      train_tokens = std::make_unique<VectorTokens>(corpus->train());
+      val_tokens = std::make_unique<VectorTokens>(corpus->val());
+    }
     cfg.model.vocab_size = tokenizer->vocab_size();
     const int64_t num_shards = shard_count(cfg);
     check_fits_in_memory(cfg, num_shards);
@@ -198,16 +228,16 @@ struct Trainer::State {
     if (model->mem_len() > 0) {
       // Segments in order, so each row's memory holds what came just before it;
       // evaluation reads the val split's streams from their starts.
-      train_streams = std::make_unique<StreamSampler>(corpus->train(), B, T, "train split", model->ext_len());
-      StreamSampler(corpus->val(), B, T, "val split");  // refuses a val split too short for one segment
+      train_streams = std::make_unique<StreamSampler>(*train_tokens, B, T, "train split", model->ext_len());
+      StreamSampler(*val_tokens, B, T, "val split");  // refuses a val split too short for one segment
       dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
       return;
     }
-    train_batches = std::make_unique<RandomWindowSampler>(corpus->train(), B, T,
+    train_batches = std::make_unique<RandomWindowSampler>(*train_tokens, B, T,
                                                           stream_seed(cfg.train.seed, kTrainBatches), "train split");
-    RandomWindowSampler val(corpus->val(), B, T, stream_seed(cfg.train.seed, kValBatches), "val split");
+    RandomWindowSampler val(*val_tokens, B, T, stream_seed(cfg.train.seed, kValBatches), "val split");
     for (int64_t i = 0; i < cfg.eval.iters; ++i) val_batches.push_back(val.next());
-    RandomWindowSampler fin(corpus->val(), B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
+    RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
     for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
   }
@@ -216,7 +246,7 @@ struct Trainer::State {
   // most one pass), read in order with a fresh memory of eval.mem_len
   // (default model.mem_len) positions.
   double evaluate_streams(int64_t segments) {
-    StreamSampler val(corpus->val(), cfg.train.batch_size, cfg.model.block_size, "val split", model->ext_len());
+    StreamSampler val(*val_tokens, cfg.train.batch_size, cfg.model.block_size, "val split", model->ext_len());
     const int64_t n = std::min(segments, val.segments());
     SegmentMemory memory;
     memory.limit = cfg.eval.mem_len;

@@ -4,6 +4,7 @@
 
 #include <cereal/archives/binary.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,11 +15,13 @@
 #include "data/corpus.h"
 #include "data/sampler.h"
 #include "data/tasks.h"
+#include "data/token_file.h"
 #include "data/tokenizer.h"
 #include "temp_dir.h"
 
 using namespace tapeformer;
 using doctest::Contains;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -380,4 +383,40 @@ TEST_CASE("CopyTask: w SEP w PAD..., targets only on the second copy") {
     }
     for (int64_t t = 2 * L + 1; t < 12; ++t) CHECK(x[t] == task.pad());
   }
+}
+
+TEST_CASE("prepare_token_files: train.bin / val.bin hold TextCorpus's ids (also across 16 MiB chunk ends inside UTF-8)") {
+  TempDir dir("token-files");
+  // 34-byte lines after 7 bytes: the 16 MiB chunk end falls at byte 11 of a
+  // line, inside its 4-byte sequence (bytes 10..13).
+  std::string text = "1234567";
+  const std::string line = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 to be or not to be\n";  // 2-, 3- and 4-byte sequences
+  REQUIRE(line.size() == 34);
+  REQUIRE(((16u << 20) - 7) % 34 == 11);
+  while (text.size() < (17u << 20)) text += line;
+  const fs::path path = dir.path / "text.txt";
+  std::ofstream(path, std::ios::binary) << text;
+  int calls = 0;
+  const PreparedFiles p = prepare_token_files(path.string(), (dir.path / "tok").string(), "char", 0.1,
+                                              [&](int64_t, int64_t) { ++calls; });
+  CHECK(calls >= 4);  // two passes of two chunks
+  CharTokenizer tok(text);
+  const TextCorpus corpus(text, tok, 0.1);
+  CHECK(p.vocab_size == tok.vocab_size());
+  CHECK(p.train_tokens == static_cast<int64_t>(corpus.train().size()));
+  CHECK(p.val_tokens == static_cast<int64_t>(corpus.val().size()));
+  const TokenFile train((dir.path / "tok" / "train.bin").string()), val((dir.path / "tok" / "val.bin").string());
+  std::vector<int32_t> ids(static_cast<size_t>(train.size()));
+  train.read(0, train.size(), ids.data());
+  CHECK(ids == corpus.train());
+  ids.resize(static_cast<size_t>(val.size()));
+  val.read(0, val.size(), ids.data());
+  CHECK(ids == corpus.val());
+  // The samplers read windows from a file as from memory.
+  RandomWindowSampler a(train, 3, 16, 7, "t"), b(corpus.train(), 3, 16, 7, "t");
+  for (int i = 0; i < 3; ++i) CHECK(a.next().targets.data == b.next().targets.data);
+  CHECK_THROWS_WITH_AS(train.read(train.size() - 2, 3, ids.data()), Contains("outside its"), Error);
+  std::ofstream(dir.path / "odd.bin", std::ios::binary) << "abc";
+  CHECK_THROWS_WITH_AS(TokenFile((dir.path / "odd.bin").string()),
+                       Contains("3 bytes is not a non-empty array of uint16 ids"), Error);
 }

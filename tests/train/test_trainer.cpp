@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/token_file.h"
 #include "temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
@@ -254,4 +255,32 @@ TEST_CASE("a checkpoint whose weights do not fit its own config is refused namin
   c.model.pop_back();  // as if written by a build whose model had one tensor fewer
   save_checkpoint(path, c);
   CHECK_THROWS_WITH_AS(evaluate_file(path, data), doctest::Contains("does not match its own config"), Error);
+}
+
+TEST_CASE("a run on token files (tapeformer prepare) equals the run on the text they came from") {
+  TempDir dir("trainer-token-files");
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  const std::string data = write_text(dir.path, text);
+  prepare_token_files(data, (dir.path / "tokens").string(), "char", 0.1);
+  TrainResult from_text, from_files;
+  {
+    Trainer t(tiny(data, 20), (dir.path / "text").string());
+    from_text = t.run();
+  }
+  {
+    Trainer t(tiny((dir.path / "tokens").string(), 20), (dir.path / "files").string());
+    from_files = t.run();
+  }
+  CHECK(from_files.train_loss == from_text.train_loss);
+  CHECK(from_files.val_loss == from_text.val_loss);
+  // Resuming reads the files again.
+  auto resumed = Trainer::resume((dir.path / "files").string(), [](TrainConfig& c) { c.train.max_iters = 25; });
+  CHECK(resumed->run().steps == 25);
+  TrainConfig bytes = tiny((dir.path / "tokens").string(), 5);
+  bytes.data.tokenizer = "byte";
+  CHECK_THROWS_WITH_AS(Trainer(bytes, (dir.path / "x").string()),
+                       doctest::Contains("data.tokenizer is \"byte\" but data directory"), Error);
+  CHECK_THROWS_WITH_AS(Trainer(tiny(dir.path.string(), 5), (dir.path / "y").string()),
+                       doctest::Contains("has no train.bin and val.bin"), Error);
 }
