@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "layers/activations.h"
 #include "layers/attention/attention.h"
 #include "layers/basic.h"
 #include "layers/block/block.h"
@@ -98,6 +99,7 @@ void ModelConfig::validate_kinds() const {
   const AttentionKind& attn = attention_kinds().get(attention);
   const PositionalKind& pos = positional_kinds().get(positional);
   const BlockKind& blk = block_kinds().get(block);
+  activation_kinds().get(activation);  // Error naming model.activation and the known ones
   // An option only the unselected kinds read must keep its default: a value
   // set for nothing is refused, not silently ignored.
   for (const DeclaredOption& d : model_options()) {

@@ -46,7 +46,7 @@ struct ModelConfig {
   float dropout = 0.0f;     // on attention weights, residual branches and embeddings
   bool bias = true;         // biases in Linear and LayerNorm layers
   bool tie_weights = true;  // output head shares the token embedding matrix
-  Activation activation = Activation::Gelu;  // MLP: "gelu" (tanh form) | "relu"
+  std::string activation = "gelu";  // MLP: "gelu" (tanh form) | "relu" | "silu" (layers/activations.h)
   std::string attention = "softmax";  // attention kind: "softmax" | "linear" (layers/attention/attention.h)
   std::string positional = "learned";  // "learned" | "sinusoidal" | "rope" | "alibi" | "shaw" | "txl" (layers/positional/positional.h)
   std::string block = "standard";  // how the layers are wired: "standard" | "reversible" | "post_ln" | "gtrxl" (layers/block/block.h)

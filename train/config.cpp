@@ -112,13 +112,6 @@ void read(const std::string& key, const json& j, std::array<double, 2>& out) {
     type_error(key, "an array of two numbers", j);
   out = {j[0].get<double>(), j[1].get<double>()};
 }
-void read(const std::string& key, const json& j, Activation& out) {
-  std::string s;
-  read(key, j, s);
-  if (s == "gelu") out = Activation::Gelu;
-  else if (s == "relu") out = Activation::Relu;
-  else fail("config: '", key, "' must be \"gelu\" or \"relu\", got \"", s, "\"");
-}
 // Reads the JSON type the option's default has.
 void read(const std::string& key, const json& j, OptionSlot& out) {
   OptionValue v = out.decl.default_value;
@@ -130,7 +123,6 @@ json write(const T& v) { return json(v); }
 json write(const OptionSlot& s) {
   return std::visit([](const auto& x) { return json(x); }, s.value());
 }
-json write(const Activation& a) { return a == Activation::Gelu ? "gelu" : "relu"; }
 
 // Flattens nested objects into dotted keys; arrays and scalars are leaves.
 void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out,

@@ -6,17 +6,19 @@
 
 namespace tapeformer {
 
-FeedForward::FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, Activation act,
+FeedForward::FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, const std::string& act,
                          float proj_init_std, Rng& rng)
-    : activation(act) {
+    : activation(activation_kinds().get(act)) {
   fc = register_module("fc", std::make_shared<Linear>(n_embd, hidden, bias, rng));
   proj = register_module("proj", std::make_shared<Linear>(hidden, n_embd, bias, rng, proj_init_std));
   drop = register_module("drop", std::make_shared<Dropout>(dropout));
 }
 
 Var FeedForward::forward(const Var& x, Rng& rng) const {
-  // proj(act(fc(x))) as one fused op (see feed_forward in autograd/ops.h).
-  return drop->forward(feed_forward(x, fc->weight, fc->bias, proj->weight, proj->bias, activation), rng);  // (B, T, C)
+  // proj(act(fc(x))) as one fused op (see feed_forward in autograd/ops.h) where the activation has one.
+  if (activation.fused)
+    return drop->forward(feed_forward(x, fc->weight, fc->bias, proj->weight, proj->bias, *activation.fused), rng);
+  return drop->forward(proj->forward(activation.apply(fc->forward(x))), rng);  // (B, T, C)
 }
 
 TransformerBlock::TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "layers/activations.h"
 #include "layers/attention/attention.h"
 #include "layers/basic.h"
 #include "layers/block/block.h"
@@ -19,13 +20,15 @@
 
 namespace tapeformer {
 
-// FFN(x) = drop(act(x W1 + b1) W2 + b2), hidden = 4 C.
+// FFN(x) = drop(act(x W1 + b1) W2 + b2), hidden = 4 C; one fused op when the
+// activation has a fused form, composed from ops otherwise.
 class FeedForward : public Module {
  public:
-  FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, Activation act,
+  // activation: a name in activation_kinds() (layers/activations.h).
+  FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, const std::string& activation,
               float proj_init_std, Rng& rng);
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
-  Activation activation;
+  const ActivationKind& activation;
   std::shared_ptr<Linear> fc, proj;
   std::shared_ptr<Dropout> drop;
 };

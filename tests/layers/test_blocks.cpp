@@ -347,3 +347,35 @@ TEST_CASE("gtrxl: parameters per gate kind, and a bad gate is refused naming mod
                        "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"",
                        Error);
 }
+
+TEST_CASE("activations: a kind without a fused form composes its function; a program can register one by name") {
+  if (activation_kinds().find("squared_relu") == nullptr)
+    activation_kinds().add({"squared_relu", "relu(x)^2", std::nullopt, [](const Var& x) {
+                              const Var r = relu(x);
+                              return mul(r, r);
+                            }});
+  for (const char* name : {"silu", "squared_relu"}) {
+    CAPTURE(name);
+    Rng rng(70);
+    FeedForward ffn(8, 32, true, 0.0f, name, 0.02f, rng);
+    for (auto& [n, p] : ffn.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.5f);
+    const Tensor x = random({2, 3, 8}, 71);
+    Rng unused(0);
+    const Tensor got = ffn.forward(Var(x), unused).value();
+    const Var h = add(matmul(Var(x), ffn.fc->weight), ffn.fc->bias);  // the formula, written out
+    const Var a = std::string(name) == "silu" ? mul(h, sigmoid(h)) : mul(relu(h), relu(h));
+    const Tensor want = add(matmul(a, ffn.proj->weight), ffn.proj->bias).value();
+    CHECK(relative_error(got, want) < 1e-6);
+  }
+  // Built-in fused kinds still take the fused op; a whole model of a composed kind trains by name.
+  CHECK(activation_kinds().get("gelu").fused == Activation::Gelu);
+  ModelConfig c = stack_config("softmax", "learned", 2, 1, 0.0f);
+  c.block = "standard";
+  c.activation = "squared_relu";
+  Rng rng(72);
+  TransformerLM model(c, rng);
+  CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(model.num_parameters()));
+  c.activation = "swish";
+  CHECK_THROWS_WITH_AS(c.validate_kinds(), "model.activation: unknown kind \"swish\" (known: gelu, relu, silu, squared_relu)",
+                       Error);
+}

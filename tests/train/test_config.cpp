@@ -53,7 +53,7 @@ TEST_CASE("config: unknown keys, wrong types and bad values are rejected with th
   CHECK(error_of(R"({"data": {"tokenizer": "bpe"}})") ==
         "config: 'data.tokenizer' must be \"char\" or \"byte\", got \"bpe\"");
   CHECK(error_of(R"({"model": {"activation": "swish"}})") ==
-        "config: 'model.activation' must be \"gelu\" or \"relu\", got \"swish\"");
+        "config: model.activation: unknown kind \"swish\" (known: gelu, relu, silu)");
   CHECK(error_of("{\"model\": ") .find("config test.json: invalid JSON") == 0);
   CHECK(error_of("[1, 2]") == "config test.json: top level must be a JSON object");
   // Found by tests/fuzz/fuzz_config: JSON's overflow error escaped as a different exception.
