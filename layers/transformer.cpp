@@ -40,27 +40,25 @@ Var TransformerLM::head(const Var& x) const {
   return matmul(h, transpose(tok_emb->weight, 0, 1));  // tied: h E^T, (B, T, V)
 }
 
-Var TransformerLM::forward(const IndexTensor& ids, Rng& rng) const {
+Var TransformerLM::embed_sequence(const IndexTensor& ids, Rng& rng) const {
   TAPEFORMER_CHECK(ids.shape.rank() == 2, "TransformerLM: ids must be (B, T), got ", ids.shape);
   const int64_t T = ids.shape[1], limit = max_positions();
   TAPEFORMER_CHECK(T >= 1, "TransformerLM: empty sequence (ids ", ids.shape, ")");
   TAPEFORMER_CHECK(limit < 0 || T <= limit, "TransformerLM: sequence length ", T, " exceeds the ", limit,
                    " positions of model.positional \"", cfg_.positional,
                    "\" (model.block_size); a positional scheme without a table takes any length");
-  Var x = drop->forward(embed(ids, 0), rng);
-  return head(stack->forward(x, rng));
+  return drop->forward(embed(ids, 0), rng);  // (B, T, C)
+}
+
+Var TransformerLM::forward(const IndexTensor& ids, Rng& rng) const {
+  return head(stack->forward(embed_sequence(ids, rng), rng));
 }
 
 Var TransformerLM::forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const {
-  TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[1] >= 1, "TransformerLM: ids must be (B, T), got ", ids.shape);
   TAPEFORMER_CHECK(mem_len() > 0, "TransformerLM: a segment memory needs model.mem_len > 0");
-  TAPEFORMER_CHECK(memory.length() == 0 || memory.layers[0].dim(0) == ids.shape[0], "TransformerLM: a memory of ",
-                   memory.layers[0].dim(0), " sequences for a batch of ", ids.shape[0]);
-  const int64_t T = ids.shape[1], limit = max_positions();
-  TAPEFORMER_CHECK(limit < 0 || T <= limit, "TransformerLM: segment length ", T, " exceeds the ", limit,
-                   " positions of model.positional \"", cfg_.positional, "\"");
-  const Var x = drop->forward(embed(ids, 0), rng);
-  return head(stack->forward(x, memory, rng));
+  TAPEFORMER_CHECK(memory.length() == 0 || ids.shape.rank() != 2 || memory.layers[0].dim(0) == ids.shape[0],
+                   "TransformerLM: a memory of ", memory.layers[0].dim(0), " sequences for a batch of ", ids.shape[0]);
+  return head(stack->forward(embed_sequence(ids, rng), memory, rng));
 }
 
 namespace {

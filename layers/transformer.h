@@ -87,6 +87,8 @@ class TransformerLM : public Module {
 
  private:
   Var embed(const IndexTensor& ids, int64_t start) const;  // token embeddings with positions start.., (B, T, C)
+  // ids (B, T) checked against the position table, embedded from position 0, with dropout: (B, T, C).
+  Var embed_sequence(const IndexTensor& ids, Rng& rng) const;
   Var head(const Var& x) const;                            // ln_f and the output head, (B, T, V)
   ModelConfig cfg_;
 };

@@ -63,13 +63,9 @@ class SwiGLUBlock : public Module {
     const Var a = slice(ab, 2, 0, hidden_), b = slice(ab, 2, hidden_, 2 * hidden_);
     return proj->forward(fused ? silu_gate(a, b) : mul(mul(a, sigmoid(a)), b));  // (B, T, C)
   }
-  Var forward(const Var& x_in, Rng& rng) const {
-    const Var x = add(x_in, attn->forward(ln_1->forward(x_in), rng));
-    return add(x, ffn(x));
-  }
-  Var forward(const Var& x_in, const Tensor& memory, Rng& rng) const {
-    if (!memory.defined() || memory.dim(1) == 0) return forward(x_in, rng);
-    const Var x = add(x_in, attn->forward(ln_1->forward(x_in), ln_1->forward(Var(memory)), rng));
+  Var forward(const Var& x_in, Rng& rng) const { return forward(x_in, Tensor(), rng); }
+  Var forward(const Var& x_in, const Tensor& memory, Rng& rng) const {  // memory: Transformer-XL's, or none
+    const Var x = add(x_in, attend_normalised(*attn, *ln_1, x_in, memory, rng));
     return add(x, ffn(x));
   }
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const {

@@ -19,10 +19,7 @@ GatedBlock::GatedBlock(const ModelConfig& cfg, const Positional& positional, Rng
   gate_2 = register_module("gate_2", gate.make(cfg.n_embd, bias, rng));
 }
 
-Var GatedBlock::forward(const Var& e, Rng& rng) const {
-  const Var y = gate_1->forward(e, relu(attn->forward(ln_1->forward(e), rng)));
-  return gate_2->forward(y, relu(mlp->forward(ln_2->forward(y), rng)));
-}
+Var GatedBlock::forward(const Var& e, Rng& rng) const { return forward(e, Tensor(), rng); }
 
 Var GatedBlock::forward(const Var& e, InferenceState& state) const {
   const Var y = gate_1->forward(e, relu(attn->forward(ln_1->forward(e), state)));
@@ -31,8 +28,7 @@ Var GatedBlock::forward(const Var& e, InferenceState& state) const {
 }
 
 Var GatedBlock::forward(const Var& e, const Tensor& memory, Rng& rng) const {
-  if (!memory.defined() || memory.dim(1) == 0) return forward(e, rng);
-  const Var y = gate_1->forward(e, relu(attn->forward(ln_1->forward(e), ln_1->forward(Var(memory)), rng)));
+  const Var y = gate_1->forward(e, relu(attend_normalised(*attn, *ln_1, e, memory, rng)));
   return gate_2->forward(y, relu(mlp->forward(ln_2->forward(y), rng)));
 }
 

@@ -14,13 +14,10 @@ namespace {
 class PostLNBlock : public TransformerBlock {
  public:
   using TransformerBlock::TransformerBlock;
-  Var forward(const Var& x_in, Rng& rng) const {
-    const Var x = ln_1->forward(add(x_in, attn->forward(x_in, rng)));
-    return ln_2->forward(add(x, mlp->forward(x, rng)));
-  }
+  Var forward(const Var& x_in, Rng& rng) const { return forward(x_in, Tensor(), rng); }
+  // Attention::forward(x, memory, rng) is the plain forward when memory is undefined.
   Var forward(const Var& x_in, const Tensor& memory, Rng& rng) const {
-    if (!memory.defined() || memory.dim(1) == 0) return forward(x_in, rng);
-    const Var x = ln_1->forward(add(x_in, attn->forward(x_in, Var(memory), rng)));
+    const Var x = ln_1->forward(add(x_in, attn->forward(x_in, memory.defined() ? Var(memory) : Var(), rng)));
     return ln_2->forward(add(x, mlp->forward(x, rng)));
   }
   Var forward(const Var& x_in, InferenceState& state) const {

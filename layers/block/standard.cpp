@@ -31,14 +31,15 @@ TransformerBlock::TransformerBlock(const ModelConfig& cfg, const Positional& pos
                                                              residual_init_std(cfg), rng));
 }
 
-Var TransformerBlock::forward(const Var& x_in, Rng& rng) const {
-  const Var x = add(x_in, attention_branch(x_in, rng));
-  return add(x, ff_branch(x, rng));
+Var attend_normalised(const Attention& attn, const LayerNorm& ln, const Var& x, const Tensor& memory, Rng& rng) {
+  if (!memory.defined() || memory.dim(1) == 0) return attn.forward(ln.forward(x), rng);
+  return attn.forward(ln.forward(x), ln.forward(Var(memory)), rng);
 }
 
+Var TransformerBlock::forward(const Var& x_in, Rng& rng) const { return forward(x_in, Tensor(), rng); }
+
 Var TransformerBlock::forward(const Var& x_in, const Tensor& memory, Rng& rng) const {
-  if (!memory.defined() || memory.dim(1) == 0) return forward(x_in, rng);
-  const Var x = add(x_in, attn->forward(ln_1->forward(x_in), ln_1->forward(Var(memory)), rng));
+  const Var x = add(x_in, attention_branch(x_in, memory, rng));
   return add(x, ff_branch(x, rng));
 }
 

@@ -33,6 +33,10 @@ class FeedForward : public Module {
   std::shared_ptr<Dropout> drop;
 };
 
+// attn(ln(x)) attending also to ln(memory) (B, M, C) when memory holds rows:
+// the pre-LN attention branch of the standard and gated blocks.
+Var attend_normalised(const Attention& attn, const LayerNorm& ln, const Var& x, const Tensor& memory, Rng& rng);
+
 // One layer's parameters: ln_1, attn (cfg.attention's kind, `positional`'s
 // part inside), ln_2, mlp; keys "ln_1.weight", "attn.qkv.weight", ...
 class TransformerBlock : public Module {
@@ -40,6 +44,10 @@ class TransformerBlock : public Module {
   TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng);
   // The residual branches: F(x) = attn(ln_1(x)), G(x) = mlp(ln_2(x)), (B, T, C) -> (B, T, C).
   Var attention_branch(const Var& x, Rng& rng) const { return attn->forward(ln_1->forward(x), rng); }
+  // F over x with this layer's Transformer-XL memory (B, M, C), normalised like x; none when undefined.
+  Var attention_branch(const Var& x, const Tensor& memory, Rng& rng) const {
+    return attend_normalised(*attn, *ln_1, x, memory, rng);
+  }
   Var attention_branch(const Var& x, InferenceState& state) const { return attn->forward(ln_1->forward(x), state); }
   Var ff_branch(const Var& x, Rng& rng) const { return mlp->forward(ln_2->forward(x), rng); }
   // The pre-LN block: x + F(x), then + G of that.
