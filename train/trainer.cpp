@@ -230,15 +230,14 @@ struct Trainer::State {
       // evaluation reads the val split's streams from their starts.
       train_streams = std::make_unique<StreamSampler>(*train_tokens, B, T, "train split", model->ext_len());
       StreamSampler(*val_tokens, B, T, "val split");  // refuses a val split too short for one segment
-      dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
-      return;
+    } else {
+      train_batches = std::make_unique<RandomWindowSampler>(*train_tokens, B, T,
+                                                            stream_seed(cfg.train.seed, kTrainBatches), "train split");
+      RandomWindowSampler val(*val_tokens, B, T, stream_seed(cfg.train.seed, kValBatches), "val split");
+      for (int64_t i = 0; i < cfg.eval.iters; ++i) val_batches.push_back(val.next());
+      RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
+      for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     }
-    train_batches = std::make_unique<RandomWindowSampler>(*train_tokens, B, T,
-                                                          stream_seed(cfg.train.seed, kTrainBatches), "train split");
-    RandomWindowSampler val(*val_tokens, B, T, stream_seed(cfg.train.seed, kValBatches), "val split");
-    for (int64_t i = 0; i < cfg.eval.iters; ++i) val_batches.push_back(val.next());
-    RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
-    for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
   }
 

@@ -99,6 +99,21 @@ class LayerStates : public InferenceState {
   void advance(int64_t T) { length_ += T; }
   std::vector<std::unique_ptr<InferenceState>> layers;
 
+  // The states of `blocks` (anything with make_state(batch, window)), in order.
+  template <class Blocks>
+  static std::unique_ptr<LayerStates> of(const Blocks& blocks, int64_t batch, int64_t window) {
+    auto state = std::make_unique<LayerStates>();
+    for (const auto& block : blocks) state->layers.push_back(block->make_state(batch, window));
+    return state;
+  }
+  // `state` as the LayerStates of a stack of `count` layers; Error otherwise.
+  static LayerStates& of_stack(InferenceState& state, size_t count) {
+    LayerStates& s = state_as<LayerStates>(state, "block stack", "layer states");
+    TAPEFORMER_CHECK(s.layers.size() == count, "block stack: a state of ", s.layers.size(),
+                     " layers for a stack of ", count);
+    return s;
+  }
+
  private:
   int64_t length_ = 0;
 };

@@ -108,15 +108,11 @@ Var ReversibleStack::forward(const Var& x, Rng& rng) const {
 }
 
 std::unique_ptr<InferenceState> ReversibleStack::make_state(int64_t batch, int64_t window) const {
-  auto state = std::make_unique<LayerStates>();
-  for (const auto& block : blocks) state->layers.push_back(block->make_state(batch, window));
-  return state;
+  return LayerStates::of(blocks, batch, window);
 }
 
 Var ReversibleStack::forward(const Var& x, InferenceState& state) const {
-  LayerStates& s = state_as<LayerStates>(state, "ReversibleStack", "layer states");
-  TAPEFORMER_CHECK(s.layers.size() == blocks.size(), "ReversibleStack: a state of ", s.layers.size(),
-                   " layers for a stack of ", blocks.size());
+  LayerStates& s = LayerStates::of_stack(state, blocks.size());
   Rng unused(0);  // eval mode: no dropout draws
   Var x1 = x, x2 = x;
   for (size_t i = 0; i < blocks.size(); ++i) {

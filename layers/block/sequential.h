@@ -37,15 +37,11 @@ class SequentialStack : public BlockStack {
   }
 
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override {
-    auto state = std::make_unique<LayerStates>();
-    for (const auto& block : blocks) state->layers.push_back(block->make_state(batch, window));
-    return state;
+    return LayerStates::of(blocks, batch, window);
   }
 
   Var forward(const Var& x_in, InferenceState& state) const override {
-    LayerStates& s = state_as<LayerStates>(state, "block stack", "layer states");
-    TAPEFORMER_CHECK(s.layers.size() == blocks.size(), "block stack: a state of ", s.layers.size(),
-                     " layers for a stack of ", blocks.size());
+    LayerStates& s = LayerStates::of_stack(state, blocks.size());
     Var x = x_in;
     for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, *s.layers[i]);
     s.advance(x_in.dim(1));
