@@ -101,8 +101,11 @@ int main(int argc, char** argv) {
   auto* pr = app.add_subcommand("prepare", "write a text file as token files (train.bin, val.bin) to train on");
   pr->add_option("--data", prep.data, "the text file")->required();
   pr->add_option("--out", prep.out, "directory for train.bin, val.bin and tokenizer.bin")->required();
-  pr->add_option("--tokenizer", prep.tokenizer, "char | byte")->capture_default_str();
-  pr->add_option("--val-fraction", prep.val_fraction, "the last fraction of the tokens is validation")
+  pr->add_option("--tokenizer", prep.tokenizer.kind, "char | byte | sentencepiece")->capture_default_str();
+  pr->add_option("--vocab-size", prep.tokenizer.vocab_size, "sentencepiece: pieces to learn from the train split");
+  pr->add_option("--sp-type", prep.tokenizer.sp_type, "sentencepiece: bpe | unigram")->capture_default_str();
+  pr->add_option("--sp-model", prep.tokenizer.sp_model, "sentencepiece: an existing .model file instead of learning one");
+  pr->add_option("--val-fraction", prep.val_fraction, "the last fraction of the text is validation")
       ->capture_default_str();
 
   ExportArgs exp;

@@ -57,10 +57,9 @@ std::string read_nonempty_file(const std::string& path, bool text_only) {
 std::string read_text_file(const std::string& path) { return read_nonempty_file(path, true); }
 
 std::string read_corpus_file(const std::string& path, const std::string& tokenizer_kind) {
-  TAPEFORMER_CHECK(tokenizer_kind == "char" || tokenizer_kind == "byte", "unknown tokenizer '",
-                   tokenizer_kind, "' (expected \"char\" or \"byte\")");
-  std::string text = read_nonempty_file(path, tokenizer_kind == "char");
-  if (tokenizer_kind == "byte") return text;
+  const bool text_only = tokenizer_kinds().get(tokenizer_kind).text;
+  std::string text = read_nonempty_file(path, text_only);
+  if (!text_only) return text;
   const size_t bad = utf8_error_offset(text);
   if (bad != std::string::npos)
     fail(origin_of(path), " is not valid UTF-8 (bad byte ", hex_byte(static_cast<unsigned char>(text[bad])),
@@ -68,33 +67,59 @@ std::string read_corpus_file(const std::string& path, const std::string& tokeniz
   return text;
 }
 
-TextCorpus::TextCorpus(std::string_view text, const Tokenizer& tok, double val_fraction,
-                       const std::string& origin) {
+size_t split_offset(std::string_view text, double val_fraction, bool characters, const std::string& origin) {
   TAPEFORMER_CHECK(val_fraction > 0 && val_fraction < 1, "TextCorpus: val_fraction must be in (0, 1), got ",
                    val_fraction);
-  std::vector<int32_t> ids;
+  const auto n = characters ? static_cast<size_t>(count_characters(text)) : text.size();
+  const auto n_train = static_cast<size_t>(static_cast<double>(n) * (1.0 - val_fraction));
+  const char* unit = characters ? "characters" : "bytes";
+  TAPEFORMER_CHECK(n_train > 0 && n_train < n, origin, " has ", n, " ", unit, ": too few to split at val_fraction ",
+                   val_fraction, " (train would get ", n_train, ", val ", n - n_train, "; both need at least 1)");
+  if (!characters) return n_train;
+  size_t at = 0;
+  for (size_t seen = 0; at < text.size(); ++at) {
+    if ((static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) continue;
+    if (seen++ == n_train) break;
+  }
+  return at;
+}
+
+TextCorpus::TextCorpus(std::string_view text, const Tokenizer& tok, double val_fraction,
+                       const std::string& origin) {
+  const size_t at = split_offset(text, val_fraction, tokenizer_kinds().get(tok.kind()).text, origin);
   try {
-    ids = tok.encode(text);
+    train_ = tok.encode(text.substr(0, at));
   } catch (const Error& e) {
     fail(origin, ": ", e.what());
   }
-  const size_t n = ids.size();
-  const auto n_train = static_cast<size_t>(static_cast<double>(n) * (1.0 - val_fraction));
-  TAPEFORMER_CHECK(n_train > 0 && n_train < n, origin, " has ", n, " tokens: too few to split at val_fraction ",
-                   val_fraction, " (train would get ", n_train, ", val ", n - n_train, "; both need at least 1)");
-  train_.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_train));
-  val_.assign(ids.begin() + static_cast<std::ptrdiff_t>(n_train), ids.end());
+  try {
+    val_ = tok.encode(text.substr(at));
+  } catch (const Error& e) {
+    fail(origin, ", val split from byte ", at, ": ", e.what());
+  }
+  TAPEFORMER_CHECK(!train_.empty() && !val_.empty(), origin, ": the ", train_.empty() ? "train" : "val",
+                   " split encodes to no tokens");
+  val_characters_ = count_characters(text.substr(at));
 }
 
 TextCorpus TextCorpus::from_file(const std::string& path, const Tokenizer& tok, double val_fraction) {
   return TextCorpus(read_corpus_file(path, tok.kind()), tok, val_fraction, origin_of(path));
 }
 
-LoadedCorpus load_corpus(const std::string& path, const std::string& kind, double val_fraction) {
-  const std::string text = read_corpus_file(path, kind);
-  std::unique_ptr<Tokenizer> tok = make_tokenizer(kind, text, origin_of(path));
-  TextCorpus corpus(text, *tok, val_fraction, origin_of(path));
+LoadedCorpus load_corpus(const std::string& path, const TokenizerOptions& tokenizer, double val_fraction) {
+  const std::string text = read_corpus_file(path, tokenizer.kind);
+  const std::string origin = origin_of(path);
+  const size_t at = split_offset(text, val_fraction, tokenizer_kinds().get(tokenizer.kind).text, origin);
+  std::unique_ptr<Tokenizer> tok =
+      build_tokenizer(tokenizer, CorpusText::of(text, std::string_view(text).substr(0, at), origin));
+  TextCorpus corpus(text, *tok, val_fraction, origin);
   return {std::move(tok), std::move(corpus)};
+}
+
+LoadedCorpus load_corpus(const std::string& path, const std::string& kind, double val_fraction) {
+  TokenizerOptions options;
+  options.kind = kind;
+  return load_corpus(path, options, val_fraction);
 }
 
 }  // namespace tapeformer

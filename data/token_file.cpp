@@ -69,14 +69,27 @@ int32_t TokenFile::max_id() const {
   return m;
 }
 
+int64_t count_characters(const TokenSource& ids, const Tokenizer& tok) {
+  int64_t n = 0;
+  std::vector<int32_t> chunk;
+  for (int64_t at = 0; at < ids.size(); at += 1 << 20) {
+    chunk.resize(static_cast<size_t>(std::min<int64_t>(1 << 20, ids.size() - at)));
+    ids.read(at, static_cast<int64_t>(chunk.size()), chunk.data());
+    n += count_characters(tok.decode(chunk));
+  }
+  return n;
+}
+
 namespace {
 
 constexpr size_t kChunk = 16 << 20;
 
-// Calls f(chunk) for consecutive chunks of the file, each ending on a whole
-// UTF-8 sequence when `utf8` (the rest is carried into the next chunk).
+// Calls f(chunk) for consecutive chunks of the file. With `utf8`, each ends
+// on its last line end, or, in a chunk without one, on a whole UTF-8
+// sequence (the rest is carried into the next chunk); `progress(stage, ...)`
+// after each.
 template <class F>
-void for_each_chunk(const std::string& path, bool utf8, const std::function<void(int64_t, int64_t)>& progress, F&& f) {
+void for_each_chunk(const std::string& path, bool utf8, const char* stage, const PrepareProgress& progress, F&& f) {
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "data file '", path, "': cannot open");
   const auto total = static_cast<int64_t>(fs::file_size(path));
@@ -90,84 +103,122 @@ void for_each_chunk(const std::string& path, bool utf8, const std::function<void
     const bool last = buf.empty() || !in;
     std::string text = carry + buf;
     carry.clear();
-    if (utf8 && !last) {  // keep an incomplete sequence at the end for the next chunk
-      size_t cut = text.size();
-      for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
-        const auto c = static_cast<unsigned char>(text[text.size() - back]);
-        if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII): is its sequence complete?
-          const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-          if (len > back) cut = text.size() - back;
-          break;
+    if (utf8 && !last) {
+      size_t cut = text.rfind('\n');
+      if (cut != std::string::npos) {
+        cut += 1;
+      } else {  // keep an incomplete sequence at the end for the next chunk
+        cut = text.size();
+        for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+          const auto c = static_cast<unsigned char>(text[text.size() - back]);
+          if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII): is its sequence complete?
+            const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+            if (len > back) cut = text.size() - back;
+            break;
+          }
         }
       }
       carry = text.substr(cut);
       text.resize(cut);
     }
     f(std::string_view(text));
-    if (progress) progress(done, total);
+    if (progress) progress(stage, done, total);
     if (last) break;
   }
   TAPEFORMER_CHECK(carry.empty(), "data file '", path, "' ends inside a UTF-8 sequence");
 }
 
-void write_ids(std::ofstream& out, const std::vector<int32_t>& ids, size_t from, size_t to) {
-  std::vector<uint16_t> buf(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.begin() + static_cast<std::ptrdiff_t>(to));
+void write_ids(std::ofstream& out, const std::vector<int32_t>& ids) {
+  const std::vector<uint16_t> buf(ids.begin(), ids.end());
   out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size() * 2));
+}
+
+// The byte offset in `text` of its unit number `unit` (a character, or a byte).
+size_t offset_of(std::string_view text, int64_t unit, bool characters) {
+  if (!characters) return static_cast<size_t>(unit);
+  size_t at = 0;
+  for (int64_t seen = 0; at < text.size(); ++at) {
+    if ((static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) continue;
+    if (seen++ == unit) break;
+  }
+  return at;
 }
 
 }  // namespace
 
 PreparedFiles prepare_token_files(const std::string& text_path, const std::string& out_dir,
-                                  const std::string& tokenizer_kind, double val_fraction,
-                                  const std::function<void(int64_t, int64_t)>& progress) {
+                                  const TokenizerOptions& options, double val_fraction,
+                                  const PrepareProgress& progress) {
   TAPEFORMER_CHECK(val_fraction > 0 && val_fraction < 1, "prepare: val fraction must be in (0, 1), got ", val_fraction);
-  TAPEFORMER_CHECK(tokenizer_kind == "char" || tokenizer_kind == "byte", "prepare: tokenizer must be \"char\" or \"byte\", got \"",
-                   tokenizer_kind, "\"");
+  const TokenizerKind& kind = tokenizer_kinds().get(options.kind);
+  if (kind.check) kind.check(options);
   TAPEFORMER_CHECK(fs::is_regular_file(text_path), "data file '", text_path, "': not found (or not a file)");
-  const bool chars = tokenizer_kind == "char";
-  // Pass 1: the vocabulary and the number of ids.
-  std::set<uint32_t> seen;
+  const bool chars = kind.text;
+  const std::string origin = "data file '" + text_path + "'";
+  // Pass 1: check the text and count its characters (bytes), for the split.
   int64_t n = 0, offset = 0;
-  for_each_chunk(text_path, chars, progress, [&](std::string_view text) {
+  for_each_chunk(text_path, chars, "count", progress, [&](std::string_view text) {
     if (chars) {
       const size_t bad = utf8_error_offset(text);
-      TAPEFORMER_CHECK(bad == std::string_view::npos, "data file '", text_path, "' is not valid UTF-8 (bad byte at offset ",
+      TAPEFORMER_CHECK(bad == std::string_view::npos, origin, " is not valid UTF-8 (bad byte at offset ",
                        offset + static_cast<int64_t>(bad), ")");
-      for (size_t i = 0; i < text.size();) {
-        uint32_t cp = 0;
-        i += utf8_decode_one(text, i, &cp);
-        seen.insert(cp);
-        ++n;
-      }
+      n += count_characters(text);
     } else {
       n += static_cast<int64_t>(text.size());
     }
     offset += static_cast<int64_t>(text.size());
   });
-  TAPEFORMER_CHECK(n >= 2, "data file '", text_path, "' holds fewer than 2 tokens");
-  std::unique_ptr<Tokenizer> tok;
-  if (chars) tok = std::make_unique<CharTokenizer>(std::vector<uint32_t>(seen.begin(), seen.end()));
-  else tok = std::make_unique<ByteTokenizer>();
-  TAPEFORMER_CHECK(tok->vocab_size() <= 65536, "prepare: ", tok->vocab_size(), " distinct tokens do not fit in uint16 ids");
+  TAPEFORMER_CHECK(n >= 2, origin, " holds fewer than 2 ", chars ? "characters" : "bytes");
   const auto split = static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction));  // nanoGPT's int(n * 0.9)
-  TAPEFORMER_CHECK(split >= 1 && split < n, "prepare: ", n, " tokens leave an empty split at val fraction ", val_fraction);
-  // Pass 2: the ids, into train.bin until `split`, then val.bin.
+  TAPEFORMER_CHECK(split >= 1 && split < n, "prepare: ", n, " ", chars ? "characters" : "bytes",
+                   " leave an empty split at val fraction ", val_fraction);
+  // Calls f(train part, val part) for each chunk, cut at the split.
+  const auto for_each_part = [&](const char* stage, auto&& f) {
+    int64_t before = 0;  // units in earlier chunks
+    for_each_chunk(text_path, chars, stage, progress, [&](std::string_view text) {
+      const int64_t units = chars ? count_characters(text) : static_cast<int64_t>(text.size());
+      const int64_t in_train = std::clamp<int64_t>(split - before, 0, units);
+      const size_t cut = in_train == units ? text.size() : offset_of(text, in_train, chars);
+      f(text.substr(0, cut), text.substr(cut));
+      before += units;
+    });
+  };
+  // Pass 2: the vocabulary (a kind reads what it needs: char all of it, a subword kind the train split).
+  const CorpusText corpus{[&](const std::function<void(std::string_view)>& f) {
+                            for_each_part("vocabulary", [&](std::string_view a, std::string_view b) {
+                              f(a);
+                              f(b);
+                            });
+                          },
+                          [&](const std::function<void(std::string_view)>& f) {
+                            for_each_part("vocabulary", [&](std::string_view a, std::string_view) {
+                              if (!a.empty()) f(a);
+                            });
+                          },
+                          origin};
+  const std::unique_ptr<Tokenizer> tok = kind.build(options, corpus);
+  TAPEFORMER_CHECK(tok->vocab_size() <= 65536, "prepare: ", tok->vocab_size(), " distinct tokens do not fit in uint16 ids");
+  // Pass 3: the ids, train part into train.bin, val part into val.bin.
   fs::create_directories(out_dir);
   const fs::path dir(out_dir);
   std::ofstream train((dir / "train.bin").string(), std::ios::binary), val((dir / "val.bin").string(), std::ios::binary);
   TAPEFORMER_CHECK(train.good() && val.good(), "prepare: cannot write into '", out_dir, "'");
-  int64_t written = 0;
-  for_each_chunk(text_path, chars, progress, [&](std::string_view text) {
-    const std::vector<int32_t> ids = tok->encode(text);
-    const auto m = static_cast<int64_t>(ids.size());
-    const int64_t to_train = std::clamp<int64_t>(split - written, 0, m);
-    write_ids(train, ids, 0, static_cast<size_t>(to_train));
-    write_ids(val, ids, static_cast<size_t>(to_train), ids.size());
-    written += m;
+  PreparedFiles p;
+  for_each_part("encode", [&](std::string_view a, std::string_view b) {
+    try {
+      const std::vector<int32_t> to_train = tok->encode(a), to_val = tok->encode(b);
+      write_ids(train, to_train);
+      write_ids(val, to_val);
+      p.train_tokens += static_cast<int64_t>(to_train.size());
+      p.val_tokens += static_cast<int64_t>(to_val.size());
+    } catch (const Error& e) {
+      fail(origin, ": ", e.what());
+    }
   });
   TAPEFORMER_CHECK(train.good() && val.good(), "prepare: writing the token files in '", out_dir, "' failed");
   std::ofstream((dir / "tokenizer.bin").string(), std::ios::binary) << save_tokenizer(*tok);
-  return {split, n - split, tok->vocab_size()};
+  p.vocab_size = tok->vocab_size();
+  return p;
 }
 
 }  // namespace tapeformer

@@ -7,22 +7,25 @@
 // memory (the page cache holds what the kernel likes; the process holds one
 // batch).
 //
-//   prepare_token_files("input.txt", "data/shakespeare", "char", 0.1);   // train.bin, val.bin, tokenizer.bin
+//   prepare_token_files("input.txt", "data/shakespeare", {"char"}, 0.1);   // train.bin, val.bin, tokenizer.bin
 //   TokenFile train("data/shakespeare/train.bin");
 //   RandomWindowSampler s(train, 12, 64, seed, "train split");
 //
-// prepare_token_files streams the text twice in 16 MiB chunks (the
-// vocabulary, then the ids), so its memory does not grow with the file; the
-// split is nanoGPT's (train = the first int(n (1 - val_fraction)) ids) and
-// the result equals TextCorpus on the same text id for id. tokenizer.bin is
-// the tokenizer (save_tokenizer), which sample and eval need to read and
-// write text.
+// prepare_token_files streams the text in 16 MiB chunks that end on line
+// ends (counting, then building the vocabulary, then encoding), so its memory
+// does not grow with the file (a subword vocabulary is learnt from at most a
+// million lines); the split is TextCorpus's (for char: nanoGPT's, train =
+// the first int(n (1 - val_fraction)) ids) and the result equals TextCorpus
+// on the same text id for id. tokenizer.bin is the tokenizer
+// (save_tokenizer), which sample and eval need to read and write text.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "data/tokenizer.h"
 
 namespace tapeformer {
 
@@ -64,15 +67,22 @@ class TokenFile : public TokenSource {
   int64_t size_ = 0;
 };
 
+// The characters (count_characters) that ids decode to, decoded in chunks of
+// a million: with the ids' count, what turns nats per token into bits per character.
+int64_t count_characters(const TokenSource& ids, const Tokenizer& tok);
+
 struct PreparedFiles {
   int64_t train_tokens = 0, val_tokens = 0, vocab_size = 0;
 };
 
-// Writes out_dir/train.bin, val.bin and tokenizer.bin from a text file;
-// `progress(bytes done, bytes total)` is called as the passes go. Error for a
-// vocabulary over 65536 ids (uint16), and as read_corpus_file for bad files.
+// `progress(stage, bytes done, bytes total)`, stage "count" | "vocabulary" | "encode".
+using PrepareProgress = std::function<void(const char*, int64_t, int64_t)>;
+
+// Writes out_dir/train.bin, val.bin and tokenizer.bin from a text file,
+// with a tokenizer built as the options say. Error for a vocabulary over
+// 65536 ids (uint16), and as read_corpus_file for bad files.
 PreparedFiles prepare_token_files(const std::string& text_path, const std::string& out_dir,
-                                  const std::string& tokenizer_kind, double val_fraction,
-                                  const std::function<void(int64_t, int64_t)>& progress = {});
+                                  const TokenizerOptions& tokenizer, double val_fraction,
+                                  const PrepareProgress& progress = {});
 
 }  // namespace tapeformer

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "data/sentencepiece.h"
+
 namespace tapeformer {
 namespace {
 
@@ -94,23 +96,92 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
-// ---- factories and persistence ------------------------------------------------
+// ---- the table of kinds ------------------------------------------------------
+
+CorpusText CorpusText::of(std::string_view all, std::string_view train, std::string origin) {
+  return {[all](const std::function<void(std::string_view)>& f) { f(all); },
+          [train](const std::function<void(std::string_view)>& f) { f(train); }, std::move(origin)};
+}
+
+namespace {
+
+// char and byte take nothing but the corpus: the subword fields must be unset.
+void check_no_subword_options(const TokenizerOptions& o) {
+  const std::string why = "\" takes its vocabulary from the corpus (only \"sentencepiece\" reads ";
+  TAPEFORMER_CHECK(o.vocab_size == 0, "data.vocab_size is ", o.vocab_size, " but data.tokenizer \"", o.kind, why,
+                   "data.vocab_size)");
+  TAPEFORMER_CHECK(o.sp_model.empty(), "data.sp_model is set but data.tokenizer \"", o.kind, why, "data.sp_model)");
+}
+
+TokenizerKind char_kind() {
+  return {"char", "Unicode code points; vocabulary = the corpus's distinct characters (nanoGPT's shakespeare_char)",
+          true, check_no_subword_options,
+          [](const TokenizerOptions&, const CorpusText& corpus) -> std::unique_ptr<Tokenizer> {
+            std::set<uint32_t> seen;
+            bool any = false;
+            corpus.all([&](std::string_view chunk) {
+              for (size_t i = 0; i < chunk.size();) {
+                uint32_t cp = 0;
+                const size_t n = utf8_decode_one(chunk, i, &cp);
+                if (n == 0) check_utf8(chunk, corpus.origin);  // throws with the offending byte
+                seen.insert(cp);
+                i += n;
+              }
+              any = any || !chunk.empty();
+            });
+            TAPEFORMER_CHECK(any, corpus.origin, " is empty: no characters to build a vocabulary from");
+            return std::make_unique<CharTokenizer>(std::vector<uint32_t>(seen.begin(), seen.end()));
+          },
+          [](const TokenizerState& s) -> std::unique_ptr<Tokenizer> {
+            TAPEFORMER_CHECK(s.model.empty(), "tokenizer: a char tokenizer has no model, got ", s.model.size(), " bytes");
+            return std::make_unique<CharTokenizer>(s.vocab);
+          }};
+}
+
+TokenizerKind byte_kind() {
+  return {"byte", "the 256 byte values; takes any file", false, check_no_subword_options,
+          [](const TokenizerOptions&, const CorpusText&) -> std::unique_ptr<Tokenizer> {
+            return std::make_unique<ByteTokenizer>();
+          },
+          [](const TokenizerState& s) -> std::unique_ptr<Tokenizer> {
+            TAPEFORMER_CHECK(s.vocab.empty() && s.model.empty(),
+                             "tokenizer: a byte tokenizer has no stored vocabulary or model, got ", s.vocab.size(),
+                             " entries and ", s.model.size(), " bytes");
+            return std::make_unique<ByteTokenizer>();
+          }};
+}
+
+}  // namespace
+
+Registry<TokenizerKind>& tokenizer_kinds() {
+  static Registry<TokenizerKind> r("data.tokenizer", {char_kind(), byte_kind(), sentencepiece_kind()});
+  return r;
+}
+
+std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& options, const CorpusText& corpus) {
+  const TokenizerKind& kind = tokenizer_kinds().get(options.kind);
+  if (kind.check) kind.check(options);
+  return kind.build(options, corpus);
+}
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, std::string_view corpus,
                                           const std::string& origin) {
-  if (kind == "char") return std::make_unique<CharTokenizer>(corpus, origin);
-  if (kind == "byte") return std::make_unique<ByteTokenizer>();
-  fail("unknown tokenizer '", kind, "' (expected \"char\" or \"byte\")");
+  const TokenizerKind& k = tokenizer_kinds().get(kind);
+  if (k.text) {
+    const size_t bad = utf8_error_offset(corpus);
+    if (bad != std::string_view::npos)
+      fail(origin, " is not valid UTF-8 (bad byte ", hex_byte(static_cast<unsigned char>(corpus[bad])), " at offset ",
+           bad, "); the byte tokenizer accepts arbitrary bytes");
+  }
+  TokenizerOptions options;
+  options.kind = kind;
+  return build_tokenizer(options, CorpusText::of(corpus, corpus, origin));
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerState& state) {
-  if (state.kind == "char") return std::make_unique<CharTokenizer>(state.vocab);
-  if (state.kind == "byte") {
-    TAPEFORMER_CHECK(state.vocab.empty(), "tokenizer: a byte tokenizer has no stored vocabulary, got ",
-                     state.vocab.size(), " entries");
-    return std::make_unique<ByteTokenizer>();
-  }
-  fail("tokenizer: unknown kind '", state.kind, "' (expected \"char\" or \"byte\")");
+  const TokenizerKind* kind = tokenizer_kinds().find(state.kind);
+  if (kind == nullptr) fail("tokenizer: unknown kind '", state.kind, "' (known: ", tokenizer_kinds().names(), ")");
+  return kind->restore(state);
 }
 
 std::string save_tokenizer(const Tokenizer& tok) { return to_bytes(tok.state()); }
@@ -119,6 +190,43 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& bytes) {
   TokenizerState state;
   from_bytes(bytes, state, "tokenizer: cannot decode");
   return make_tokenizer(state);
+}
+
+// ---- StreamDecoder --------------------------------------------------------------
+
+namespace {
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD, what a decoder prints for a broken sequence
+constexpr size_t kMaxHeld = 4;                               // a UTF-8 character has at most 4 bytes
+
+// True when text is valid UTF-8 but for a sequence cut short at its end
+// (E2 98 of E2 98 83): more bytes may still complete it.
+bool ends_mid_character(std::string_view text) {
+  const size_t bad = utf8_error_offset(text);
+  if (bad == std::string_view::npos) return false;
+  const auto lead = static_cast<unsigned char>(text[bad]);
+  const size_t len = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3 : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+  if (text.size() - bad >= len) return false;
+  for (size_t i = bad + 1; i < text.size(); ++i)
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string StreamDecoder::push(int32_t id) {
+  held_.push_back(id);
+  std::string text = tok_->decode(held_);
+  // A byte token leaves a cut sequence; a byte-fallback piece decodes to U+FFFD until its character is whole.
+  const bool partial = ends_mid_character(text) || text.find(kReplacement) != std::string::npos;
+  if (partial && held_.size() < kMaxHeld) return "";
+  held_.clear();
+  return text;
+}
+
+std::string StreamDecoder::flush() {
+  std::string text = held_.empty() ? "" : tok_->decode(held_);
+  held_.clear();
+  return text;
 }
 
 }  // namespace tapeformer

@@ -99,4 +99,10 @@ std::string hex_byte(unsigned char byte) {
   return hex;
 }
 
+int64_t count_characters(std::string_view text) {
+  int64_t n = 0;
+  for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
 }  // namespace tapeformer

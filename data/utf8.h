@@ -35,6 +35,11 @@ std::vector<uint32_t> utf8_decode(std::string_view text, std::vector<size_t>* of
 // <= U+10FFFF and not a surrogate; throws Error otherwise).
 void utf8_append(std::string& out, uint32_t code_point);
 
+// Characters in text: the bytes that start a UTF-8 sequence (not 10xxxxxx).
+// For valid UTF-8 that is its number of code points; for other bytes a count
+// that still never exceeds their number.
+int64_t count_characters(std::string_view text);
+
 // True for code points that are Unicode scalar values (encodable in UTF-8).
 inline bool is_scalar_value(uint32_t cp) { return cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF); }
 

@@ -12,6 +12,7 @@ packages=(
   libcereal-dev                     # checkpoints
   doctest-dev                       # tests
   nlohmann-json3-dev                # JSON configs and metrics lines
+  libsentencepiece-dev pkg-config   # subword tokenizers (found through pkg-config)
   libcli11-dev                      # the tapeformer command's flags
   python3                           # the experiment harness (scripts/experiment.py) and its test
   gnuplot-nox                       # tapeformer plot draws its PNGs with it

@@ -94,10 +94,12 @@ int run_sample(const SampleArgs& args) {
   sample_context(*l.model, args.options);  // refused before anything reaches stdout
   Rng rng(args.options.seed);
   std::fputs(args.prompt.c_str(), stdout);
+  StreamDecoder text(*l.tokenizer);  // a byte token waits for the rest of its character
   generate(*l.model, prompt, args.options, rng, [&](int32_t id) {
-    std::fputs(l.tokenizer->decode({id}).c_str(), stdout);
+    std::fputs(text.push(id).c_str(), stdout);
     std::fflush(stdout);
   });
+  std::fputs(text.flush().c_str(), stdout);
   std::fputs("\n", stdout);
   return 0;
 }
@@ -131,10 +133,11 @@ EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_
     total += cross_entropy(l.model->forward(x, unused), y).item() * static_cast<double>(len);
     counted += len;
   }
-  return {total / static_cast<double>(counted), counted};
+  const double per_char = static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, count_characters(text)));
+  return {total / static_cast<double>(counted), counted, per_char};
 }
 
-double EvalResult::bpc() const { return loss / std::log(2.0); }
+double EvalResult::bpc() const { return loss / std::log(2.0) * tokens_per_char; }
 double EvalResult::perplexity() const { return std::exp(loss); }
 
 int run_eval(const EvalArgs& args) {
@@ -156,14 +159,10 @@ int run_export(const ExportArgs& args) {
 
 int run_prepare(const PrepareArgs& args) {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  int pass = 1;
-  int64_t last_done = -1;
   const PreparedFiles p = prepare_token_files(args.data, args.out, args.tokenizer, args.val_fraction,
-                                              [&](int64_t done, int64_t total) {
-                                                if (done < last_done) ++pass;  // the second pass starts over
-                                                last_done = done;
+                                              [&](const char* stage, int64_t done, int64_t total) {
                                                 if (!tty) return;
-                                                std::fprintf(stderr, "\rprepare: pass %d/2 %3.0f%% of %lld MB", pass,
+                                                std::fprintf(stderr, "\rprepare: %-10s %3.0f%% of %lld MB", stage,
                                                              100.0 * static_cast<double>(done) / static_cast<double>(total),
                                                              static_cast<long long>(total >> 20));
                                                 std::fflush(stderr);

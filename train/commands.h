@@ -47,9 +47,10 @@ struct EvalArgs {
 
 struct EvalResult {
   double loss = 0;  // mean NLL in nats per token
-  int64_t tokens = 0;
-  double bpc() const;         // loss / ln 2
-  double perplexity() const;  // e^loss
+  int64_t tokens = 0;             // tokens predicted
+  double tokens_per_char = 1;     // of the file's text, so that tokenizers compare
+  double bpc() const;             // bits per character: loss / ln 2 * tokens_per_char
+  double perplexity() const;      // e^loss, per token
 };
 
 // Loss of a checkpoint's model on a whole text file, in consecutive windows of
@@ -62,11 +63,11 @@ EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_
 struct PrepareArgs {
   std::string data;                // the text file
   std::string out;                 // the directory for train.bin, val.bin, tokenizer.bin
-  std::string tokenizer = "char";  // "char" | "byte"
+  TokenizerOptions tokenizer;      // kind "char" | "byte" | "sentencepiece" (+ vocab_size, sp_type, sp_model)
   double val_fraction = 0.1;
 };
-// Writes nanoGPT-style token files (data/token_file.h) with a progress line
-// on stderr; prints {"train_tokens", "val_tokens", "vocab_size"} on stdout.
+// Writes nanoGPT-style token files (data/token_file.h) with a progress bar
+// on stderr (when it is a terminal); prints {"train_tokens", "val_tokens", "vocab_size"} on stdout.
 // Train on them with --data DIR (or data.path = DIR).
 int run_prepare(const PrepareArgs& args);
 

@@ -53,6 +53,9 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("data.path", c.data.path);
   v("data.tokenizer", c.data.tokenizer);
   v("data.val_fraction", c.data.val_fraction);
+  v("data.vocab_size", c.data.vocab_size);
+  v("data.sp_type", c.data.sp_type);
+  v("data.sp_model", c.data.sp_model);
   v("train.batch_size", c.train.batch_size);
   v("train.grad_accum", c.train.grad_accum);
   v("train.max_iters", c.train.max_iters);
@@ -271,8 +274,12 @@ void TrainConfig::validate() const {
   } catch (const Error& e) {
     fail("config: ", e.what());
   }
-  TAPEFORMER_CHECK(data.tokenizer == "char" || data.tokenizer == "byte",
-                   "config: 'data.tokenizer' must be \"char\" or \"byte\", got \"", data.tokenizer, "\"");
+  try {
+    const TokenizerKind& tokenizer = tokenizer_kinds().get(data.tokenizer);
+    if (tokenizer.check) tokenizer.check(data.tokenizer_options());
+  } catch (const Error& e) {
+    fail("config: ", e.what());
+  }
   TAPEFORMER_CHECK(data.val_fraction > 0 && data.val_fraction < 1,
                    "config: 'data.val_fraction' must be in (0, 1), got ", data.val_fraction);
   positive("train.batch_size", train.batch_size);

@@ -15,14 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "layers/transformer.h"
 
 namespace tapeformer {
 
 struct DataConfig {
-  std::string path;               // empty: must come from --data
-  std::string tokenizer = "char"; // "char" | "byte"
-  double val_fraction = 0.1;      // last fraction of the tokens is validation
+  std::string path;               // a text file, or a directory of token files; empty: must come from --data
+  std::string tokenizer = "char"; // "char" | "byte" | "sentencepiece" (tokenizer_kinds(), data/tokenizer.h)
+  double val_fraction = 0.1;      // last fraction of the text (characters; bytes for "byte") is validation
+  int64_t vocab_size = 0;         // sentencepiece: pieces to learn from the train split
+  std::string sp_type = "bpe";    // sentencepiece: "bpe" | "unigram"
+  std::string sp_model;           // sentencepiece: an existing .model file instead of learning one
+  TokenizerOptions tokenizer_options() const { return {tokenizer, vocab_size, sp_type, sp_model}; }
 };
 
 struct LoopConfig {

@@ -25,6 +25,7 @@ std::string MetricsRecord::to_json() const {
   j["lr"] = lr;
   j["train_loss"] = train_loss;
   if (val_loss) j["val_loss"] = *val_loss;
+  if (val_bpc) j["val_bpc"] = *val_bpc;
   j["grad_norm"] = grad_norm;
   j["tokens_per_s"] = tokens_per_s;
   j["elapsed_s"] = elapsed_s;
@@ -46,6 +47,7 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
   r.lr = number("lr").value_or(0);
   r.train_loss = number("train_loss").value_or(0);
   r.val_loss = number("val_loss");
+  r.val_bpc = number("val_bpc");
   r.grad_norm = number("grad_norm").value_or(0);
   r.tokens_per_s = number("tokens_per_s").value_or(0);
   r.elapsed_s = number("elapsed_s").value_or(0);

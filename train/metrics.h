@@ -21,7 +21,8 @@ struct MetricsRecord {
   int64_t step = 0;
   double lr = 0;
   double train_loss = 0;
-  std::optional<double> val_loss;  // on evaluation steps only
+  std::optional<double> val_loss;  // on evaluation steps only, nats per token
+  std::optional<double> val_bpc;   // the same in bits per character (tokenizers compare)
   double grad_norm = 0;
   double tokens_per_s = 0;  // training tokens per second of training-loop time
   double elapsed_s = 0;     // training-loop time so far (evaluation excluded)

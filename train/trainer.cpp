@@ -152,6 +152,7 @@ struct Trainer::State {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TextCorpus> corpus;  // a text file's ids, in memory; or none, with token files
   std::unique_ptr<TokenSource> train_tokens, val_tokens;  // the splits the samplers read
+  double val_tokens_per_char = 1;                         // turns nats per token into bits per character
   std::unique_ptr<TransformerLM> model;
   std::unique_ptr<DataParallel> shards;
   std::unique_ptr<Optimizer> optimizer;
@@ -198,7 +199,10 @@ struct Trainer::State {
         tok = load_tokenizer(bytes.str());
       }
       TAPEFORMER_CHECK(tok->kind() == cfg.data.tokenizer, "data.tokenizer is \"", cfg.data.tokenizer, "\" but ",
-                       what, " was prepared with the \"", tok->kind(), "\" tokenizer");
+                       what, " was prepared with the \"", tok->kind(), "\" tokenizer (set data.tokenizer=",
+                       tok->kind(), ", or prepare the files again)");
+      TAPEFORMER_CHECK(cfg.data.vocab_size == 0 || cfg.data.vocab_size == tok->vocab_size(), "data.vocab_size is ",
+                       cfg.data.vocab_size, " but ", what, " was prepared with a vocabulary of ", tok->vocab_size());
       tokenizer = std::move(tok);
       auto train_file = std::make_unique<TokenFile>((dir / "train.bin").string());
       auto val_file = std::make_unique<TokenFile>((dir / "val.bin").string());
@@ -207,14 +211,23 @@ struct Trainer::State {
                          " in its token files, beyond the tokenizer's ", tokenizer->vocab_size());
       train_tokens = std::move(train_file);
       val_tokens = std::move(val_file);
+      val_tokens_per_char = static_cast<double>(val_tokens->size()) /
+                            static_cast<double>(std::max<int64_t>(1, count_characters(*val_tokens, *tokenizer)));
     } else {
-      // A byte-level run takes any non-empty file; a char-level one valid UTF-8 text.
-      const std::string text = read_corpus_file(cfg.data.path, tok ? tok->kind() : cfg.data.tokenizer);
+      // A byte-level run takes any non-empty file; the others valid UTF-8 text.
+      const std::string kind = tok ? tok->kind() : cfg.data.tokenizer;
+      const std::string text = read_corpus_file(cfg.data.path, kind);
       const std::string origin = "data file '" + cfg.data.path + "'";
-      tokenizer = tok ? std::move(tok) : make_tokenizer(cfg.data.tokenizer, text, origin);
+      if (!tok) {
+        const size_t at = split_offset(text, cfg.data.val_fraction, tokenizer_kinds().get(kind).text, origin);
+        tok = build_tokenizer(cfg.data.tokenizer_options(),
+                              CorpusText::of(text, std::string_view(text).substr(0, at), origin));
+      }
+      tokenizer = std::move(tok);
       corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);
       train_tokens = std::make_unique<VectorTokens>(corpus->train());
       val_tokens = std::make_unique<VectorTokens>(corpus->val());
+      val_tokens_per_char = static_cast<double>(corpus->val().size()) / static_cast<double>(corpus->val_characters());
     }
     cfg.model.vocab_size = tokenizer->vocab_size();
     const int64_t num_shards = shard_count(cfg);
@@ -396,7 +409,10 @@ TrainResult Trainer::run() {
       r.grad_norm = last_norm;
       r.tokens_per_s = static_cast<double>(tokens_per_step) * s.step / s.train_seconds;
       r.elapsed_s = s.train_seconds;
-      if (eval_now) r.val_loss = s.evaluate_periodic();
+      if (eval_now) {
+        r.val_loss = s.evaluate_periodic();
+        r.val_bpc = *r.val_loss / std::log(2.0) * s.val_tokens_per_char;
+      }
       metrics.write(r);
       progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);
       if (r.val_loss) {
@@ -425,6 +441,7 @@ TrainResult Trainer::run() {
   result.steps = s.step;
   result.train_loss = last_loss;
   result.val_loss = s.evaluate_final();
+  result.val_tokens_per_char = s.val_tokens_per_char;
   result.train_seconds = s.train_seconds;
   result.tokens_per_s = s.train_seconds > 0 ? static_cast<double>(tokens_per_step) * s.step / s.train_seconds : 0;
   result.parameters = s.model->num_parameters();
@@ -432,13 +449,15 @@ TrainResult Trainer::run() {
   return result;
 }
 
+double TrainResult::val_bpc() const { return val_loss / std::log(2.0) * val_tokens_per_char; }
+
 std::string TrainResult::to_json() const {
   char buf[400];
   std::snprintf(buf, sizeof buf,
                 "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
                 "\"val_bpc\": %.6f, \"val_perplexity\": %.4f, "
                 "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"shards\": %d, \"params\": %lld}",
-                static_cast<long long>(steps), train_loss, val_loss, val_loss / std::log(2.0), std::exp(val_loss),
+                static_cast<long long>(steps), train_loss, val_loss, val_bpc(), std::exp(val_loss),
                 train_seconds, tokens_per_s, parallel::num_threads(), shards, static_cast<long long>(parameters));
   return buf;
 }

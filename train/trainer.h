@@ -32,7 +32,9 @@ struct TrainResult {
   int64_t steps = 0;
   double train_loss = 0;     // mean loss of the last step
   double val_loss = 0;       // final evaluation (eval.final_iters batches), nats per token;
-                             // to_json() adds bits per token (val_bpc) and perplexity
+                             // to_json() adds bits per character (val_bpc) and perplexity (per token)
+  double val_tokens_per_char = 1;  // of the val split: val_bpc = val_loss / ln 2 * val_tokens_per_char
+  double val_bpc() const;
   double train_seconds = 0;  // training-loop wall time, evaluation excluded
   double tokens_per_s = 0;   // batch * block * grad_accum * steps / train_seconds
   int64_t parameters = 0;

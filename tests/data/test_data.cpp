@@ -111,7 +111,8 @@ TEST_CASE("ByteTokenizer round-trips arbitrary bytes") {
   CHECK(ids[256] == 0);
   CHECK(b.decode(ids) == bytes);
   CHECK_THROWS_WITH_AS(b.decode({256}), "decode: token 256 is not a byte (0..255)", Error);
-  CHECK_THROWS_WITH_AS(make_tokenizer("bpe", "text"), "unknown tokenizer 'bpe' (expected \"char\" or \"byte\")", Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer("bpe", "text"),
+                       "data.tokenizer: unknown kind \"bpe\" (known: char, byte, sentencepiece)", Error);
 }
 
 TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blob") {
@@ -134,12 +135,21 @@ TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blo
   std::ostringstream future;
   {
     cereal::BinaryOutputArchive ar(future);
-    ar(uint32_t{2}, std::string("char"), std::vector<uint32_t>{97});
+    ar(uint32_t{3}, std::string("char"), std::vector<uint32_t>{97});
   }
   TokenizerState s;
   CHECK_THROWS_WITH_AS(from_binary(future.str(), s),
-                       "tokenizer state: format version 2 is not supported (this build reads version 1)", Error);
-  CHECK_THROWS_WITH_AS(load_tokenizer(future.str()), Contains("format version 2 is not supported"), Error);
+                       "tokenizer state: format version 3 is not supported (this build reads versions 1 and 2)", Error);
+  CHECK_THROWS_WITH_AS(load_tokenizer(future.str()), Contains("format version 3 is not supported"), Error);
+  // A tokenizer without a model is still written as version 1, which every build reads.
+  const std::string v1 = save_tokenizer(c);
+  CHECK(v1.substr(0, 4) == std::string("\1\0\0\0", 4));
+  std::ostringstream old;
+  {
+    cereal::BinaryOutputArchive ar(old);
+    ar(uint32_t{1}, std::string("char"), c.vocab());
+  }
+  CHECK(old.str() == v1);
   CHECK_THROWS_WITH_AS(load_tokenizer("gar"), Contains("tokenizer: cannot decode"), Error);
   // Counts are bounded before allocating (found by tests/fuzz/fuzz_checkpoint):
   // a vocabulary of 2^40 entries, or a kind name of 2^40 bytes, is refused at once.
@@ -147,7 +157,7 @@ TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blo
        {std::tuple<uint64_t, uint64_t, const char*>{4, uint64_t{1} << 40,
                                                     "vocabulary: a count of 1099511627776, more than the 1112064 possible"},
         {uint64_t{1} << 40, 0, "kind name: a count of 1099511627776, more than the 16 possible"}}) {
-    std::string blob(reinterpret_cast<const char*>(&TokenizerState::kVersion), 4);
+    std::string blob(reinterpret_cast<const char*>(&TokenizerState::kVersion), 4);  // version 2: a model follows
     blob.append(reinterpret_cast<const char*>(&kind_bytes), 8);
     blob += "char";
     blob.append(reinterpret_cast<const char*>(&vocab_size), 8);
@@ -180,7 +190,7 @@ TEST_CASE("corpus files: missing, unreadable, directory, empty, binary and non-U
   CHECK_THROWS_WITH_AS(read_corpus_file(latin1, "char"), not_utf8.c_str(), Error);
   CHECK(read_corpus_file(latin1, "byte") == "caf\xe9\n");
   CHECK(read_text_file(latin1) == "caf\xe9\n");  // UTF-8 is the char tokenizer's check
-  CHECK_THROWS_WITH_AS(read_corpus_file(latin1, "bpe"), Contains("unknown tokenizer 'bpe'"), Error);
+  CHECK_THROWS_WITH_AS(read_corpus_file(latin1, "bpe"), Contains("data.tokenizer: unknown kind \"bpe\""), Error);
   // Unreadable: /proc/self/mem opens but reading offset 0 fails (works as root, unlike chmod 000).
   if (std::ifstream("/proc/self/mem").good())
     CHECK_THROWS_WITH_AS(read_text_file("/proc/self/mem"), Contains("data file '/proc/self/mem': cannot read ("), Error);
@@ -206,13 +216,14 @@ TEST_CASE("TextCorpus: nanoGPT's split at int(n * 0.9), checked fractions, file 
     CHECK(corpus.val().front() == (static_cast<int>(expected) % 26));  // the split is contiguous, in order
   }
   CHECK_THROWS_WITH_AS(TextCorpus("a", tok, 0.1, "tiny"),
-                       "tiny has 1 tokens: too few to split at val_fraction 0.1 (train would get 0, val 1; both need at "
+                       "tiny has 1 characters: too few to split at val_fraction 0.1 (train would get 0, val 1; both need at "
                        "least 1)", Error);
   CHECK_THROWS_WITH_AS(TextCorpus("abcde", tok, 1e-17), Contains("train would get 5, val 0"), Error);
   for (double bad : {0.0, 1.0, -0.5, 1.5, std::nan("")})
     CHECK_THROWS_WITH_AS(TextCorpus("abcdef", tok, bad), Contains("TextCorpus: val_fraction must be in (0, 1), got"), Error);
   CHECK_THROWS_WITH_AS(TextCorpus("ab!", tok, 0.1, "data file 'p.txt'"),
-                       "data file 'p.txt': character '!' (U+0021) at byte offset 2 is not in the vocabulary (26 characters)",
+                       "data file 'p.txt', val split from byte 2: character '!' (U+0021) at byte offset 0 is not in the "
+                       "vocabulary (26 characters)",
                        Error);
 
   TempDir dir("corpus");
@@ -397,9 +408,9 @@ TEST_CASE("prepare_token_files: train.bin / val.bin hold TextCorpus's ids (also 
   const fs::path path = dir.path / "text.txt";
   std::ofstream(path, std::ios::binary) << text;
   int calls = 0;
-  const PreparedFiles p = prepare_token_files(path.string(), (dir.path / "tok").string(), "char", 0.1,
-                                              [&](int64_t, int64_t) { ++calls; });
-  CHECK(calls >= 4);  // two passes of two chunks
+  const PreparedFiles p = prepare_token_files(path.string(), (dir.path / "tok").string(), TokenizerOptions{}, 0.1,
+                                              [&](const char*, int64_t, int64_t) { ++calls; });
+  CHECK(calls >= 6);  // three passes of two chunks
   CharTokenizer tok(text);
   const TextCorpus corpus(text, tok, 0.1);
   CHECK(p.vocab_size == tok.vocab_size());

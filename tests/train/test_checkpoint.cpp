@@ -206,6 +206,7 @@ TEST_CASE("metrics lines round-trip through MetricsRecord::parse; broken lines a
   r.lr = 9.5e-4;
   r.train_loss = 1.8125;
   r.val_loss = 1.9375;
+  r.val_bpc = 2.796875;
   r.grad_norm = 0.25;
   r.tokens_per_s = 31000.5;
   r.elapsed_s = 12.5;
@@ -217,10 +218,14 @@ TEST_CASE("metrics lines round-trip through MetricsRecord::parse; broken lines a
   CHECK(back->train_loss == r.train_loss);
   REQUIRE(back->val_loss.has_value());
   CHECK(*back->val_loss == *r.val_loss);
+  REQUIRE(back->val_bpc.has_value());
+  CHECK(*back->val_bpc == *r.val_bpc);
   CHECK(back->grad_norm == r.grad_norm);
   CHECK(back->elapsed_s == r.elapsed_s);
   r.val_loss.reset();
+  r.val_bpc.reset();
   CHECK_FALSE(MetricsRecord::parse(r.to_json())->val_loss.has_value());
+  CHECK_FALSE(MetricsRecord::parse(r.to_json())->val_bpc.has_value());
   CHECK_FALSE(MetricsRecord::parse(line.substr(0, line.size() / 2)).has_value());  // killed mid-write
   CHECK_FALSE(MetricsRecord::parse("").has_value());
   CHECK_FALSE(MetricsRecord::parse("[1, 2]").has_value());

@@ -51,7 +51,13 @@ TEST_CASE("config: unknown keys, wrong types and bad values are rejected with th
         "config: 'model.n_embd' (130) must be a multiple of 'model.n_head' (4)");
   CHECK(error_of(R"({"train": {"batch_size": 0}})") == "config: 'train.batch_size' must be > 0, got 0");
   CHECK(error_of(R"({"data": {"tokenizer": "bpe"}})") ==
-        "config: 'data.tokenizer' must be \"char\" or \"byte\", got \"bpe\"");
+        "config: data.tokenizer: unknown kind \"bpe\" (known: char, byte, sentencepiece)");
+  CHECK(error_of(R"({"data": {"tokenizer": "sentencepiece", "vocab_size": -5}})") ==
+        "config: data.vocab_size must be in [0, 65536] (token files hold uint16 ids), got -5");
+  CHECK(error_of(R"({"data": {"tokenizer": "sentencepiece", "vocab_size": 1000, "sp_type": "wordpiece"}})") ==
+        "config: data.sp_type must be \"bpe\" or \"unigram\", got \"wordpiece\"");
+  CHECK(error_of(R"({"data": {"vocab_size": 1000}})")
+            .find("config: data.vocab_size is 1000 but data.tokenizer \"char\" takes its vocabulary") == 0);
   CHECK(error_of(R"({"model": {"activation": "swish"}})") ==
         "config: model.activation: unknown kind \"swish\" (known: gelu, relu, silu)");
   CHECK(error_of("{\"model\": ") .find("config test.json: invalid JSON") == 0);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/corpus.h"
 #include "data/token_file.h"
 #include "temp_dir.h"
 #include "train/checkpoint.h"
@@ -165,6 +166,41 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
   });
 }
 
+TEST_CASE("a sentencepiece run: vocabulary from the train split, bits per character, the tokenizer in the checkpoint") {
+  // The tokenizer is rebuilt from the checkpoint on resume, not learnt again.
+  check_resume_is_exact("sentencepiece", [](TrainConfig& c) {
+    c.data.tokenizer = "sentencepiece";
+    c.data.vocab_size = 290;
+  });
+  TempDir dir("trainer-sentencepiece");
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  const std::string data = write_text(dir.path, text);
+  TrainConfig c = tiny(data, 10);
+  c.data.tokenizer = "sentencepiece";
+  c.data.vocab_size = 300;
+  Trainer t(c, (dir.path / "run").string());
+  const TrainResult r = t.run();
+  // The val split is the text's last 10% of characters; its tokens per character set the bits per character.
+  const size_t at = split_offset(text, 0.1, true);
+  const Loaded l = load_model((dir.path / "run").string());
+  REQUIRE(l.tokenizer->kind() == "sentencepiece");
+  CHECK(l.tokenizer->vocab_size() == 300);
+  CHECK(l.model->config().vocab_size == 300);
+  const double per_char = static_cast<double>(l.tokenizer->encode(text.substr(at)).size()) /
+                          static_cast<double>(text.size() - at);
+  CHECK(per_char < 0.5);
+  CHECK(r.val_tokens_per_char == doctest::Approx(per_char).epsilon(1e-12));
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "\"val_bpc\": %.6f,", r.val_loss / std::log(2.0) * per_char);
+  CHECK_MESSAGE(r.to_json().find(expected) != std::string::npos, r.to_json());
+  // eval on a text reports per character too.
+  const EvalResult e = evaluate_file((dir.path / "run").string(), data);
+  CHECK(e.tokens_per_char == doctest::Approx(static_cast<double>(l.tokenizer->encode(text).size()) /
+                                             static_cast<double>(text.size())));
+  CHECK(e.bpc() == doctest::Approx(e.loss / std::log(2.0) * e.tokens_per_char));
+}
+
 TEST_CASE("a diverging run stops with an error and leaves the last checkpoint intact") {
   TempDir dir("trainer-nan");
   std::string text;
@@ -262,7 +298,7 @@ TEST_CASE("a run on token files (tapeformer prepare) equals the run on the text 
   std::string text;
   for (int i = 0; i < 80; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
   const std::string data = write_text(dir.path, text);
-  prepare_token_files(data, (dir.path / "tokens").string(), "char", 0.1);
+  prepare_token_files(data, (dir.path / "tokens").string(), TokenizerOptions{}, 0.1);
   TrainResult from_text, from_files;
   {
     Trainer t(tiny(data, 20), (dir.path / "text").string());
