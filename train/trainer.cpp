@@ -18,6 +18,7 @@
 #include "core/parallel.h"
 #include "core/serialize.h"
 #include "data/corpus.h"
+#include "data/nanogpt_meta.h"
 #include "data/token_file.h"
 #include "data/sampler.h"
 #include "data/tokenizer.h"
@@ -191,9 +192,13 @@ struct Trainer::State {
       const std::string what = "data directory '" + cfg.data.path + "'";
       TAPEFORMER_CHECK(fs::exists(dir / "train.bin") && fs::exists(dir / "val.bin"), what,
                        " has no train.bin and val.bin (write them with: tapeformer prepare --data FILE --out DIR)");
-      if (!tok) {
+      if (!tok && !fs::exists(dir / "tokenizer.bin") && fs::exists(dir / "meta.pkl")) {
+        tok = read_nanogpt_meta((dir / "meta.pkl").string());  // nanoGPT's char-level data directory
+      } else if (!tok) {
         std::ifstream in(dir / "tokenizer.bin", std::ios::binary);
-        TAPEFORMER_CHECK(in.good(), what, " has no tokenizer.bin (tapeformer prepare writes one)");
+        TAPEFORMER_CHECK(in.good(), what,
+                         " has no tokenizer.bin (tapeformer prepare writes one) or meta.pkl (nanoGPT's char-level "
+                         "prepare.py writes one)");
         std::stringstream bytes;
         bytes << in.rdbuf();
         tok = load_tokenizer(bytes.str());

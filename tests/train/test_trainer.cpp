@@ -320,3 +320,20 @@ TEST_CASE("a run on token files (tapeformer prepare) equals the run on the text 
   CHECK_THROWS_WITH_AS(Trainer(tiny(dir.path.string(), 5), (dir.path / "y").string()),
                        doctest::Contains("has no train.bin and val.bin"), Error);
 }
+
+TEST_CASE("a nanoGPT char-level data directory (train.bin, val.bin, meta.pkl) trains as its text does") {
+  TempDir dir("trainer-nanogpt");
+  const std::string fixtures = std::string(TAPEFORMER_FIXTURE_DIR) + "/nanogpt_char";
+  TrainResult from_text, from_files;
+  {
+    Trainer t(tiny(fixtures + "/input.txt", 15), (dir.path / "text").string());
+    from_text = t.run();
+  }
+  {
+    Trainer t(tiny(fixtures, 15), (dir.path / "files").string());
+    from_files = t.run();
+  }
+  CHECK(from_files.train_loss == from_text.train_loss);
+  CHECK(from_files.val_loss == from_text.val_loss);
+  CHECK(from_files.val_bpc() == from_text.val_bpc());
+}
