@@ -75,13 +75,7 @@ size_t split_offset(std::string_view text, double val_fraction, bool characters,
   const char* unit = characters ? "characters" : "bytes";
   TAPEFORMER_CHECK(n_train > 0 && n_train < n, origin, " has ", n, " ", unit, ": too few to split at val_fraction ",
                    val_fraction, " (train would get ", n_train, ", val ", n - n_train, "; both need at least 1)");
-  if (!characters) return n_train;
-  size_t at = 0;
-  for (size_t seen = 0; at < text.size(); ++at) {
-    if ((static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) continue;
-    if (seen++ == n_train) break;
-  }
-  return at;
+  return characters ? character_offset(text, static_cast<int64_t>(n_train)) : n_train;
 }
 
 TextCorpus::TextCorpus(std::string_view text, const Tokenizer& tok, double val_fraction,

@@ -108,15 +108,7 @@ void for_each_chunk(const std::string& path, bool utf8, const char* stage, const
       if (cut != std::string::npos) {
         cut += 1;
       } else {  // keep an incomplete sequence at the end for the next chunk
-        cut = text.size();
-        for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
-          const auto c = static_cast<unsigned char>(text[text.size() - back]);
-          if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII): is its sequence complete?
-            const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-            if (len > back) cut = text.size() - back;
-            break;
-          }
-        }
+        cut = text.size() - utf8_incomplete_tail(text);
       }
       carry = text.substr(cut);
       text.resize(cut);
@@ -131,17 +123,6 @@ void for_each_chunk(const std::string& path, bool utf8, const char* stage, const
 void write_ids(std::ofstream& out, const std::vector<int32_t>& ids) {
   const std::vector<uint16_t> buf(ids.begin(), ids.end());
   out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size() * 2));
-}
-
-// The byte offset in `text` of its unit number `unit` (a character, or a byte).
-size_t offset_of(std::string_view text, int64_t unit, bool characters) {
-  if (!characters) return static_cast<size_t>(unit);
-  size_t at = 0;
-  for (int64_t seen = 0; at < text.size(); ++at) {
-    if ((static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) continue;
-    if (seen++ == unit) break;
-  }
-  return at;
 }
 
 }  // namespace
@@ -178,7 +159,9 @@ PreparedFiles prepare_token_files(const std::string& text_path, const std::strin
     for_each_chunk(text_path, chars, stage, progress, [&](std::string_view text) {
       const int64_t units = chars ? count_characters(text) : static_cast<int64_t>(text.size());
       const int64_t in_train = std::clamp<int64_t>(split - before, 0, units);
-      const size_t cut = in_train == units ? text.size() : offset_of(text, in_train, chars);
+      const size_t cut = in_train == units ? text.size()
+                         : chars         ? character_offset(text, in_train)
+                                         : static_cast<size_t>(in_train);
       f(text.substr(0, cut), text.substr(cut));
       before += units;
     });

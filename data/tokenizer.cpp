@@ -198,17 +198,11 @@ namespace {
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD, what a decoder prints for a broken sequence
 constexpr size_t kMaxHeld = 4;                               // a UTF-8 character has at most 4 bytes
 
-// True when text is valid UTF-8 but for a sequence cut short at its end
-// (E2 98 of E2 98 83): more bytes may still complete it.
+// True when text is valid UTF-8 but for a sequence cut short at its end:
+// more bytes may still complete it.
 bool ends_mid_character(std::string_view text) {
-  const size_t bad = utf8_error_offset(text);
-  if (bad == std::string_view::npos) return false;
-  const auto lead = static_cast<unsigned char>(text[bad]);
-  const size_t len = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3 : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
-  if (text.size() - bad >= len) return false;
-  for (size_t i = bad + 1; i < text.size(); ++i)
-    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) return false;
-  return true;
+  const size_t tail = utf8_incomplete_tail(text);
+  return tail > 0 && utf8_error_offset(text) == text.size() - tail;
 }
 
 }  // namespace

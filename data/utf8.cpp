@@ -99,6 +99,25 @@ std::string hex_byte(unsigned char byte) {
   return hex;
 }
 
+size_t utf8_incomplete_tail(std::string_view text) {
+  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back for its lead
+    const size_t len = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    return len > back ? back : 0;
+  }
+  return 0;
+}
+
+size_t character_offset(std::string_view text, int64_t n) {
+  size_t at = 0;
+  for (int64_t seen = 0; at < text.size(); ++at) {
+    if ((static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) continue;
+    if (seen++ == n) break;
+  }
+  return at;
+}
+
 int64_t count_characters(std::string_view text) {
   int64_t n = 0;
   for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;

@@ -39,6 +39,13 @@ void utf8_append(std::string& out, uint32_t code_point);
 // For valid UTF-8 that is its number of code points; for other bytes a count
 // that still never exceeds their number.
 int64_t count_characters(std::string_view text);
+// Bytes at the end of text that start a sequence still missing bytes
+// (E2 98 of E2 98 83): 0..3. Text read in chunks carries them to the next.
+size_t utf8_incomplete_tail(std::string_view text);
+
+// The byte offset where character number `n` (0-based, as count_characters
+// counts them) starts; text.size() when there are not more than n.
+size_t character_offset(std::string_view text, int64_t n);
 
 // True for code points that are Unicode scalar values (encodable in UTF-8).
 inline bool is_scalar_value(uint32_t cp) { return cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF); }

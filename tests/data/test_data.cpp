@@ -99,6 +99,16 @@ TEST_CASE("strict UTF-8: overlong, surrogate, out of range, truncated and stray 
   for (uint32_t cp : {0x7Fu, 0x80u, 0x7FFu, 0x800u, 0xFFFFu, 0x10000u, 0x10FFFFu}) utf8_append(s, cp);
   CHECK(utf8_decode(s) == std::vector<uint32_t>{0x7F, 0x80, 0x7FF, 0x800, 0xFFFF, 0x10000, 0x10FFFF});
   CHECK_THROWS_WITH_AS(utf8_append(s, 0xD800), "utf8_append: U+D800 is not a Unicode scalar value", Error);
+  // Counting characters, finding the n-th, and the unfinished sequence at the end of a chunk.
+  CHECK(count_characters("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x99\x82") == 4);
+  CHECK(character_offset("a\xc3\xa9\xe2\x82\xac!", 2) == 3);
+  CHECK(character_offset("ab", 5) == 2);
+  for (const auto& [text, tail] : std::vector<std::pair<std::string, size_t>>{
+           {"a", 0}, {"a\xc3", 1}, {"a\xc3\xa9", 0}, {"\xe2\x82", 2}, {"\xe2\x82\xac", 0}, {"x\xf0\x9f\x99", 3},
+           {"\xf0\x9f\x99\x82", 0}, {"", 0}}) {
+    CAPTURE(text);
+    CHECK(utf8_incomplete_tail(text) == tail);
+  }
 }
 
 TEST_CASE("ByteTokenizer round-trips arbitrary bytes") {
