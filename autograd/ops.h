@@ -10,11 +10,13 @@
 // Shape vocabulary: B batch, T time, C channels, H heads, D head dim, V vocab.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "autograd/tape.h"
 #include "autograd/var.h"
 #include "core/kernels/activation.h"
+#include "core/kernels/flash_attention.h"
 #include "core/rng.h"
 
 namespace tapeformer {
@@ -146,6 +148,13 @@ Var embedding(const Var& weight, const IndexTensor& ids);
 //   D_i = dy_i . y_i, dS = P (dP~ mask - D), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), dv = P~^T dy
 Var softmax_attention(const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias = {},
                       bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr);
+// The same restricted to a block-sparse pattern (core/kernels/flash_attention.h):
+// only the pattern's tiles are computed, forward and backward, and pairs its
+// masks hide are -inf scores; equal to softmax_attention with those pairs
+// given a -inf bias. Sparse attention kinds (window, BigBird, ...) are patterns.
+Var block_sparse_attention(const Var& q, const Var& k, const Var& v,
+                           std::shared_ptr<const kernels::BlockSparsity> pattern, const std::vector<Tensor>& bias = {},
+                           bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr);
 // Kernelised linear attention (Katharopoulos et al. 2020) on features a =
 // phi(q), b = phi(k) (B, H, T, C) (all > 0) and values v (B, H, T, M) -> (B, H, T, M):
 //   causal: y_i = a_i^T S_i / (a_i . z_i + eps), S_i = sum_{j<=i} b_j v_j^T, z_i = sum_{j<=i} b_j;

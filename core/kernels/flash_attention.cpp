@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/eigen.h"
+#include "core/error.h"
 #include "core/kernels/copy.h"
 #include "core/kernels/matmul.h"
 #include "core/parallel.h"
@@ -19,7 +20,7 @@ using eigen::Packet;
 constexpr int64_t kLanes = eigen::kPacketSize;
 // Query rows and keys per tile: a 64 x 64 score tile (16 KiB), its dP twin
 // and the K^T / V^T tiles stay in L1 / L2 while the GEMMs reuse them.
-constexpr int64_t kTile = 64;
+constexpr int64_t kTile = kAttentionTile;
 // Rows per group on a tile the causal diagonal crosses: each group stops at
 // the last key its last row sees, so the masked triangle costs 10/16 of the
 // tile instead of all of it.
@@ -135,6 +136,34 @@ int64_t key_end(const FlashAttention& a, int64_t row_end) {
 // Number of keys in [j0, j0 + nk) that query i sees.
 int64_t visible(const FlashAttention& a, int64_t i, int64_t j0, int64_t nk) {
   return a.causal ? std::clamp<int64_t>(a.s.Tk - a.s.Tq + i + 1 - j0, 0, nk) : nk;
+}
+
+// Calls fn(j0, entry) for the key tiles query tile `qt` computes, in order:
+// with a pattern its listed tiles (entry = the pattern's entry), else every
+// tile that starts before `kend` (entry = -1). A tile at or past kend (wholly
+// in the causal future) is skipped either way.
+template <class F>
+void for_each_key_tile(const FlashAttention& a, int64_t qt, int64_t kend, F&& fn) {
+  if (a.sparsity == nullptr) {
+    for (int64_t j0 = 0; j0 < kend; j0 += kTile) fn(j0, int64_t{-1});
+    return;
+  }
+  const BlockSparsity& p = *a.sparsity;
+  for (int64_t e = p.row_start[qt]; e < p.row_start[qt + 1]; ++e) {
+    const int64_t j0 = int64_t{p.key_tile[e]} * kTile;
+    if (j0 < kend) fn(j0, e);
+  }
+}
+
+// Masks row r of a pattern entry's tile: scores of keys it does not see
+// become -inf (exactly zero probability, as with a -inf bias).
+void mask_row(const FlashAttention& a, int64_t entry, int64_t r, Scalar* row, int64_t vis) {
+  if (entry < 0) return;
+  const int32_t m = a.sparsity->mask_of[entry];
+  if (m < 0) return;
+  const uint8_t* seen = a.sparsity->masks.data() + (int64_t{m} * kTile + r) * kTile;
+  for (int64_t j = 0; j < vis; ++j)
+    if (!seen[j]) row[j] = -kInf;
 }
 
 // Calls fn(r0, r1, nk_g) for the row groups of the tile pair (query rows
@@ -256,7 +285,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
   std::fill(ws.m.begin(), ws.m.end(), -kInf);
   std::fill(ws.l.begin(), ws.l.end(), 0.0f);
   std::fill(o, o + n * s.Dv, 0.0f);
-  for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
+  for_each_key_tile(a, i0 / kTile, kend, [&](int64_t j0, int64_t entry) {
     const int64_t nk = std::min(kTile, s.Tk - j0);
     transpose_tile(hd.k + j0 * hd.ks, hd.ks, nk, s.D, ws.kt.data());
     for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
@@ -267,6 +296,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
         Scalar* row = ws.s.data() + r * kTile;
         const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
         const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+        mask_row(a, entry, r, row, vis);
         const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
         if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
         if (a.dropout_p > 0) {
@@ -277,7 +307,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
       product(ws.s.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.v + j0 * hd.vs, hd.vs, s.Dv, o + r0 * s.Dv, s.Dv,
               true);
     });
-  }
+  });
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = i0 + r;
     const Scalar l = Eigen::internal::predux(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
@@ -299,7 +329,7 @@ struct Grads {
 // Recomputes rows [r0, r1) of the tile pair (query rows i0 + [0, n), keys
 // j0 + [0, nk_g)) into ws.s (P~) and ws.dp (scale dS). kt, vt hold the key tile.
 void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
-                     int64_t j0, int64_t nk_g) {
+                     int64_t j0, int64_t nk_g, int64_t entry) {
   const FlashAttentionShape& s = a.s;
   const Head& hd = ws.head;
   const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(s.D));
@@ -312,6 +342,7 @@ void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int
     const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
     Scalar* row = ws.s.data() + r * kTile;
     const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+    mask_row(a, entry, r, row, vis);
     const Scalar* keep = nullptr;
     if (a.dropout_p > 0) {
       keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
@@ -353,15 +384,15 @@ void dq_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0)
   const Head& hd = ws.head;
   const int64_t n = std::min(kTile, s.Tq - i0), kend = key_end(a, i0 + n);
   std::fill(ws.acc_q.begin(), ws.acc_q.begin() + n * s.D, 0.0f);
-  for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
+  for_each_key_tile(a, i0 / kTile, kend, [&](int64_t j0, int64_t entry) {
     const int64_t nk = std::min(kTile, s.Tk - j0);
     load_key_tile(a, ws, j0, nk);
     for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g);
+      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g, entry);
       product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
               ws.acc_q.data() + r0 * s.D, s.D, true);
     });
-  }
+  });
   store_rows(ws.acc_q.data(), n, s.D, g.dq, s, hd.bh, i0);
 }
 
@@ -372,13 +403,24 @@ void dkv_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t j0
   std::fill(ws.acc_k.begin(), ws.acc_k.begin() + nk * s.D, 0.0f);
   std::fill(ws.acc_v.begin(), ws.acc_v.begin() + nk * s.Dv, 0.0f);
   load_key_tile(a, ws, j0, nk);
-  const int64_t first = a.causal ? std::max<int64_t>(0, j0 - (s.Tk - s.Tq)) : 0;  // first query that sees j0
-  for (int64_t i0 = first / kTile * kTile; i0 < s.Tq; i0 += kTile) {
+  const auto query_tile = [&](int64_t i0, int64_t entry) {
     const int64_t n = std::min(kTile, s.Tq - i0);
     for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g);
+      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g, entry);
       accumulate_dkv(a, ws, g, i0, r0, r1, nk_g);
     });
+  };
+  const int64_t first = a.causal ? std::max<int64_t>(0, j0 - (s.Tk - s.Tq)) : 0;  // first query that sees j0
+  if (a.sparsity == nullptr) {
+    for (int64_t i0 = first / kTile * kTile; i0 < s.Tq; i0 += kTile) query_tile(i0, -1);
+  } else {
+    const BlockSparsity& p = *a.sparsity;
+    const int64_t u = j0 / kTile;
+    for (int64_t c = p.col_start[u]; c < p.col_start[u + 1]; ++c) {
+      const int64_t e = p.col_entry[c];
+      const int64_t qt = std::upper_bound(p.row_start.begin(), p.row_start.end(), e) - p.row_start.begin() - 1;
+      if ((qt + 1) * kTile > first) query_tile(qt * kTile, e);
+    }
   }
   store_rows(ws.acc_k.data(), nk, s.D, g.dk, s, ws.head.bh, j0);
   store_rows(ws.acc_v.data(), nk, s.Dv, g.dv, s, ws.head.bh, j0);
@@ -395,10 +437,19 @@ void head_single_query_tile(const FlashAttention& a, Workspace& ws, const Grads&
     const int64_t nk = std::min(kTile, s.Tk - j0);
     std::fill(ws.acc_k.begin(), ws.acc_k.begin() + nk * s.D, 0.0f);
     std::fill(ws.acc_v.begin(), ws.acc_v.begin() + nk * s.Dv, 0.0f);
-    if (j0 < kend) {
+    int64_t entry = -1;
+    bool listed = a.sparsity == nullptr;
+    if (!listed) {  // is key tile j0 / kTile in query tile 0's row?
+      const BlockSparsity& p = *a.sparsity;
+      const auto first = p.key_tile.begin() + p.row_start[0], last = p.key_tile.begin() + p.row_start[1];
+      const auto it = std::lower_bound(first, last, static_cast<int32_t>(j0 / kTile));
+      listed = it != last && *it == j0 / kTile;
+      if (listed) entry = it - p.key_tile.begin();
+    }
+    if (j0 < kend && listed) {
       load_key_tile(a, ws, j0, nk);
       for_each_group(a, 0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-        recompute_group(a, ws, g, 0, r0, r1, j0, nk_g);
+        recompute_group(a, ws, g, 0, r0, r1, j0, nk_g, entry);
         product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
                 ws.acc_q.data() + r0 * s.D, s.D, true);
         accumulate_dkv(a, ws, g, 0, r0, r1, nk_g);
@@ -431,14 +482,67 @@ void for_each_tile(const FlashAttention& a, int64_t n_tiles, F&& fn) {
 
 int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
+void check_sparsity(const FlashAttention& a) {
+  if (a.sparsity == nullptr) return;
+  const BlockSparsity& p = *a.sparsity;
+  TAPEFORMER_CHECK(p.Tq == a.s.Tq && p.Tk == a.s.Tk, "block-sparse attention: the pattern is for Tq ", p.Tq, ", Tk ",
+                   p.Tk, " but the inputs have Tq ", a.s.Tq, ", Tk ", a.s.Tk);
+  TAPEFORMER_CHECK(static_cast<int64_t>(p.row_start.size()) == p.q_tiles() + 1 &&
+                       static_cast<int64_t>(p.col_start.size()) == p.k_tiles() + 1,
+                   "block-sparse attention: the pattern is unfinished (", p.row_start.size() - 1, " of ", p.q_tiles(),
+                   " query tiles ended; finish() builds the key index)");
+}
+
 }  // namespace
 
+BlockSparsity::BlockSparsity(int64_t Tq_, int64_t Tk_) : Tq(Tq_), Tk(Tk_) {
+  TAPEFORMER_CHECK(Tq > 0 && Tk > 0, "BlockSparsity: Tq and Tk must be positive, got ", Tq, ", ", Tk);
+}
+
+void BlockSparsity::add(int32_t u, const uint8_t* mask) {
+  const int64_t t = static_cast<int64_t>(row_start.size()) - 1;
+  TAPEFORMER_CHECK(t < q_tiles(), "BlockSparsity::add: all ", q_tiles(), " query tiles have ended");
+  TAPEFORMER_CHECK(u >= 0 && u < k_tiles(), "BlockSparsity::add: key tile ", u, " is outside [0, ", k_tiles(), ")");
+  TAPEFORMER_CHECK(static_cast<int64_t>(key_tile.size()) == row_start.back() || key_tile.back() < u,
+                   "BlockSparsity::add: key tiles of a query tile must ascend (", u, " after ", key_tile.back(), ")");
+  const int64_t rows = std::min(kTile, Tq - t * kTile), cols = std::min(kTile, Tk - int64_t{u} * kTile);
+  key_tile.push_back(u);
+  if (mask == nullptr) {
+    mask_of.push_back(-1);
+    pairs += rows * cols;
+    return;
+  }
+  mask_of.push_back(static_cast<int32_t>(masks.size() / (kTile * kTile)));
+  masks.insert(masks.end(), mask, mask + kTile * kTile);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) pairs += mask[r * kTile + c] != 0;
+}
+
+void BlockSparsity::end_row() {
+  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 < q_tiles(), "BlockSparsity::end_row: all ",
+                   q_tiles(), " query tiles have ended");
+  row_start.push_back(static_cast<int64_t>(key_tile.size()));
+}
+
+void BlockSparsity::finish() {
+  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 == q_tiles(), "BlockSparsity::finish: ",
+                   row_start.size() - 1, " of ", q_tiles(), " query tiles ended");
+  col_start.assign(static_cast<size_t>(k_tiles() + 1), 0);
+  for (int32_t u : key_tile) ++col_start[u + 1];
+  for (int64_t u = 0; u < k_tiles(); ++u) col_start[u + 1] += col_start[u];
+  col_entry.assign(key_tile.size(), 0);
+  std::vector<int64_t> next(col_start.begin(), col_start.end() - 1);
+  for (size_t e = 0; e < key_tile.size(); ++e) col_entry[next[key_tile[e]]++] = static_cast<int32_t>(e);  // rows ascend
+}
+
 void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse) {
+  check_sparsity(a);
   for_each_tile(a, tiles(a.s.Tq), [&](Workspace& ws, int64_t t) { forward_tile(a, ws, t * kTile, y, lse); });
 }
 
 void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar* lse, HeadView dy, HeadOut dq,
                               HeadOut dk, HeadOut dv) {
+  check_sparsity(a);
   const FlashAttentionShape& s = a.s;
   // delta_i = dy_i . y_i (= sum_j P_ij dP_ij, dropout included), one per query row.
   std::vector<Scalar> delta(static_cast<size_t>(s.B * s.H * s.Tq));

@@ -4,6 +4,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "layers/attention/sparse.h"
 
 namespace tapeformer {
 
@@ -12,7 +13,11 @@ AttentionKind softmax_attention_kind();  // softmax.cpp
 AttentionKind linear_attention_kind();   // linear.cpp
 
 Registry<AttentionKind>& attention_kinds() {
-  static Registry<AttentionKind> kinds("model.attention", {softmax_attention_kind(), linear_attention_kind()});
+  static Registry<AttentionKind> kinds = [] {
+    Registry<AttentionKind> r("model.attention", {softmax_attention_kind(), linear_attention_kind()});
+    for (const SparsePatternKind& p : sparse_pattern_kinds().kinds()) r.add(sparse_attention_kind(p));  // sparse.h
+    return r;
+  }();
   return kinds;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "layers/attention/sparse.h"
 
 namespace tapeformer {
 namespace {
@@ -104,8 +105,9 @@ KVCache::Window KVCache::append(const Tensor& k, const Tensor& v) {
 // ---- MultiHeadAttention -------------------------------------------------------
 
 MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
-                                       float proj_init_std, Rng& rng, std::shared_ptr<PositionalLayer> pos)
-    : Attention(std::move(pos)), n_embd(n_embd_), n_head(n_head_), dropout_p(dropout) {
+                                       float proj_init_std, Rng& rng, std::shared_ptr<PositionalLayer> pos,
+                                       std::shared_ptr<const SparsePattern> pattern)
+    : Attention(std::move(pos)), n_embd(n_embd_), n_head(n_head_), dropout_p(dropout), pattern_(std::move(pattern)) {
   TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "MultiHeadAttention: n_embd ", n_embd,
                    " is not divisible by n_head ", n_head);
   qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, bias, rng));
@@ -115,7 +117,21 @@ MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bi
 
 bool MultiHeadAttention::plain() const {
   const PositionalNeeds& n = positional().needs();
-  return !n.rotates_qk && !n.score_bias && !n.relative_terms;
+  return !n.rotates_qk && !n.score_bias && !n.relative_terms && pattern_ == nullptr;
+}
+
+std::shared_ptr<const kernels::BlockSparsity> MultiHeadAttention::tiles(int64_t Tq, int64_t Tk, int64_t q0,
+                                                                        int64_t k0) const {
+  const std::lock_guard<std::mutex> lock(tiles_mutex_);
+  auto& slot = tiles_[{Tq, Tk, q0, k0}];
+  if (!slot) {
+    if (tiles_.size() > 64) {  // generation moves q0 on every token: keep the table small
+      tiles_.clear();
+      return tiles_[{Tq, Tk, q0, k0}] = tile_pattern(*pattern_, Tq, Tk, q0, k0);
+    }
+    slot = tile_pattern(*pattern_, Tq, Tk, q0, k0);
+  }
+  return slot;
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
@@ -123,6 +139,10 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
   const PositionalLayer& pos = positional();
   const int64_t Tq = q.dim(2), Tk = k.dim(2);
   const std::vector<Tensor> bias = pos.score_bias(n_head, Tq, Tk, q0, k0);
+  if (pattern_) {
+    TAPEFORMER_CHECK(!pos.needs().relative_terms, "sparse attention has no per-pair score terms");
+    return block_sparse_attention(q, k, v, tiles(Tq, Tk, q0, k0), bias, /*causal=*/true, p, rng);
+  }
   if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, /*causal=*/true, p, rng);
   // Learned per-(i, j) terms: the scores exist as a tensor, so compose.
   const float scale = 1.0f / std::sqrt(static_cast<float>(q.dim(3)));
@@ -190,7 +210,7 @@ Var MultiHeadAttention::forward(const Var& x, InferenceState& state) const {
   const KVCache::Window w = cache.append(pos.rotate(k_new, q0).value(), v_new.value());  // (B, H, held, D)
   // From an empty cache a plain layer runs forward()'s fused kernel, so a
   // sequence fed whole gives bit-identical outputs.
-  const bool fused = q0 == 0 && plain() && x.dim(1) <= kFusedMaxT;
+  const bool fused = q0 == 0 && plain() && x.dim(1) <= kFusedMaxT;  // plain: dense too
   const Var y = fused ? causal_attention(qkv_x, n_head)  // (B, T, C)
                       : merge_heads(attend(pos.rotate(q, q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr));
   return proj->forward(y);  // (B, T, C)

@@ -21,7 +21,10 @@
 // reference the tests compare the kernels with.
 #pragma once
 
+#include <array>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -29,6 +32,11 @@
 #include "layers/basic.h"
 
 namespace tapeformer {
+
+class SparsePattern;  // layers/attention/sparse.h
+namespace kernels {
+struct BlockSparsity;
+}
 
 // softmax(q k^T / sqrt(D) + mask) v with optional dropout on the probabilities.
 // q, k, v: (B, H, T, D) (views are fine). Returns (B, H, T, D).
@@ -74,8 +82,11 @@ class MultiHeadAttention : public Attention {
   // Longest T that runs the fused kernel keeping the (T, T) probabilities.
   static constexpr int64_t kFusedMaxT = 256;
 
+  // With a `pattern`, query i sees only the keys it lists (the sparse kinds,
+  // layers/attention/sparse.h), through the block-sparse kernel.
   MultiHeadAttention(int64_t n_embd, int64_t n_head, bool bias, float dropout, float proj_init_std, Rng& rng,
-                     std::shared_ptr<PositionalLayer> pos = std::make_shared<PositionalLayer>());
+                     std::shared_ptr<PositionalLayer> pos = std::make_shared<PositionalLayer>(),
+                     std::shared_ptr<const SparsePattern> pattern = nullptr);
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
 
   // Inference: a KVCache of the last `window` positions. From an empty cache
@@ -98,7 +109,13 @@ class MultiHeadAttention : public Attention {
   Var self_attention(const Var& qkv_x, float p, Rng* rng) const;
   // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at k0.., causal, -> (B, H, Tq, D).
   Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
-  bool plain() const;  // no positional terms inside the layer
+  bool plain() const;  // no positional terms inside the layer, dense
+  // The pattern's tiles for queries at q0.. over keys at k0.., built once per shape and kept.
+  std::shared_ptr<const kernels::BlockSparsity> tiles(int64_t Tq, int64_t Tk, int64_t q0, int64_t k0) const;
+
+  std::shared_ptr<const SparsePattern> pattern_;  // null: dense
+  mutable std::mutex tiles_mutex_;                // data-parallel shards run one layer at once
+  mutable std::map<std::array<int64_t, 4>, std::shared_ptr<const kernels::BlockSparsity>> tiles_;
 };
 
 }  // namespace tapeformer

@@ -13,6 +13,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "layers/attention/sparse.h"
 #include "scale_gradient.h"
 
 using namespace tapeformer;
@@ -27,6 +28,14 @@ struct In {
   Shape shape;
   Values values = Values::Any;
   Layout layout = Layout::Contiguous;
+};
+
+// The window pattern (sparse.h's "window" kind, written out): keys i - 5 < j <= i.
+struct Window5 : SparsePattern {
+  bool sees(int64_t i, int64_t j) const override { return j <= i && i - j < 5; }
+  void candidates(int64_t i0, int64_t i1, std::vector<std::pair<int64_t, int64_t>>& r) const override {
+    r.push_back({i0 - 4, i1});
+  }
 };
 
 In any(Shape s) { return {s}; }
@@ -203,6 +212,18 @@ const std::vector<Row>& table() {
       {"softmax_attention dropout p=0.3", {any({1, 2, 5, 4}), any({1, 2, 5, 4}), any({1, 2, 5, 4})}, [](V v) {
          Rng rng(3);
          return softmax_attention(mul_scalar(v[0], 2.0f), v[1], v[2], {}, true, 0.3f, &rng);
+       }},
+      // A window of 5 over 70 positions: two query tiles, partial (masked) tiles and a skipped one.
+      {"block_sparse_attention window 5, T = 70 (two tiles), transposed k",
+       {any({1, 2, 70, 3}), transposed({1, 2, 70, 3}), any({1, 2, 70, 2})}, [](V v) {
+         static const auto tiles = tile_pattern(Window5(), 70, 70, 0, 0);
+         return block_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], tiles);
+       }},
+      {"block_sparse_attention, 6 queries after 64 cached keys, dropout p=0.3",
+       {any({1, 1, 6, 3}), any({1, 1, 70, 3}), any({1, 1, 70, 3})}, [](V v) {
+         static const auto tiles = tile_pattern(Window5(), 6, 70, 64, 0);
+         Rng rng(3);
+         return block_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], tiles, {}, true, 0.3f, &rng);
        }},
       {"embedding repeated ids", {any({7, 5})}, [](V v) { return embedding(v[0], ids({3, 4}, {1, 6, 1, 0, 3, 3, 3, 2, 6, 5, 4, 1})); }},
       // ---- linear attention (positive features where the op needs them) ----

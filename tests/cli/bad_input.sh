@@ -69,7 +69,7 @@ expect_error "width beyond any memory" "of memory (model.n_layer=1, model.n_embd
 expect_error "evaluation batches beyond any memory" "eval.iters=2000000000" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o13" --set eval.iters=2000000000
 expect_error "count beyond 32 bits" "'train.grad_accum' must be at most 2147483647" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o18" --set train.grad_accum=1000000000000000000
 # Attention kinds and positional schemes: names, combinations, kind-specific keys.
-expect_error "unknown attention kind" "model.attention: unknown kind \"flash\" (known: softmax, linear)" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o19" --set model.attention=flash
+expect_error "unknown attention kind" "model.attention: unknown kind \"flash\" (known: softmax, linear, window, fixed, longformer, bigbird)" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o19" --set model.attention=flash
 expect_error "ALiBi with linear attention" "model.positional \"alibi\" does not combine with model.attention \"linear\"" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o20" --set model.attention=linear --set model.positional=alibi
 expect_error "a feature map with softmax attention" "model.feature_map = \"cos\" applies to model.attention \"linear\" only" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o21" --set model.feature_map=cos
 expect_error "a kind-specific key of the wrong type" "model.rel_clip' must be an integer" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o22" --set model.positional=shaw --set model.rel_clip=wide

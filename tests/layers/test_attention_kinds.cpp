@@ -42,6 +42,15 @@ ModelConfig config_of(const Arch& a, int64_t layers = 2, int64_t width = 16, int
   if (!a.feature_map.empty()) c.options["feature_map"] = a.feature_map;
   c.options["rel_clip"] = int64_t{3};  // Shaw: offsets beyond 3 share a vector (the clipping path runs)
   if (a.positional != "shaw") c.options.erase("rel_clip");
+  // Sparse patterns small enough that a 12-token sequence is sparse: every
+  // query misses some earlier keys (the masks, not just causality, are tested).
+  const std::vector<std::pair<const char*, int64_t>> sparse{{"window", 3},        {"sparse_block", 4}, {"summary", 1},
+                                                            {"dilation", 2},      {"global_tokens", 2},
+                                                            {"random_blocks", 1}};
+  if (const AttentionKind* kind = attention_kinds().find(a.attention))
+    for (const ModelOption& o : kind->options)
+      for (const auto& [name, value] : sparse)
+        if (o.name == name) c.options[name] = value;
   return c;
 }
 
@@ -268,9 +277,15 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
   refused({"linear", "learned", "relu1"}, "model.feature_map must be \"elu1\", \"cos\" or \"efficient\", got \"relu1\"");
   refused({"softmax", "shaw", ""}, "model.rel_clip must be in [1, 2^20], got 0", {{"rel_clip", int64_t{0}}});
   refused({"softmax", "shaw", ""}, "model.rel_clip must be an integer, got \"8\"", {{"rel_clip", std::string("8")}});
-  refused({"softmax", "learned", ""}, "model.window: no registered kind declares this option",
+  refused({"softmax", "learned", ""}, "model.widow: no registered kind declares this option",
+          {{"widow", int64_t{3}}});
+  refused({"softmax", "learned", ""},
+          "model.window = 3 applies to model.attention \"window\" or model.attention \"longformer\" or model.attention "
+          "\"bigbird\" only; this config selects model.attention \"softmax\", model.positional \"learned\" and "
+          "model.block \"standard\"",
           {{"window", int64_t{3}}});
-  refused({"flash", "learned", ""}, "model.attention: unknown kind \"flash\" (known: softmax, linear)");
+  refused({"flash", "learned", ""},
+          "model.attention: unknown kind \"flash\" (known: softmax, linear, window, fixed, longformer, bigbird)");
   refused({"softmax", "xpos", ""},
           "model.positional: unknown kind \"xpos\" (known: learned, sinusoidal, rope, alibi, shaw, txl)");
   // Setting an option to its default with another kind is harmless.

@@ -1,0 +1,75 @@
+// Sparse attention patterns (SPEC §7): softmax attention where query i sees
+// only the keys a pattern lists, computed by one block-sparse kernel
+// (block_sparse_attention, autograd/ops.h) that touches only the 64 x 64
+// tiles the pattern needs, forward and backward. A pattern is a predicate
+// over absolute positions plus the key ranges worth testing; tile_pattern
+// turns it into the kernel's tile list and masks. Every pattern here is
+// causal (j <= i), so each is an attention kind of a causal LM:
+//
+//   model.attention   query i sees key j <= i when
+//   "window"          i - j < window                                   (local attention)
+//   "fixed"           j / block == i / block, or j % block >= block - summary   (Child et al. 2019)
+//   "longformer"      (i - j) % dilation == 0 and (i - j) / dilation < window, or j < global, or i < global
+//   "bigbird"         i - j < window, or j < global, or i < global, or block j / block is one of
+//                     random_blocks earlier blocks drawn for block i / block (Zaheer et al. 2020)
+//
+// with window = model.window, block = model.sparse_block, summary =
+// model.summary, dilation = model.dilation, global = model.global_tokens,
+// random_blocks = model.random_blocks (BigBird's draw is a hash of
+// model.sparse_seed and the query block: the same in every layer, and saved
+// with the config in checkpoints). Global tokens are the first positions
+// (the causal form of Longformer's symmetric global attention: they see
+// every earlier key, and every later query sees them).
+//
+//   auto p = sparse_pattern_kinds().get("window").make(cfg);
+//   std::shared_ptr<const kernels::BlockSparsity> tiles = tile_pattern(*p, Tq, Tk, q0, k0);
+//   Var y = block_sparse_attention(q, k, v, tiles);     // q (B, H, Tq, D) at positions q0..
+//
+// A new pattern is an entry in sparse_pattern_kinds(): it becomes an
+// attention kind of the same name, with the softmax layer's projections,
+// positional schemes (not Shaw's or Transformer-XL's per-pair terms) and KV
+// cache.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/kernels/flash_attention.h"
+#include "core/registry.h"
+#include "layers/attention/attention.h"
+
+namespace tapeformer {
+
+class SparsePattern {
+ public:
+  virtual ~SparsePattern() = default;
+  // Whether the query at absolute position i sees the key at position j.
+  virtual bool sees(int64_t i, int64_t j) const = 0;
+  // Appends key ranges [lo, hi) that cover every key some query in [i0, i1)
+  // sees (a superset is fine: only the tiles they touch are tested).
+  virtual void candidates(int64_t i0, int64_t i1, std::vector<std::pair<int64_t, int64_t>>& ranges) const = 0;
+};
+
+// The kernel's tiles for queries at positions q0 + [0, Tq) over keys at
+// k0 + [0, Tk): every tile with a visible pair, masked where not all are.
+std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
+                                                           int64_t k0);
+
+struct SparsePatternKind {
+  std::string name;
+  std::string summary;               // one line, for docs
+  std::vector<ModelOption> options;  // the model.* keys it reads
+  std::function<std::shared_ptr<const SparsePattern>(const ModelConfig&)> make;  // Error naming a bad option
+};
+
+// Built in: window, fixed, longformer, bigbird. Key: model.attention.
+Registry<SparsePatternKind>& sparse_pattern_kinds();
+
+// The attention kind of a pattern kind (layers/attention/registry.cpp lists
+// one per entry of sparse_pattern_kinds()).
+AttentionKind sparse_attention_kind(const SparsePatternKind& pattern);
+
+}  // namespace tapeformer

@@ -1,0 +1,183 @@
+// block_sparse_attention (the lean kernel restricted to a tile pattern) and
+// the sparse patterns (layers/attention/sparse.h): each pattern equals dense
+// softmax attention with the same mask as an additive -inf bias, values and
+// gradients; the tiles and pairs are what the pattern says; tiles a pattern
+// does not list are never read.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "golden.h"
+#include "layers/attention/sparse.h"
+
+using namespace tapeformer;
+
+namespace {
+
+constexpr Scalar kInf = std::numeric_limits<Scalar>::infinity();
+
+Tensor random(const Shape& s, Rng& rng) {
+  Tensor t = Tensor::empty(s);
+  rng.fill_normal(t, 0.0f, 1.0f);
+  return t;
+}
+
+struct Run {
+  Tensor y;
+  std::vector<Tensor> grads;
+};
+
+Run run(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& inputs, const Tensor& R) {
+  std::vector<Var> vars;
+  for (const Tensor& t : inputs) vars.emplace_back(t.clone(), true);
+  TapeScope tape;
+  const Var y = f(vars);
+  backward(y, R);
+  Run r{y.value(), {}};
+  for (const Var& v : vars) r.grads.push_back(v.grad());
+  return r;
+}
+
+ModelConfig with(std::vector<std::pair<std::string, int64_t>> options) {
+  ModelConfig c;
+  for (const auto& [k, v] : options) c.options[k] = v;
+  return c;
+}
+
+struct PatternCase {
+  std::string kind;
+  ModelConfig cfg;
+};
+
+std::vector<PatternCase> cases() {
+  return {{"window", with({{"window", 37}})},
+          {"fixed", with({{"sparse_block", 50}, {"summary", 7}})},
+          {"longformer", with({{"window", 20}, {"dilation", 3}, {"global_tokens", 5}})},
+          {"bigbird", with({{"window", 16}, {"global_tokens", 3}, {"random_blocks", 2}, {"sparse_block", 32},
+                            {"sparse_seed", 4}})}};
+}
+
+// The pattern as a (1, 1, Tq, Tk) bias: 0 where query q0 + i sees key k0 + j, else -inf.
+Tensor mask_bias(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0, int64_t k0, int64_t* pairs) {
+  std::vector<Scalar> b(static_cast<size_t>(Tq * Tk));
+  *pairs = 0;
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) {
+      const bool sees = p.sees(q0 + i, k0 + j);
+      b[static_cast<size_t>(i * Tk + j)] = sees ? 0.0f : -kInf;
+      *pairs += sees;
+    }
+  return Tensor::from({1, 1, Tq, Tk}, b);
+}
+
+}  // namespace
+
+TEST_CASE("every sparse pattern equals dense softmax attention with its mask as a -inf bias (values, gradients)") {
+  for (const PatternCase& pc : cases()) {
+    const auto pattern = sparse_pattern_kinds().get(pc.kind).make(pc.cfg);
+    // A whole sequence, and the last 70 queries over 200 keys (a KV cache's shape).
+    for (const auto& [Tq, Tk] : {std::pair<int64_t, int64_t>{200, 200}, {70, 200}}) {
+      const int64_t q0 = Tk - Tq;
+      CAPTURE(pc.kind);
+      CAPTURE(Tq);
+      int64_t pairs = 0;
+      const Tensor mask = mask_bias(*pattern, Tq, Tk, q0, 0, &pairs);
+      const auto tiles = tile_pattern(*pattern, Tq, Tk, q0, 0);
+      CHECK(tiles->pairs == pairs);  // the tiles list exactly the pattern's pairs
+      CHECK(pairs < Tq * (q0 + (Tq + 1) / 2.0));  // fewer than causal dense
+      Rng rng(7);
+      const int64_t B = 2, H = 2, D = 8;
+      const Tensor q = random({B, H, Tq, D}, rng), k = random({B, H, Tk, D}, rng), v = random({B, H, Tk, D}, rng);
+      const Tensor R = random({B, H, Tq, D}, rng);
+      const Tensor alibi = Tensor::from({1, 2, 1, 1}, {-0.25f, 0.5f});  // an extra score term beside the mask
+      for (const Scalar p : {0.0f, 0.2f}) {
+        CAPTURE(p);
+        const auto sparse = [&](const std::vector<Var>& x) {
+          Rng drop(3);
+          return block_sparse_attention(x[0], x[1], x[2], tiles, {alibi}, true, p, &drop);
+        };
+        const auto dense = [&](const std::vector<Var>& x) {
+          Rng drop(3);
+          return softmax_attention(x[0], x[1], x[2], {alibi, mask}, true, p, &drop);
+        };
+        const Run a = run(sparse, {q, k, v}, R), b = run(dense, {q, k, v}, R);
+        check_close(a.y, b.y, "value", 1e-5);
+        for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse patterns: the pair counts and tiles the definitions give") {
+  const ModelConfig w64 = with({{"window", 64}});
+  const auto window = sparse_pattern_kinds().get("window").make(w64);
+  const auto tiles = tile_pattern(*window, 1024, 1024, 0, 0);
+  int64_t expected = 0;
+  for (int64_t i = 0; i < 1024; ++i) expected += std::min<int64_t>(64, i + 1);
+  CHECK(tiles->pairs == expected);
+  CHECK(tiles->tiles() == 2 * 16 - 1);  // a 64-wide window spans its own tile and the one before
+  CHECK(tiles->masks.size() == (2 * 16 - 1) * 64 * 64);  // ... partial in each: every tile has a 64 x 64 mask
+  // Fixed, l = 128, c = 16 at T = 512: own block (causal) plus 16 summary keys of each earlier block.
+  const auto fixed = sparse_pattern_kinds().get("fixed").make(with({{"sparse_block", 128}, {"summary", 16}}));
+  expected = 0;
+  for (int64_t i = 0; i < 512; ++i) expected += i % 128 + 1 + i / 128 * 16;
+  CHECK(tile_pattern(*fixed, 512, 512, 0, 0)->pairs == expected);
+  // BigBird draws min(r, block) distinct earlier blocks per query block, the same every time.
+  const auto bigbird = sparse_pattern_kinds().get("bigbird").make(
+      with({{"window", 1}, {"global_tokens", 0}, {"random_blocks", 3}, {"sparse_block", 64}, {"sparse_seed", 9}}));
+  const auto bb = tile_pattern(*bigbird, 1024, 1024, 0, 0);
+  int64_t random_tiles = 0;
+  for (int64_t t = 0; t < 16; ++t) random_tiles += std::min<int64_t>(3, t);
+  CHECK(bb->tiles() == 16 + random_tiles);  // the diagonal tile (window 1 = itself) and the random blocks
+  CHECK(bb->pairs == 1024 + random_tiles * 64 * 64);
+  CHECK(tile_pattern(*bigbird, 1024, 1024, 0, 0)->key_tile == bb->key_tile);
+}
+
+TEST_CASE("block_sparse_attention never reads keys outside its tiles, and gives them no gradient") {
+  const auto window = sparse_pattern_kinds().get("window").make(with({{"window", 10}}));
+  const int64_t T = 300;
+  const auto tiles = tile_pattern(*window, T, T, 0, 0);
+  Rng rng(5);
+  Tensor q = random({1, 2, T, 8}, rng), k = random({1, 2, T, 8}, rng), v = random({1, 2, T, 8}, rng);
+  // Keys 0..63 are tile 0, which query tiles 2.. (queries 128.., seeing keys 119..) never list:
+  // NaN there must not reach them. (Within a listed tile a masked key is still read.)
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t j = 0; j < 64; ++j)
+      for (int64_t d = 0; d < 8; ++d) k.at({0, h, j, d}) = v.at({0, h, j, d}) = std::nanf("");
+  const Tensor R = random({1, 2, T, 8}, rng);
+  std::vector<Var> x{Var(q, true), Var(k, true), Var(v, true)};
+  TapeScope tape;
+  const Var y = block_sparse_attention(x[0], x[1], x[2], tiles);
+  backward(y, R);
+  int64_t finite = 0;
+  for (int64_t i = 128; i < T; ++i)
+    finite += std::isfinite(y.value().at({0, 1, i, 3})) && std::isfinite(x[0].grad().at({0, 0, i, 5})) &&
+              std::isfinite(x[1].grad().at({0, 1, i, 2})) && std::isfinite(x[2].grad().at({0, 0, i, 7}));
+  CHECK(finite == T - 128);
+  CHECK(std::isnan(y.value().at({0, 1, 70, 3})));  // tile 1 does read tile 0: the NaN is real
+}
+
+TEST_CASE("block_sparse_attention: a pattern for other lengths, or unfinished, is refused by name") {
+  const auto window = sparse_pattern_kinds().get("window").make(with({{"window", 4}}));
+  const auto tiles = tile_pattern(*window, 100, 100, 0, 0);
+  Rng rng(1);
+  const Var q(random({1, 1, 90, 4}, rng)), k(random({1, 1, 90, 4}, rng));
+  CHECK_THROWS_WITH_AS(block_sparse_attention(q, k, k, tiles),
+                       doctest::Contains("the pattern is for Tq 100, Tk 100 but q is [1, 1, 90, 4]"), Error);
+  auto unfinished = std::make_shared<kernels::BlockSparsity>(90, 90);
+  unfinished->add(0, nullptr);
+  unfinished->end_row();
+  CHECK_THROWS_WITH_AS(block_sparse_attention(q, k, k, unfinished), doctest::Contains("the pattern is unfinished"),
+                       Error);
+  kernels::BlockSparsity p(90, 90);
+  p.add(1, nullptr);
+  CHECK_THROWS_WITH_AS(p.add(0, nullptr), doctest::Contains("key tiles of a query tile must ascend (0 after 1)"), Error);
+  CHECK_THROWS_WITH_AS(p.add(2, nullptr), doctest::Contains("key tile 2 is outside [0, 2)"), Error);
+}
