@@ -6,7 +6,16 @@
 //
 // Kinds: "softmax" (the memory-lean kernel, softmax_attention), "softmax-fused"
 // (the kernel that keeps the (N, N) probabilities, causal_attention), "linear"
-// (elu + 1 features and linear_attention). One head of d_h = 64 (SPEC's H = 1).
+// (elu + 1 features and linear_attention), and every sparse pattern
+// (layers/attention/sparse.h: window, fixed, longformer, bigbird; their
+// options with --option window=256) through block_sparse_attention. One head
+// of d_h = 64 (SPEC's H = 1). A sparse kind also times dense "softmax" at
+// each N and reports, at the largest N up to 8192, its time relative to
+// dense next to its fraction of the causal pairs (what the pair count
+// predicts), and its memory relative to the dense kernel that stores the
+// N x N probabilities (the memory a pair count predicts for: the stored
+// pairs), with their quotients (1: exactly as predicted). Against the lean
+// dense kernel the memory is the same: neither keeps probabilities.
 // Each N: one warm-up call, then the median of --repeats timed calls of
 // forward + backward with a random upstream gradient; peak memory is the most
 // tensor bytes alive during one call (Storage::peak_bytes: inputs, outputs,
@@ -25,6 +34,7 @@
 
 #include "autograd/ops.h"
 #include "bench/bench_common.h"
+#include "layers/attention/sparse.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "train/metrics.h"
@@ -59,10 +69,13 @@ Tensor random(const Shape& s, Rng& rng) {
   return t;
 }
 
-// One forward + backward of the kind on (B, 1, N, D) inputs.
-void step(const std::string& kind, const std::vector<Var>& in, const Tensor& upstream) {
+// One forward + backward of the kind on (B, 1, N, D) inputs (`tiles`: a sparse kind's pattern).
+void step(const std::string& kind, const std::vector<Var>& in, const Tensor& upstream,
+          const std::shared_ptr<const kernels::BlockSparsity>& tiles) {
   Var y;
-  if (kind == "softmax") {
+  if (tiles) {
+    y = block_sparse_attention(in[0], in[1], in[2], tiles);  // (B, 1, N, D)
+  } else if (kind == "softmax") {
     y = softmax_attention(in[0], in[1], in[2]);  // (B, 1, N, D)
   } else if (kind == "softmax-fused") {
     y = causal_attention(in[0], 1);  // qkv (B, N, 3D) -> (B, N, D)
@@ -83,17 +96,37 @@ int run(int argc, char** argv) {
   app.add_option("--max-n", max_n, "largest N")->capture_default_str();
   app.add_option("--head-dim", d, "d_h")->capture_default_str();
   app.add_option("--repeats", repeats, "timed calls per N (median)")->capture_default_str();
+  std::vector<std::string> options;
+  app.add_option("--option", options, "a sparse pattern's option, name=value (e.g. window=256)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  TAPEFORMER_CHECK(kind == "softmax" || kind == "softmax-fused" || kind == "linear",
-                   "attention_scaling: --kind must be softmax, softmax-fused or linear, got ", kind);
+  const SparsePatternKind* sparse = sparse_pattern_kinds().find(kind);
+  TAPEFORMER_CHECK(kind == "softmax" || kind == "softmax-fused" || kind == "linear" || sparse != nullptr,
+                   "attention_scaling: --kind must be softmax, softmax-fused, linear or a sparse pattern (",
+                   sparse_pattern_kinds().names(), "), got ", kind);
+  ModelConfig cfg;
+  for (const std::string& o : options) {
+    const size_t eq = o.find('=');
+    TAPEFORMER_CHECK(eq != std::string::npos, "attention_scaling: --option ", o, " is not name=value");
+    cfg.options[o.substr(0, eq)] = static_cast<int64_t>(std::stoll(o.substr(eq + 1)));
+  }
+  const std::shared_ptr<const SparsePattern> pattern = sparse ? sparse->make(cfg) : nullptr;
   TAPEFORMER_CHECK(min_n >= 1 && max_n >= min_n && tokens >= max_n && repeats >= 1 && d >= 1,
                    "attention_scaling: need 1 <= min-n <= max-n <= tokens, repeats >= 1, head-dim >= 1");
   bench::MetricsFile metrics(out, "attention_scaling");
   std::vector<Point> points;
+  struct Versus {
+    int64_t N = 0;
+    double time = 0, memory = 0, memory_lean = 0, pairs = 0;  // sparse / dense (memory: / the kernel storing P)
+  } versus;
+  const int64_t versus_n = [&] {
+    int64_t v = min_n;
+    while (v * 2 <= std::min<int64_t>(max_n, 8192)) v *= 2;
+    return v;
+  }();
   Rng rng(1);
   for (int64_t N = min_n; N <= max_n; N *= 2) {
     const int64_t B = tokens / N;
@@ -104,30 +137,52 @@ int run(int argc, char** argv) {
       for (int i = 0; i < 3; ++i) in.emplace_back(random({B, 1, N, d}, rng), true);
     }
     const Tensor upstream = random(kind == "softmax-fused" ? Shape{B, N, d} : Shape{B, 1, N, d}, rng);
-    const auto clear = [&] {
-      for (const Var& v : in) v.zero_grad();
-    };
-    step(kind, in, upstream);  // warm-up: buffers, caches
-    clear();
-    Storage::release_cache();  // so the peak counts what one call allocates
-    Storage::reset_peak();
-    std::vector<double> ms;
-    for (int64_t r = 0; r < repeats; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step(kind, in, upstream);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const auto tiles = pattern ? tile_pattern(*pattern, N, N, 0, 0) : nullptr;
+    // Median time and peak bytes of one forward + backward.
+    const auto measure = [&](const std::string& k, const std::shared_ptr<const kernels::BlockSparsity>& t,
+                             const std::vector<Var>& x, const Tensor& up) {
+      const auto clear = [&] {
+        for (const Var& v : x) v.zero_grad();
+      };
+      step(k, x, up, t);  // warm-up: buffers, caches
       clear();
-    }
-    const double peak = static_cast<double>(Storage::peak_bytes());
-    std::sort(ms.begin(), ms.end());
-    const Point p{N, B, ms[ms.size() / 2], peak};
+      Storage::release_cache();  // so the peak counts what one call allocates
+      Storage::reset_peak();
+      std::vector<double> ms;
+      for (int64_t r = 0; r < repeats; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        step(k, x, up, t);
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        clear();
+      }
+      std::sort(ms.begin(), ms.end());
+      return std::pair<double, double>{ms[ms.size() / 2], static_cast<double>(Storage::peak_bytes())};
+    };
+    const auto [ms, peak] = measure(kind, tiles, in, upstream);
+    const Point p{N, B, ms, peak};
     points.push_back(p);
-    char line[512];
-    std::snprintf(line, sizeof line,
-                  "{\"N\": %lld, \"B\": %lld, \"ms_per_call\": %.4f, \"ms_per_sample\": %.4f, \"us_per_token\": %.5f, "
-                  "\"peak_mb\": %.3f, \"peak_mb_per_sample\": %.4f}",
-                  static_cast<long long>(N), static_cast<long long>(B), p.ms_per_call, p.ms_per_call / B,
-                  1e3 * p.ms_per_call / static_cast<double>(B * N), peak / 1e6, peak / 1e6 / static_cast<double>(B));
+    char line[768];
+    int len = std::snprintf(line, sizeof line,
+                            "{\"N\": %lld, \"B\": %lld, \"ms_per_call\": %.4f, \"ms_per_sample\": %.4f, "
+                            "\"us_per_token\": %.5f, \"peak_mb\": %.3f, \"peak_mb_per_sample\": %.4f",
+                            static_cast<long long>(N), static_cast<long long>(B), p.ms_per_call, p.ms_per_call / B,
+                            1e3 * p.ms_per_call / static_cast<double>(B * N), peak / 1e6,
+                            peak / 1e6 / static_cast<double>(B));
+    if (tiles) {
+      const auto [dense_ms, dense_peak] = measure("softmax", nullptr, in, upstream);
+      const double causal_pairs = static_cast<double>(N) * static_cast<double>(N + 1) / 2;
+      const double pairs = static_cast<double>(tiles->pairs) / causal_pairs;
+      if (N == versus_n) {
+        const std::vector<Var> qkv{Var(random({B, N, 3 * d}, rng), true)};
+        const double stored_p_peak = measure("softmax-fused", nullptr, qkv, random({B, N, d}, rng)).second;
+        versus = {N, ms / dense_ms, peak / stored_p_peak, peak / dense_peak, pairs};
+      }
+      len += std::snprintf(line + len, sizeof line - static_cast<size_t>(len),
+                           ", \"dense_ms_per_sample\": %.4f, \"time_vs_dense\": %.4f, \"pairs_vs_dense\": %.5f, "
+                           "\"tiles\": %lld",
+                           dense_ms / B, ms / dense_ms, pairs, static_cast<long long>(tiles->tiles()));
+    }
+    std::snprintf(line + len, sizeof line - static_cast<size_t>(len), "}");
     metrics.write(line);
   }
   std::vector<double> n, per_sample, mem, per_token;
@@ -146,10 +201,17 @@ int run(int argc, char** argv) {
                                         : *std::max_element(per_token.begin(), per_token.end()) /
                                               *std::min_element(per_token.begin(), per_token.end());
   const auto number = [](double v) { return json_number(v, 4); };
+  std::string vs;
+  if (pattern)
+    vs = ", \"versus_n\": " + std::to_string(versus.N) + ", \"time_vs_dense\": " + number(versus.time) +
+         ", \"memory_vs_dense\": " + number(versus.memory) + ", \"memory_vs_dense_lean\": " +
+         number(versus.memory_lean) + ", \"pairs_vs_dense\": " + number(versus.pairs) +
+         ", \"time_over_predicted\": " + number(versus.time / versus.pairs) +
+         ", \"memory_over_predicted\": " + number(versus.memory / versus.pairs);
   std::printf("{\"kind\": \"%s\", \"slope_time_per_sample\": %s, \"slope_memory_per_sample\": %s, "
-              "\"ms_per_sample_at_8192\": %s, \"time_per_token_max_over_min\": %s, \"threads\": %d}\n",
+              "\"ms_per_sample_at_8192\": %s, \"time_per_token_max_over_min\": %s%s, \"threads\": %d}\n",
               kind.c_str(), number(loglog_slope(n, per_sample)).c_str(), number(loglog_slope(n, mem)).c_str(),
-              number(at(8192)).c_str(), number(flat).c_str(), parallel::num_threads());
+              number(at(8192)).c_str(), number(flat).c_str(), vs.c_str(), parallel::num_threads());
   return 0;
 }
 

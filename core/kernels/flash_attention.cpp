@@ -138,30 +138,42 @@ int64_t visible(const FlashAttention& a, int64_t i, int64_t j0, int64_t nk) {
   return a.causal ? std::clamp<int64_t>(a.s.Tk - a.s.Tq + i + 1 - j0, 0, nk) : nk;
 }
 
-// Calls fn(j0, entry) for the key tiles query tile `qt` computes, in order:
-// with a pattern its listed tiles (entry = the pattern's entry), else every
-// tile that starts before `kend` (entry = -1). A tile at or past kend (wholly
-// in the causal future) is skipped either way.
+// The keys a tile pair computes: [j0, j0 + nk), column c0 of its key tile
+// onwards. A pattern entry covers only the columns some row sees (a key tile
+// whose first half no query sees costs half a tile); dense, the whole tile.
+struct Span {
+  int64_t j0, nk, entry, c0;
+};
+Span span_of(const FlashAttention& a, int64_t u, int64_t entry) {
+  if (entry < 0) return {u * kTile, std::min(kTile, a.s.Tk - u * kTile), -1, 0};
+  const BlockSparsity& p = *a.sparsity;
+  const int64_t c0 = p.col_lo[entry];
+  return {u * kTile + c0, p.col_hi[entry] - c0, entry, c0};
+}
+
+// Calls fn(span) for the key tiles query tile `qt` computes, in order: with a
+// pattern its listed tiles, else every tile that starts before `kend`. A span
+// at or past kend (wholly in the causal future) is skipped either way.
 template <class F>
 void for_each_key_tile(const FlashAttention& a, int64_t qt, int64_t kend, F&& fn) {
   if (a.sparsity == nullptr) {
-    for (int64_t j0 = 0; j0 < kend; j0 += kTile) fn(j0, int64_t{-1});
+    for (int64_t j0 = 0; j0 < kend; j0 += kTile) fn(span_of(a, j0 / kTile, -1));
     return;
   }
   const BlockSparsity& p = *a.sparsity;
   for (int64_t e = p.row_start[qt]; e < p.row_start[qt + 1]; ++e) {
-    const int64_t j0 = int64_t{p.key_tile[e]} * kTile;
-    if (j0 < kend) fn(j0, e);
+    const Span sp = span_of(a, p.key_tile[e], e);
+    if (sp.j0 < kend) fn(sp);
   }
 }
 
-// Masks row r of a pattern entry's tile: scores of keys it does not see
-// become -inf (exactly zero probability, as with a -inf bias).
-void mask_row(const FlashAttention& a, int64_t entry, int64_t r, Scalar* row, int64_t vis) {
-  if (entry < 0) return;
-  const int32_t m = a.sparsity->mask_of[entry];
+// Masks row r of a span: scores of keys its pattern entry hides become -inf
+// (exactly zero probability, as with a -inf bias).
+void mask_row(const FlashAttention& a, const Span& sp, int64_t r, Scalar* row, int64_t vis) {
+  if (sp.entry < 0) return;
+  const int32_t m = a.sparsity->mask_of[sp.entry];
   if (m < 0) return;
-  const uint8_t* seen = a.sparsity->masks.data() + (int64_t{m} * kTile + r) * kTile;
+  const uint8_t* seen = a.sparsity->masks.data() + (int64_t{m} * kTile + r) * kTile + sp.c0;
   for (int64_t j = 0; j < vis; ++j)
     if (!seen[j]) row[j] = -kInf;
 }
@@ -285,8 +297,8 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
   std::fill(ws.m.begin(), ws.m.end(), -kInf);
   std::fill(ws.l.begin(), ws.l.end(), 0.0f);
   std::fill(o, o + n * s.Dv, 0.0f);
-  for_each_key_tile(a, i0 / kTile, kend, [&](int64_t j0, int64_t entry) {
-    const int64_t nk = std::min(kTile, s.Tk - j0);
+  for_each_key_tile(a, i0 / kTile, kend, [&](const Span& sp) {
+    const int64_t j0 = sp.j0, nk = sp.nk;
     transpose_tile(hd.k + j0 * hd.ks, hd.ks, nk, s.D, ws.kt.data());
     for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
       const int64_t w = round_up(nk_g);
@@ -296,7 +308,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
         Scalar* row = ws.s.data() + r * kTile;
         const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
         const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
-        mask_row(a, entry, r, row, vis);
+        mask_row(a, sp, r, row, vis);
         const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
         if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
         if (a.dropout_p > 0) {
@@ -329,7 +341,8 @@ struct Grads {
 // Recomputes rows [r0, r1) of the tile pair (query rows i0 + [0, n), keys
 // j0 + [0, nk_g)) into ws.s (P~) and ws.dp (scale dS). kt, vt hold the key tile.
 void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
-                     int64_t j0, int64_t nk_g, int64_t entry) {
+                     const Span& sp, int64_t nk_g) {
+  const int64_t j0 = sp.j0;
   const FlashAttentionShape& s = a.s;
   const Head& hd = ws.head;
   const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(s.D));
@@ -342,7 +355,7 @@ void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int
     const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
     Scalar* row = ws.s.data() + r * kTile;
     const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
-    mask_row(a, entry, r, row, vis);
+    mask_row(a, sp, r, row, vis);
     const Scalar* keep = nullptr;
     if (a.dropout_p > 0) {
       keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
@@ -366,16 +379,17 @@ void store_rows(const Scalar* acc, int64_t rows, int64_t cols, const HeadOut& ou
   for (int64_t r = 0; r < rows; ++r) std::copy(acc + r * cols, acc + (r + 1) * cols, row_of(out, s, bh, t0 + r));
 }
 
-// Per key group: dv[0, nk_g) += P~^T dY, dk[0, nk_g) += scale dS^T Q over rows [r0, r1).
+// Per key group: dv[c0, c0 + nk_g) += P~^T dY, dk[c0, c0 + nk_g) += scale dS^T Q over rows [r0, r1)
+// (c0: the span's first column in its key tile).
 void accumulate_dkv(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
-                    int64_t nk_g) {
+                    int64_t nk_g, int64_t c0) {
   const FlashAttentionShape& s = a.s;
   const Head& hd = ws.head;
   const int64_t rows = r1 - r0;
   product(ws.s.data() + r0 * kTile, 1, kTile, nk_g, rows, row_of(g.dy, s, hd.bh, i0 + r0), g.dy.st, s.Dv,
-          ws.acc_v.data(), s.Dv, true);
-  product(ws.dp.data() + r0 * kTile, 1, kTile, nk_g, rows, hd.q + (i0 + r0) * hd.qs, hd.qs, s.D, ws.acc_k.data(), s.D,
-          true);
+          ws.acc_v.data() + c0 * s.Dv, s.Dv, true);
+  product(ws.dp.data() + r0 * kTile, 1, kTile, nk_g, rows, hd.q + (i0 + r0) * hd.qs, hd.qs, s.D,
+          ws.acc_k.data() + c0 * s.D, s.D, true);
 }
 
 // dq for query rows i0 + [0, n): sum over key tiles of scale dS K.
@@ -384,11 +398,11 @@ void dq_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0)
   const Head& hd = ws.head;
   const int64_t n = std::min(kTile, s.Tq - i0), kend = key_end(a, i0 + n);
   std::fill(ws.acc_q.begin(), ws.acc_q.begin() + n * s.D, 0.0f);
-  for_each_key_tile(a, i0 / kTile, kend, [&](int64_t j0, int64_t entry) {
-    const int64_t nk = std::min(kTile, s.Tk - j0);
+  for_each_key_tile(a, i0 / kTile, kend, [&](const Span& sp) {
+    const int64_t j0 = sp.j0, nk = sp.nk;
     load_key_tile(a, ws, j0, nk);
     for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g, entry);
+      recompute_group(a, ws, g, i0, r0, r1, sp, nk_g);
       product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
               ws.acc_q.data() + r0 * s.D, s.D, true);
     });
@@ -402,24 +416,28 @@ void dkv_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t j0
   const int64_t nk = std::min(kTile, s.Tk - j0);
   std::fill(ws.acc_k.begin(), ws.acc_k.begin() + nk * s.D, 0.0f);
   std::fill(ws.acc_v.begin(), ws.acc_v.begin() + nk * s.Dv, 0.0f);
-  load_key_tile(a, ws, j0, nk);
-  const auto query_tile = [&](int64_t i0, int64_t entry) {
+  Span loaded{-1, 0, -1, 0};  // the keys in ws.kt, ws.vt
+  const auto query_tile = [&](int64_t i0, const Span& sp) {
+    if (sp.j0 != loaded.j0 || sp.nk != loaded.nk) load_key_tile(a, ws, sp.j0, sp.nk);
+    loaded = sp;
     const int64_t n = std::min(kTile, s.Tq - i0);
-    for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-      recompute_group(a, ws, g, i0, r0, r1, j0, nk_g, entry);
-      accumulate_dkv(a, ws, g, i0, r0, r1, nk_g);
+    for_each_group(a, i0, n, sp.j0, sp.nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
+      recompute_group(a, ws, g, i0, r0, r1, sp, nk_g);
+      accumulate_dkv(a, ws, g, i0, r0, r1, nk_g, sp.c0);
     });
   };
-  const int64_t first = a.causal ? std::max<int64_t>(0, j0 - (s.Tk - s.Tq)) : 0;  // first query that sees j0
+  const int64_t u = j0 / kTile;
   if (a.sparsity == nullptr) {
-    for (int64_t i0 = first / kTile * kTile; i0 < s.Tq; i0 += kTile) query_tile(i0, -1);
+    const int64_t first = a.causal ? std::max<int64_t>(0, j0 - (s.Tk - s.Tq)) : 0;  // first query that sees j0
+    for (int64_t i0 = first / kTile * kTile; i0 < s.Tq; i0 += kTile) query_tile(i0, span_of(a, u, -1));
   } else {
     const BlockSparsity& p = *a.sparsity;
-    const int64_t u = j0 / kTile;
     for (int64_t c = p.col_start[u]; c < p.col_start[u + 1]; ++c) {
       const int64_t e = p.col_entry[c];
       const int64_t qt = std::upper_bound(p.row_start.begin(), p.row_start.end(), e) - p.row_start.begin() - 1;
-      if ((qt + 1) * kTile > first) query_tile(qt * kTile, e);
+      const Span sp = span_of(a, u, e);
+      const int64_t first = a.causal ? std::max<int64_t>(0, sp.j0 - (s.Tk - s.Tq)) : 0;  // first query seeing it
+      if ((qt + 1) * kTile > first) query_tile(qt * kTile, sp);
     }
   }
   store_rows(ws.acc_k.data(), nk, s.D, g.dk, s, ws.head.bh, j0);
@@ -446,13 +464,14 @@ void head_single_query_tile(const FlashAttention& a, Workspace& ws, const Grads&
       listed = it != last && *it == j0 / kTile;
       if (listed) entry = it - p.key_tile.begin();
     }
-    if (j0 < kend && listed) {
-      load_key_tile(a, ws, j0, nk);
-      for_each_group(a, 0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-        recompute_group(a, ws, g, 0, r0, r1, j0, nk_g, entry);
-        product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
+    const Span sp = span_of(a, j0 / kTile, entry);
+    if (sp.j0 < kend && listed) {
+      load_key_tile(a, ws, sp.j0, sp.nk);
+      for_each_group(a, 0, n, sp.j0, sp.nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
+        recompute_group(a, ws, g, 0, r0, r1, sp, nk_g);
+        product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + sp.j0 * hd.ks, hd.ks, s.D,
                 ws.acc_q.data() + r0 * s.D, s.D, true);
-        accumulate_dkv(a, ws, g, 0, r0, r1, nk_g);
+        accumulate_dkv(a, ws, g, 0, r0, r1, nk_g, sp.c0);
       });
     }
     store_rows(ws.acc_k.data(), nk, s.D, g.dk, s, hd.bh, j0);
@@ -509,13 +528,20 @@ void BlockSparsity::add(int32_t u, const uint8_t* mask) {
   key_tile.push_back(u);
   if (mask == nullptr) {
     mask_of.push_back(-1);
+    col_lo.push_back(0);
+    col_hi.push_back(static_cast<int16_t>(cols));
     pairs += rows * cols;
     return;
   }
   mask_of.push_back(static_cast<int32_t>(masks.size() / (kTile * kTile)));
   masks.insert(masks.end(), mask, mask + kTile * kTile);
+  int64_t lo = cols, hi = 0;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) pairs += mask[r * kTile + c] != 0;
+    for (int64_t c = 0; c < cols; ++c)
+      if (mask[r * kTile + c] != 0) ++pairs, lo = std::min(lo, c), hi = std::max(hi, c + 1);
+  if (hi == 0) lo = 0;  // nothing visible: an empty span
+  col_lo.push_back(static_cast<int16_t>(lo));
+  col_hi.push_back(static_cast<int16_t>(hi));
 }
 
 void BlockSparsity::end_row() {

@@ -89,6 +89,7 @@ struct BlockSparsity {
   std::vector<int64_t> row_start{0};   // CSR: entries row_start[t] .. row_start[t + 1] of query tile t
   std::vector<int32_t> key_tile;       // per entry, ascending within a row
   std::vector<int32_t> mask_of;        // per entry: its mask's index in masks, or -1 (all visible)
+  std::vector<int16_t> col_lo, col_hi;  // per entry: the columns some row sees, [lo, hi); only they are computed
   std::vector<uint8_t> masks;          // 64 x 64 bytes per masked entry
   std::vector<int64_t> col_start;      // CSC (finish()): entries of key tile u, by ascending query tile,
   std::vector<int32_t> col_entry;      //   are col_entry[col_start[u] .. col_start[u + 1])
