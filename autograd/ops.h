@@ -91,6 +91,10 @@ std::vector<Var> split(const Var& x, const std::vector<int64_t>& sizes, int axis
 // columns [h*D, (h+1)*D) of each, as {q, k, v} (B, H, T, D) views (no copy).
 //   dqkv = the three gradients written back into one (B, T, 3C) buffer
 std::vector<Var> split_heads(const Var& qkv, int64_t n_head);
+// Rows of x (..., T, D) picked along T: y[..., t, :] = x[..., index[..., t], :] -> (..., Tout, D).
+// index is (Tout) (the same rows for every leading index) or x's leading dims and Tout
+// (e.g. (B, H, Tout): a permutation per head). dx[..., index[..., t], :] += g[..., t, :].
+Var gather_rows(const Var& x, const IndexTensor& index);
 Var contiguous(const Var& x);                           // row-major copy          dx = g
 Var detach(const Var& x);                               // stop-gradient           dx = 0
 

@@ -29,6 +29,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -69,16 +71,23 @@ Tensor random(const Shape& s, Rng& rng) {
   return t;
 }
 
-// One forward + backward of the kind on (B, 1, N, D) inputs (`tiles`: a sparse kind's pattern).
-void step(const std::string& kind, const std::vector<Var>& in, const Tensor& upstream,
-          const std::shared_ptr<const kernels::BlockSparsity>& tiles) {
+// A sparse kind's pattern with its tiles at one N, built before timing.
+struct Sparse {
+  const SparsePattern* pattern = nullptr;
+  std::map<int64_t, std::shared_ptr<const kernels::BlockSparsity>> tiles;  // by head group
+  int64_t pairs = 0, tile_count = 0;                                        // over the groups, per head
+};
+
+// One forward + backward of the kind on (B, H, N, D) inputs.
+void step(const std::string& kind, const std::vector<Var>& in, const Tensor& upstream, const Sparse* sparse) {
   Var y;
-  if (tiles) {
-    y = block_sparse_attention(in[0], in[1], in[2], tiles);  // (B, 1, N, D)
+  if (sparse) {
+    y = sparse_attention(*sparse->pattern, in[0], in[1], in[2], {}, 0, 0, 0, nullptr,
+                         [&](int64_t g, const SparsePattern&, const std::vector<int32_t>&) { return sparse->tiles.at(g); });
   } else if (kind == "softmax") {
     y = softmax_attention(in[0], in[1], in[2]);  // (B, 1, N, D)
-  } else if (kind == "softmax-fused") {
-    y = causal_attention(in[0], 1);  // qkv (B, N, 3D) -> (B, N, D)
+  } else if (kind == "softmax-fused" || kind == "softmax-fused-2") {
+    y = causal_attention(in[0], kind == "softmax-fused" ? 1 : 2);  // qkv (B, N, 3 H D) -> (B, N, H D)
   } else {
     y = linear_attention(add_scalar(elu(in[0]), 1.0f), add_scalar(elu(in[1]), 1.0f), in[2]);
   }
@@ -114,6 +123,8 @@ int run(int argc, char** argv) {
     cfg.options[o.substr(0, eq)] = static_cast<int64_t>(std::stoll(o.substr(eq + 1)));
   }
   const std::shared_ptr<const SparsePattern> pattern = sparse ? sparse->make(cfg) : nullptr;
+  // A pattern that splits heads into groups gets one head per group (and so does dense, beside it).
+  const int64_t heads = pattern && !pattern->head_groups().empty() ? static_cast<int64_t>(pattern->head_groups().size()) : 1;
   TAPEFORMER_CHECK(min_n >= 1 && max_n >= min_n && tokens >= max_n && repeats >= 1 && d >= 1,
                    "attention_scaling: need 1 <= min-n <= max-n <= tokens, repeats >= 1, head-dim >= 1");
   bench::MetricsFile metrics(out, "attention_scaling");
@@ -134,12 +145,24 @@ int run(int argc, char** argv) {
     if (kind == "softmax-fused") {
       in.emplace_back(random({B, N, 3 * d}, rng), true);
     } else {
-      for (int i = 0; i < 3; ++i) in.emplace_back(random({B, 1, N, d}, rng), true);
+      for (int i = 0; i < 3; ++i) in.emplace_back(random({B, heads, N, d}, rng), true);
     }
-    const Tensor upstream = random(kind == "softmax-fused" ? Shape{B, N, d} : Shape{B, 1, N, d}, rng);
-    const auto tiles = pattern ? tile_pattern(*pattern, N, N, 0, 0) : nullptr;
+    const Tensor upstream = random(kind == "softmax-fused" ? Shape{B, N, d} : Shape{B, heads, N, d}, rng);
+    std::unique_ptr<Sparse> tiles;
+    if (pattern) {
+      tiles = std::make_unique<Sparse>();
+      tiles->pattern = pattern.get();
+      const auto groups = pattern->head_groups();
+      for (int64_t g = 0; g < heads; ++g) {
+        const SparsePattern& pg = groups.empty() ? *pattern : *groups[static_cast<size_t>(g)];
+        const auto t = tile_pattern(pg, N, N, 0, 0, pg.order(0, N));
+        tiles->tiles[g] = t;
+        tiles->pairs += t->pairs;
+        tiles->tile_count += t->tiles();
+      }
+    }
     // Median time and peak bytes of one forward + backward.
-    const auto measure = [&](const std::string& k, const std::shared_ptr<const kernels::BlockSparsity>& t,
+    const auto measure = [&](const std::string& k, const Sparse* t,
                              const std::vector<Var>& x, const Tensor& up) {
       const auto clear = [&] {
         for (const Var& v : x) v.zero_grad();
@@ -158,7 +181,7 @@ int run(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       return std::pair<double, double>{ms[ms.size() / 2], static_cast<double>(Storage::peak_bytes())};
     };
-    const auto [ms, peak] = measure(kind, tiles, in, upstream);
+    const auto [ms, peak] = measure(kind, tiles.get(), in, upstream);
     const Point p{N, B, ms, peak};
     points.push_back(p);
     char line[768];
@@ -171,16 +194,17 @@ int run(int argc, char** argv) {
     if (tiles) {
       const auto [dense_ms, dense_peak] = measure("softmax", nullptr, in, upstream);
       const double causal_pairs = static_cast<double>(N) * static_cast<double>(N + 1) / 2;
-      const double pairs = static_cast<double>(tiles->pairs) / causal_pairs;
+      const double pairs = static_cast<double>(tiles->pairs) / (causal_pairs * static_cast<double>(heads));
       if (N == versus_n) {
-        const std::vector<Var> qkv{Var(random({B, N, 3 * d}, rng), true)};
-        const double stored_p_peak = measure("softmax-fused", nullptr, qkv, random({B, N, d}, rng)).second;
+        const std::vector<Var> qkv{Var(random({B, N, 3 * d * heads}, rng), true)};
+        const double stored_p_peak = measure(heads == 1 ? "softmax-fused" : "softmax-fused-2", nullptr, qkv,
+                                             random({B, N, d * heads}, rng)).second;
         versus = {N, ms / dense_ms, peak / stored_p_peak, peak / dense_peak, pairs};
       }
       len += std::snprintf(line + len, sizeof line - static_cast<size_t>(len),
                            ", \"dense_ms_per_sample\": %.4f, \"time_vs_dense\": %.4f, \"pairs_vs_dense\": %.5f, "
                            "\"tiles\": %lld",
-                           dense_ms / B, ms / dense_ms, pairs, static_cast<long long>(tiles->tiles()));
+                           dense_ms / B, ms / dense_ms, pairs, static_cast<long long>(tiles->tile_count));
     }
     std::snprintf(line + len, sizeof line - static_cast<size_t>(len), "}");
     metrics.write(line);

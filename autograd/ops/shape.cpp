@@ -1,7 +1,9 @@
 // Shape ops: views and copies that move elements without arithmetic.
 #include "autograd/function.h"
 #include "autograd/ops.h"
+#include "core/eigen.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace tapeformer {
 
@@ -157,6 +159,48 @@ Var contiguous(const Var& x) {
 Var detach(const Var& x) {
   TAPEFORMER_CHECK(x.defined(), "detach: undefined input");
   return Var(x.value(), false);
+}
+
+Var gather_rows(const Var& x, const IndexTensor& index) {
+  TAPEFORMER_CHECK(x.defined() && x.rank() >= 2, "gather_rows: x must be (..., T, D), got ",
+                   x.defined() ? x.shape() : Shape{});
+  const int64_t T = x.dim(-2), D = x.dim(-1), rows = x.numel() / (T * D);  // rows: the leading dims' product
+  const int64_t n = index.shape.empty() ? 0 : index.shape[-1];
+  const bool shared = index.shape.rank() == 1;
+  bool fits = shared || index.shape.rank() == x.rank() - 1;
+  for (int d = 0; fits && !shared && d < x.rank() - 2; ++d) fits = index.shape[d] == x.dim(d);
+  TAPEFORMER_CHECK(fits && n > 0, "gather_rows: index ", index.shape, " must be (Tout) or x's leading dims and Tout, x ",
+                   x.shape());
+  for (int64_t e = 0; e < index.numel(); ++e)
+    TAPEFORMER_CHECK(index.data[e] >= 0 && index.data[e] < T, "gather_rows: index ", index.data[e], " at ", e,
+                     " is outside the ", T, " rows of x ", x.shape());
+  Shape out_shape = x.shape();
+  out_shape[x.rank() - 2] = n;
+  const Tensor xc = x.value().contiguous();
+  Tensor y = Tensor::empty(out_shape);  // (..., Tout, D)
+  const auto row_index = [&index, shared, n](int64_t r) { return index.data.data() + (shared ? 0 : r * n); };
+  parallel::parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int32_t* idx = row_index(r);
+      for (int64_t t = 0; t < n; ++t)
+        std::copy_n(xc.data() + (r * T + idx[t]) * D, D, y.data() + (r * n + t) * D);
+    }
+  });
+  Var out = make_result(y, {&x});
+  record_backward(out, [x, index, rows, T, D, n, shared](const Tensor& g_in) {
+    const Tensor g = g_in.contiguous();
+    Tensor dx = Tensor::zeros(x.shape());
+    // Scatter-add, each leading row by one task in index order: repeated indices accumulate deterministically.
+    parallel::parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int32_t* idx = index.data.data() + (shared ? 0 : r * n);
+        for (int64_t t = 0; t < n; ++t)
+          eigen::array(dx.data() + (r * T + idx[t]) * D, D) += eigen::array(g.data() + (r * n + t) * D, D);
+      }
+    });
+    accumulate_grad(x, dx, "gather_rows");
+  });
+  return out;
 }
 
 }  // namespace tapeformer

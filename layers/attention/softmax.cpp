@@ -120,18 +120,14 @@ bool MultiHeadAttention::plain() const {
   return !n.rotates_qk && !n.score_bias && !n.relative_terms && pattern_ == nullptr;
 }
 
-std::shared_ptr<const kernels::BlockSparsity> MultiHeadAttention::tiles(int64_t Tq, int64_t Tk, int64_t q0,
-                                                                        int64_t k0) const {
+std::shared_ptr<const kernels::BlockSparsity> MultiHeadAttention::tiles(int64_t group, const SparsePattern& p,
+                                                                        const std::vector<int32_t>& order, int64_t Tq,
+                                                                        int64_t Tk, int64_t q0, int64_t k0) const {
   const std::lock_guard<std::mutex> lock(tiles_mutex_);
-  auto& slot = tiles_[{Tq, Tk, q0, k0}];
-  if (!slot) {
-    if (tiles_.size() > 64) {  // generation moves q0 on every token: keep the table small
-      tiles_.clear();
-      return tiles_[{Tq, Tk, q0, k0}] = tile_pattern(*pattern_, Tq, Tk, q0, k0);
-    }
-    slot = tile_pattern(*pattern_, Tq, Tk, q0, k0);
-  }
-  return slot;
+  const std::array<int64_t, 5> key{group, Tq, Tk, q0, k0};
+  if (const auto it = tiles_.find(key); it != tiles_.end()) return it->second;
+  if (tiles_.size() >= 64) tiles_.clear();  // generation moves q0 on every token: keep the table small
+  return tiles_[key] = tile_pattern(p, Tq, Tk, q0, k0, order);
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
@@ -141,7 +137,10 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
   const std::vector<Tensor> bias = pos.score_bias(n_head, Tq, Tk, q0, k0);
   if (pattern_) {
     TAPEFORMER_CHECK(!pos.needs().relative_terms, "sparse attention has no per-pair score terms");
-    return block_sparse_attention(q, k, v, tiles(Tq, Tk, q0, k0), bias, /*causal=*/true, p, rng);
+    return sparse_attention(*pattern_, q, k, v, bias, q0, k0, p, rng,
+                            [&](int64_t group, const SparsePattern& pg, const std::vector<int32_t>& order) {
+                              return tiles(group, pg, order, Tq, Tk, q0, k0);
+                            });
   }
   if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, /*causal=*/true, p, rng);
   // Learned per-(i, j) terms: the scores exist as a tensor, so compose.

@@ -110,12 +110,14 @@ class MultiHeadAttention : public Attention {
   // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at k0.., causal, -> (B, H, Tq, D).
   Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
   bool plain() const;  // no positional terms inside the layer, dense
-  // The pattern's tiles for queries at q0.. over keys at k0.., built once per shape and kept.
-  std::shared_ptr<const kernels::BlockSparsity> tiles(int64_t Tq, int64_t Tk, int64_t q0, int64_t k0) const;
+  // A head group's tiles for queries at q0.. over keys at k0.., built once per shape and kept.
+  std::shared_ptr<const kernels::BlockSparsity> tiles(int64_t group, const SparsePattern& p,
+                                                      const std::vector<int32_t>& order, int64_t Tq, int64_t Tk,
+                                                      int64_t q0, int64_t k0) const;
 
   std::shared_ptr<const SparsePattern> pattern_;  // null: dense
   mutable std::mutex tiles_mutex_;                // data-parallel shards run one layer at once
-  mutable std::map<std::array<int64_t, 4>, std::shared_ptr<const kernels::BlockSparsity>> tiles_;
+  mutable std::map<std::array<int64_t, 5>, std::shared_ptr<const kernels::BlockSparsity>> tiles_;
 };
 
 }  // namespace tapeformer

@@ -8,12 +8,14 @@
 //
 //   model.attention   query i sees key j <= i when
 //   "window"          i - j < window                                   (local attention)
+//   "strided"         half the heads: i - j < stride; the other half: (i - j) % stride == 0
+//                                                                     (Child et al. 2019, heads split)
 //   "fixed"           j / block == i / block, or j % block >= block - summary   (Child et al. 2019)
 //   "longformer"      (i - j) % dilation == 0 and (i - j) / dilation < window, or j < global, or i < global
 //   "bigbird"         i - j < window, or j < global, or i < global, or block j / block is one of
 //                     random_blocks earlier blocks drawn for block i / block (Zaheer et al. 2020)
 //
-// with window = model.window, block = model.sparse_block, summary =
+// with window = model.window, stride = model.stride, block = model.sparse_block, summary =
 // model.summary, dilation = model.dilation, global = model.global_tokens,
 // random_blocks = model.random_blocks (BigBird's draw is a hash of
 // model.sparse_seed and the query block: the same in every layer, and saved
@@ -51,12 +53,36 @@ class SparsePattern {
   // Appends key ranges [lo, hi) that cover every key some query in [i0, i1)
   // sees (a superset is fine: only the tiles they touch are tested).
   virtual void candidates(int64_t i0, int64_t i1, std::vector<std::pair<int64_t, int64_t>>& ranges) const = 0;
+
+  // Heads in groups with patterns of their own: heads [g H / G, (g + 1) H / G)
+  // use head_groups()[g]. Empty (the default): every head uses this pattern.
+  virtual std::vector<std::shared_ptr<const SparsePattern>> head_groups() const { return {}; }
+  // An order of the positions p0 .. p0 + T - 1 (offsets in [0, T)) in which
+  // the pattern's pairs fall into few tiles: self-attention over T positions
+  // then runs with q, k, v gathered into that order and the output gathered
+  // back (strided's residue classes). Empty (the default): position order.
+  virtual std::vector<int32_t> order(int64_t p0, int64_t T) const { return {}; }
+  // With an order: key ranges, in ordered indices, covering what the queries
+  // at ordered indices [a0, a1) see.
+  virtual void ordered_candidates(int64_t a0, int64_t a1, int64_t p0, int64_t T,
+                                  std::vector<std::pair<int64_t, int64_t>>& ranges) const {}
 };
 
 // The kernel's tiles for queries at positions q0 + [0, Tq) over keys at
 // k0 + [0, Tk): every tile with a visible pair, masked where not all are.
+// With `order` (p.order(q0, Tq), and Tq == Tk, q0 == k0), row and column a
+// stand for position q0 + order[a], and causality is in the masks (run the
+// kernel with causal = false).
 std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
-                                                           int64_t k0);
+                                                           int64_t k0, const std::vector<int32_t>& order = {});
+
+// Attention of q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at
+// k0.. through pattern p (its head groups and order), causal -> (B, H, Tq, D).
+// `tiles(group, p, order)` supplies (and may cache) the tiles of a group's pattern.
+using TileSource = std::function<std::shared_ptr<const kernels::BlockSparsity>(
+    int64_t group, const SparsePattern& p, const std::vector<int32_t>& order)>;
+Var sparse_attention(const SparsePattern& p, const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias,
+                     int64_t q0, int64_t k0, float dropout_p, Rng* rng, const TileSource& tiles);
 
 struct SparsePatternKind {
   std::string name;

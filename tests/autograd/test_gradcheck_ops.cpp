@@ -225,6 +225,10 @@ const std::vector<Row>& table() {
          Rng rng(3);
          return block_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], tiles, {}, true, 0.3f, &rng);
        }},
+      {"gather_rows one permutation for every head, transposed x", {transposed({2, 3, 5, 4})},
+       [](V v) { return gather_rows(v[0], ids({5}, {3, 0, 4, 1, 2})); }},
+      {"gather_rows per-row index with repeats and fewer rows", {any({2, 2, 5, 3})},
+       [](V v) { return gather_rows(v[0], ids({2, 2, 3}, {4, 4, 0, 1, 2, 3, 0, 0, 0, 2, 1, 4})); }},
       {"embedding repeated ids", {any({7, 5})}, [](V v) { return embedding(v[0], ids({3, 4}, {1, 6, 1, 0, 3, 3, 3, 2, 6, 5, 4, 1})); }},
       // ---- linear attention (positive features where the op needs them) ----
       {"causal_product (2,2,6,3) x (2,2,6,4), transposed a",

@@ -115,6 +115,47 @@ TEST_CASE("every sparse pattern equals dense softmax attention with its mask as 
   }
 }
 
+TEST_CASE("strided: its two head groups, the residue half run in residue order, equal dense attention with per-head masks") {
+  const auto strided = sparse_pattern_kinds().get("strided").make(with({{"stride", 9}}));
+  const auto groups = strided->head_groups();
+  REQUIRE(groups.size() == 2);
+  for (const auto& [Tq, Tk] : {std::pair<int64_t, int64_t>{200, 200}, {70, 200}}) {
+    CAPTURE(Tq);
+    const int64_t q0 = Tk - Tq, B = 2, H = 4, D = 8;
+    // Heads 0, 1 see the last 9 positions; heads 2, 3 every 9th back.
+    std::vector<Scalar> mask(static_cast<size_t>(H * Tq * Tk));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t j = 0; j < Tk; ++j)
+          mask[static_cast<size_t>((h * Tq + i) * Tk + j)] = groups[h < 2 ? 0 : 1]->sees(q0 + i, j) ? 0.0f : -kInf;
+    const Tensor bias = Tensor::from({1, H, Tq, Tk}, mask);
+    Rng rng(11);
+    const Tensor q = random({B, H, Tq, D}, rng), k = random({B, H, Tk, D}, rng), v = random({B, H, Tk, D}, rng);
+    const Tensor R = random({B, H, Tq, D}, rng);
+    const auto tiles = [&](int64_t, const SparsePattern& p, const std::vector<int32_t>& order) {
+      return tile_pattern(p, Tq, Tk, q0, 0, order);
+    };
+    const Run a = run([&](const std::vector<Var>& x) { return sparse_attention(*strided, x[0], x[1], x[2], {}, q0, 0, 0, nullptr, tiles); },
+                      {q, k, v}, R);
+    const Run b = run([&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {bias}); }, {q, k, v}, R);
+    check_close(a.y, b.y, "value", 1e-5);
+    for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
+  }
+  // In residue order each class of T / l positions is one causal block: tiles cover the classes, not all of T.
+  const auto residue = groups[1];
+  const std::vector<int32_t> order = residue->order(0, 1024);
+  CHECK(order[0] == 0);
+  CHECK(order[1] == 9);  // 0, 9, 18, ... then 1, 10, ...
+  const auto ordered = tile_pattern(*residue, 1024, 1024, 0, 0, order);
+  int64_t pairs = 0;
+  for (int64_t c = 0; c < 9; ++c) {
+    const int64_t n = (1024 - 1 - c) / 9 + 1;
+    pairs += n * (n + 1) / 2;
+  }
+  CHECK(ordered->pairs == pairs);
+  CHECK(ordered->tiles() * 3 < tile_pattern(*residue, 1024, 1024, 0, 0)->tiles());  // compact, unlike position order
+}
+
 TEST_CASE("sparse patterns: the pair counts and tiles the definitions give") {
   const ModelConfig w64 = with({{"window", 64}});
   const auto window = sparse_pattern_kinds().get("window").make(w64);

@@ -44,7 +44,7 @@ ModelConfig config_of(const Arch& a, int64_t layers = 2, int64_t width = 16, int
   if (a.positional != "shaw") c.options.erase("rel_clip");
   // Sparse patterns small enough that a 12-token sequence is sparse: every
   // query misses some earlier keys (the masks, not just causality, are tested).
-  const std::vector<std::pair<const char*, int64_t>> sparse{{"window", 3},        {"sparse_block", 4}, {"summary", 1},
+  const std::vector<std::pair<const char*, int64_t>> sparse{{"window", 3},        {"sparse_block", 4}, {"summary", 1}, {"stride", 3},
                                                             {"dilation", 2},      {"global_tokens", 2},
                                                             {"random_blocks", 1}};
   if (const AttentionKind* kind = attention_kinds().find(a.attention))
@@ -285,7 +285,7 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           "model.block \"standard\"",
           {{"window", int64_t{3}}});
   refused({"flash", "learned", ""},
-          "model.attention: unknown kind \"flash\" (known: softmax, linear, window, fixed, longformer, bigbird)");
+          "model.attention: unknown kind \"flash\" (known: softmax, linear, window, strided, fixed, longformer, bigbird)");
   refused({"softmax", "xpos", ""},
           "model.positional: unknown kind \"xpos\" (known: learned, sinusoidal, rope, alibi, shaw, txl)");
   // Setting an option to its default with another kind is harmless.
