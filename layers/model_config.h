@@ -51,6 +51,9 @@ struct ModelConfig {
   std::string positional = "learned";  // "learned" | "sinusoidal" | "rope" | "alibi" | "shaw" | "txl" (layers/positional/positional.h)
   std::string block = "standard";  // how the layers are wired: "standard" | "reversible" | "post_ln" | "gtrxl" (layers/block/block.h)
   std::map<std::string, OptionValue> options;  // kind-specific keys by name (without "model.")
+  // Causal self-attention (every language model). A non-causal model (an
+  // encoder, examples/linformer_encoder) sets it false in C++; configs cannot.
+  bool causal = true;
 
   // The value of a declared option: set in `options`, else its default.
   // Error if no registered kind declares it or it has another type.

@@ -11,10 +11,12 @@ namespace tapeformer {
 // Each kind's entry, defined in its own file.
 AttentionKind softmax_attention_kind();  // softmax.cpp
 AttentionKind linear_attention_kind();   // linear.cpp
+AttentionKind linformer_attention_kind();  // linformer.cpp
 
 Registry<AttentionKind>& attention_kinds() {
   static Registry<AttentionKind> kinds = [] {
-    Registry<AttentionKind> r("model.attention", {softmax_attention_kind(), linear_attention_kind()});
+    Registry<AttentionKind> r("model.attention",
+                              {softmax_attention_kind(), linear_attention_kind(), linformer_attention_kind()});
     for (const SparsePatternKind& p : sparse_pattern_kinds().kinds()) r.add(sparse_attention_kind(p));  // sparse.h
     return r;
   }();
