@@ -179,6 +179,13 @@ Var causal_product(const Var& a, const Var& b, const Var& v);
 //   dq_i = al_i (rho_i - al_i . rho_i), dv_j = sum_{i>=j} sum_d al_id beta_ijd dy_i,
 //   dk_jd = sum_{i>=j} al_id beta_ijd (dy_i . v_j - rho_id); the causal kernel keeps only running C x M sums.
 Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal = true);
+// Causal linear attention on log-features a, b (B, H, T, R), v (B, H, T, M) -> (B, H, T, M):
+//   y_i = sum_r e^(a_ir) S_ir / sum_r e^(a_ir) z_ir, S_ir = sum_{j<=i} e^(b_jr) v_j, z_ir = sum_{j<=i} e^(b_jr),
+// kept with running maxes so no exponent is positive (core/kernels/favor.h; Performer's FAVOR+ features
+// e^(w . x' - |x'|^2 / 2) are passed as their logs). With P_ijr = e^(b_jr + a_ir) / den_i:
+//   da_ir = sum_j P_ijr (g_i . v_j - g_i . y_i), db_jr = sum_{i>=j} P_ijr (g_i . v_j - g_i . y_i),
+//   dv_j = sum_{i>=j} sum_r P_ijr g_i
+Var favor_attention(const Var& a, const Var& b, const Var& v);
 
 // ---- gates (autograd/ops/gates.cpp) -------------------------------------------
 // GTrXL's GRU-type gate (SPEC §5.2) of the residual stream x and a branch

@@ -229,6 +229,10 @@ const std::vector<Row>& table() {
        [](V v) { return gather_rows(v[0], ids({5}, {3, 0, 4, 1, 2})); }},
       {"gather_rows per-row index with repeats and fewer rows", {any({2, 2, 5, 3})},
        [](V v) { return gather_rows(v[0], ids({2, 2, 3}, {4, 4, 0, 1, 2, 3, 0, 0, 0, 2, 1, 4})); }},
+      {"favor_attention (1, 2, 6, 3) log-features, v (.., 4), transposed b", {any({1, 2, 6, 3}), transposed({1, 2, 6, 3}), any({1, 2, 6, 4})},
+       [](V v) { return favor_attention(v[0], v[1], v[2]); }},
+      {"favor_attention, log-features around 20 (stabilisers at work)", {any({1, 1, 5, 3}), any({1, 1, 5, 3}), any({1, 1, 5, 2})},
+       [](V v) { return favor_attention(add_scalar(mul_scalar(v[0], 4.0f), 20.0f), add_scalar(mul_scalar(v[1], 4.0f), 20.0f), v[2]); }},
       {"embedding repeated ids", {any({7, 5})}, [](V v) { return embedding(v[0], ids({3, 4}, {1, 6, 1, 0, 3, 3, 3, 2, 6, 5, 4, 1})); }},
       // ---- linear attention (positive features where the op needs them) ----
       {"causal_product (2,2,6,3) x (2,2,6,4), transposed a",
