@@ -132,23 +132,32 @@ void Module::alias_parameters(const Module& source) {
                      "' has shape ", mine[i].second.shape(), " here but ", theirs[i].second.shape(),
                      " in the source");
   }
-  const NamedTensors my_buffers = named_buffers(), their_buffers = source.named_buffers();
-  TAPEFORMER_CHECK(my_buffers.size() == their_buffers.size(), "alias_parameters: ", my_buffers.size(),
-                   " buffers here but ", their_buffers.size(), " in the source");
-  for (size_t i = 0; i < my_buffers.size(); ++i)
-    TAPEFORMER_CHECK(my_buffers[i].first == their_buffers[i].first &&
-                         my_buffers[i].second.shape() == their_buffers[i].second.shape(),
-                     "alias_parameters: buffer '", my_buffers[i].first, "' does not match the source's '",
-                     their_buffers[i].first, "'");
+  copy_buffers_from(source);
   for (size_t i = 0; i < mine.size(); ++i) {
     Node* n = mine[i].second.node();
     n->value = theirs[i].second.value();
     n->grad = Tensor();
   }
+}
+
+void Module::copy_buffers_from(const Module& source) {
+  const NamedTensors my_buffers = named_buffers(), their_buffers = source.named_buffers();
+  TAPEFORMER_CHECK(my_buffers.size() == their_buffers.size(), "copy_buffers_from: ", my_buffers.size(),
+                   " buffers here but ", their_buffers.size(), " in the source");
+  for (size_t i = 0; i < my_buffers.size(); ++i)
+    TAPEFORMER_CHECK(my_buffers[i].first == their_buffers[i].first &&
+                         my_buffers[i].second.shape() == their_buffers[i].second.shape(),
+                     "copy_buffers_from: buffer '", my_buffers[i].first, "' does not match the source's '",
+                     their_buffers[i].first, "'");
   for (size_t i = 0; i < my_buffers.size(); ++i) {
     Tensor dst = my_buffers[i].second;
     dst.copy_from(their_buffers[i].second);
   }
+}
+
+void Module::optimizer_stepped(int64_t step) {
+  after_optimizer_step(step);
+  for (auto& c : children_) c.second->optimizer_stepped(step);
 }
 
 }  // namespace tapeformer

@@ -59,8 +59,19 @@ class Module {
   // (train/data_parallel.h). Names and shapes must match; the error names the
   // first mismatch.
   void alias_parameters(const Module& source);
+  // Copies the source's buffer values into this module's (same architecture;
+  // the error names the first mismatch): replicas catch up with state a
+  // layer changed between steps.
+  void copy_buffers_from(const Module& source);
+
+  // Tells this module and its children that the optimizer made its step
+  // number `step` (1, 2, ...; train_step calls it on the model): a layer whose
+  // state moves between steps (random features redrawn, spans clamped)
+  // overrides after_optimizer_step.
+  void optimizer_stepped(int64_t step);
 
  protected:
+  virtual void after_optimizer_step(int64_t /*step*/) {}
   Var register_parameter(const std::string& name, Tensor value);
   // Registers an existing Var (e.g. a tied weight owned by another module).
   Var register_parameter(const std::string& name, const Var& var);

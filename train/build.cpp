@@ -91,6 +91,7 @@ StepResult train_step(const TrainConfig& c, int64_t step, DataParallel& shards, 
   optimizer.step(c.optimizer.grad_clip > 0 ? clip_coefficient(r.grad_norm, static_cast<float>(c.optimizer.grad_clip))
                                            : 1.0f);
   optimizer.zero_grad();
+  shards.optimizer_stepped(step + 1);  // layers that move between steps (FAVOR+ redraws), replicas synced
   return r;
 }
 

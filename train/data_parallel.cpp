@@ -33,6 +33,15 @@ DataParallel::DataParallel(TransformerLM& model, int shards) : model_(model) {
   }
 }
 
+void DataParallel::optimizer_stepped(int64_t step) {
+  model_.optimizer_stepped(step);
+  sync_buffers();
+}
+
+void DataParallel::sync_buffers() {
+  for (auto& r : replicas_) r->copy_buffers_from(model_);
+}
+
 double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_rng, SegmentMemory* memory) {
   const int64_t B = batch.inputs.shape.rank() == 2 ? batch.inputs.shape[0] : 0;
   TAPEFORMER_CHECK(B >= 1, "DataParallel: expected a (B, T) batch with B >= 1, got ", batch.inputs.shape);

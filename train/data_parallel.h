@@ -54,6 +54,11 @@ class DataParallel {
   // of each layer's memory belongs to row r of the batch), each shard reads
   // and updates its rows of it.
   double train_batch(const Batch& batch, float scale, Rng& dropout_rng, SegmentMemory* memory = nullptr);
+  // After optimizer step number `step`: Module::optimizer_stepped on the
+  // model, then the replicas copy its buffers (parameters are shared already).
+  void optimizer_stepped(int64_t step);
+  // The replicas copy the model's buffers (after loading a checkpoint into it).
+  void sync_buffers();
 
   // Mean loss of each batch without gradients (the model must be in eval mode
   // for deterministic results), batches spread over the threads.

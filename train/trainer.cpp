@@ -357,6 +357,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
   if (adjust) adjust(s.cfg);
   s.build(load_tokenizer(c.tokenizer));
   s.model->load_state(c.model);
+  s.shards->sync_buffers();  // the replicas were built before the checkpoint's buffers (FAVOR+ features) loaded
   s.optimizer->load_state(c.optimizer, c.optimizer_step);
   const std::string what = "checkpoint '" + s.checkpoint_path() + "': cannot decode the batch sampler";
   if (s.train_streams) {

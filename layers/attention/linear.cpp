@@ -3,7 +3,10 @@
 #include <cmath>
 #include <limits>
 
+#include <Eigen/QR>
+
 #include "core/error.h"
+#include "core/kernels/favor.h"
 #include "core/kernels/linear_attention.h"
 
 namespace tapeformer {
@@ -12,7 +15,32 @@ LinearAttention::FeatureMap parse_feature_map(const std::string& name) {
   if (name == "elu1") return LinearAttention::FeatureMap::Elu1;
   if (name == "cos") return LinearAttention::FeatureMap::Cos;
   if (name == "efficient") return LinearAttention::FeatureMap::Efficient;
-  fail("model.feature_map must be \"elu1\", \"cos\" or \"efficient\", got \"", name, "\"");
+  if (name == "favor") return LinearAttention::FeatureMap::Favor;
+  fail("model.feature_map must be \"elu1\", \"cos\", \"efficient\" or \"favor\", got \"", name, "\"");
+}
+
+Tensor orthogonal_random_features(int64_t D, int64_t m, Rng& rng) {
+  Tensor w = Tensor::empty({D, m});  // (D, m)
+  Eigen::MatrixXf g(D, D);
+  for (int64_t c0 = 0; c0 < m; c0 += D) {
+    for (int64_t i = 0; i < D; ++i)
+      for (int64_t j = 0; j < D; ++j) g(i, j) = rng.normal();
+    const Eigen::HouseholderQR<Eigen::MatrixXf> qr(g);
+    Eigen::MatrixXf q = qr.householderQ();  // orthonormal columns
+    // Householder fixes the signs of R's diagonal, which biases Q's columns (the first one's first
+    // entry is never positive); Q diag(sign(diag R)) is Haar-distributed, each column uniform on the sphere.
+    for (int64_t c = 0; c < D; ++c)
+      if (qr.matrixQR()(c, c) < 0) q.col(c) = -q.col(c);
+    for (int64_t c = c0; c < std::min(m, c0 + D); ++c) {
+      float len2 = 0;  // |fresh Gaussian|: chi with D degrees of freedom
+      for (int64_t i = 0; i < D; ++i) {
+        const float x = rng.normal();
+        len2 += x * x;
+      }
+      for (int64_t i = 0; i < D; ++i) w.at({i, c}) = q(i, c - c0) * std::sqrt(len2);
+    }
+  }
+  return w;
 }
 
 // ---- LinearAttentionState -----------------------------------------------------
@@ -37,6 +65,15 @@ LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<Positio
       n_embd(cfg.n_embd),
       n_head(cfg.n_head),
       feature_map(parse_feature_map(cfg.option_string("feature_map"))) {
+  if (feature_map == FeatureMap::Favor) {
+    const int64_t D = cfg.n_embd / std::max<int64_t>(1, cfg.n_head);
+    n_features = cfg.option_int("n_features");
+    if (n_features == 0) n_features = std::max<int64_t>(1, std::llround(static_cast<double>(D) * std::log(std::max<int64_t>(D, 2))));
+    feature_redraw = cfg.option_int("feature_redraw");
+    feature_seed_ = rng.next_u64();  // the init stream: a replica or a resumed model draws the same
+    omega = register_buffer("omega", Tensor::zeros({D, n_features}));
+    draw_features(0);
+  }
   TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "LinearAttention: n_embd ", n_embd,
                    " is not divisible by n_head ", n_head);
   TAPEFORMER_CHECK(!(positional().needs().score_bias || positional().needs().relative_terms),
@@ -50,7 +87,23 @@ LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<Positio
 
 int64_t LinearAttention::feature_dim() const {
   const int64_t D = n_embd / n_head;
-  return feature_map == FeatureMap::Cos ? D + 1 : D;
+  return feature_map == FeatureMap::Cos ? D + 1 : feature_map == FeatureMap::Favor ? n_features : D;
+}
+
+void LinearAttention::draw_features(int64_t draw) {
+  Rng rng(feature_seed_ ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(draw + 1)));
+  omega.copy_from(orthogonal_random_features(n_embd / n_head, n_features, rng));
+}
+
+void LinearAttention::after_optimizer_step(int64_t step) {
+  if (feature_map == FeatureMap::Favor && feature_redraw > 0 && step % feature_redraw == 0)
+    draw_features(step / feature_redraw);
+}
+
+Var LinearAttention::log_features(const Var& x) const {
+  const float s = std::pow(static_cast<float>(x.dim(3)), -0.25f);
+  const Var xs = mul_scalar(x, s);                                                        // x' = x / D^(1/4)
+  return sub(matmul(xs, Var(omega)), mul_scalar(sum(mul(xs, xs), {-1}, true), 0.5f));  // (B, H, T, m)
 }
 
 Var LinearAttention::features(const Var& x) const {
@@ -70,6 +123,10 @@ Var LinearAttention::forward(const Var& x, Rng& rng) const {
   Var y;                                                        // (B, H, T, D)
   if (feature_map == FeatureMap::Efficient) {
     y = efficient_attention(q, k, v, /*causal=*/true);
+  } else if (feature_map == FeatureMap::Favor) {
+    // RoPE turns q and k themselves: the features then estimate e^(R_i q . R_j k / sqrt(D)).
+    const PositionalLayer& pos = positional();
+    y = favor_attention(log_features(pos.rotate(q, 0)), log_features(pos.rotate(k, 0)), v);
   } else {
     const Var a = features(q), b = features(k);  // (B, H, T, C)
     const PositionalLayer& pos = positional();
@@ -105,6 +162,12 @@ Var LinearAttention::forward(const Var& x, InferenceState& state) const {
     const Tensor qc = q.value().contiguous(), kc = k.value().contiguous();
     kernels::efficient_attention_recurrent(s.S.data(), s.z.data(), s.m.data(), qc.data(), kc.data(), vc.data(),
                                            y.data(), BH, T, D, D);
+  } else if (feature_map == FeatureMap::Favor) {
+    const PositionalLayer& pos = positional();
+    const Tensor a = log_features(pos.rotate(q, q0)).value().contiguous();  // (B, H, T, m)
+    const Tensor b = log_features(pos.rotate(k, q0)).value().contiguous();
+    kernels::favor_scan(s.S.data(), s.z.data(), s.m.data(), a.data(), b.data(), vc.data(), y.data(), nullptr,
+                        kernels::FavorShape{BH, T, C, D});
   } else {
     const Var a = features(q), b = features(k);  // (B, H, T, C)
     const PositionalLayer& pos = positional();
@@ -124,8 +187,10 @@ AttentionKind linear_attention_kind() {
   kind.name = "linear";
   kind.summary = "kernelised linear attention, O(T), an RNN when generating (SPEC §2)";
   kind.options = {{"feature_map", std::string("elu1"),
-                   "linear attention's feature map: \"elu1\" (elu + 1), \"cos\" (1 + cos, Su) or \"efficient\" "
-                   "(softmax over features for q and over positions for k, Shen et al.)"}};
+                   "linear attention's feature map: \"elu1\" (elu + 1), \"cos\" (1 + cos, Su), \"efficient\" "
+                   "(softmax over features for q and over positions for k, Shen et al.) or \"favor\" (Performer)"},
+                  {"n_features", int64_t{0}, "favor: random features m (0: round(D ln D))"},
+                  {"feature_redraw", int64_t{1000}, "favor: optimizer steps between redraws of the features (0: never)"}};
   kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
     return std::make_shared<LinearAttention>(cfg, std::move(pos), rng);
   };
@@ -134,6 +199,11 @@ AttentionKind linear_attention_kind() {
     return 4 * C * C + (cfg.bias ? 4 * C : 0);  // qkv [C, 3C] and proj [C, C]
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
+    if (cfg.option_string("feature_map") == "favor") {  // log-features of q and k, m per head
+      const int64_t D = cfg.n_embd / cfg.n_head, m = cfg.option_int("n_features");
+      const double per_head = m > 0 ? m : std::round(D * std::log(std::max<int64_t>(D, 2)));
+      return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_head) * per_head;
+    }
     return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd);  // the features phi(q), phi(k)
   };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
@@ -152,6 +222,8 @@ AttentionKind linear_attention_kind() {
                      "model.positional \"", pos.name,
                      "\" does not combine with model.feature_map \"efficient\": rotating q and k inside its two "
                      "softmaxes is not a rotation of a kernel's features (use elu1 or cos with it)");
+    TAPEFORMER_CHECK(cfg.option_int("n_features") >= 0 && cfg.option_int("feature_redraw") >= 0,
+                     "model.n_features and model.feature_redraw must be >= 0");
   };
   return kind;
 }

@@ -13,7 +13,18 @@
 //   "elu1"      phi(x) = elu(x) + 1 (the paper's);
 //   "cos"       phi(x) = [x / |x|; 1], so sim = 1 + cos(q, k) (Su, SPEC §2.6), C = D + 1;
 //   "efficient" softmax over features for q and over positions for k (Shen
-//               et al., SPEC §2.5), causal with a running per-feature max.
+//               et al., SPEC §2.5), causal with a running per-feature max;
+//   "favor"     Performer's FAVOR+ (SPEC §7): positive orthogonal random
+//               features phi(x) = e^(w_r . x' - |x'|^2 / 2), x' = x / D^(1/4),
+//               so phi(q) . phi(k) estimates e^(q . k / sqrt(D)) (softmax
+//               attention's kernel, unbiased); m = model.n_features of them
+//               (0: round(D ln D)), w = blocks of D orthogonal directions with
+//               chi-distributed lengths, redrawn every model.feature_redraw
+//               optimizer steps (0: never) from a seed the layer draws at
+//               init, and kept as a buffer (so checkpoints hold them). Run by
+//               favor_attention on the features' logs, with streaming
+//               stabilisers: the generation state is O(m D) like the others.
+//               With RoPE, q and k are rotated before their features.
 // No 1/sqrt(D) scale (fast-transformers has none); eps = 1e-6 in the
 // denominator. With RoPE (SPEC §6) the features are rotated in the numerator
 // only: y_i = (R_i phi(q_i))^T sum_j (R_j phi(k_j)) v_j^T / (phi(q_i) . z_i + eps),
@@ -49,7 +60,7 @@ class LinearAttentionState : public InferenceState {
 
 class LinearAttention : public Attention {
  public:
-  enum class FeatureMap { Elu1, Cos, Efficient };
+  enum class FeatureMap { Elu1, Cos, Efficient, Favor };
   static constexpr float kEps = 1e-6f;
 
   // Reads n_embd, n_head, bias, dropout (residual only) and model.feature_map.
@@ -63,6 +74,8 @@ class LinearAttention : public Attention {
 
   int64_t n_embd, n_head;
   FeatureMap feature_map;
+  int64_t n_features = 0, feature_redraw = 0;  // favor: m, and the steps between redraws
+  Tensor omega;                                 // favor: (D, m) random features, a buffer
   std::shared_ptr<Linear> qkv, proj;
   std::shared_ptr<Dropout> resid_drop;
 
@@ -70,7 +83,18 @@ class LinearAttention : public Attention {
   // q or k (B, H, T, D) -> features (B, H, T, C) (elu1, cos).
   Var features(const Var& x) const;
   int64_t feature_dim() const;  // C
+  // favor: the log-features w . x' - |x'|^2 / 2 of q or k (B, H, T, D) -> (B, H, T, m).
+  Var log_features(const Var& x) const;
+  // favor: new random features, from the layer's seed and the redraw count.
+  void draw_features(int64_t draw);
+  void after_optimizer_step(int64_t step) override;
+  uint64_t feature_seed_ = 0;
 };
+
+// m orthogonal random features in D dimensions (FAVOR+): (D, m), column r a
+// direction of a block of D orthonormal ones times the length of a fresh
+// D-dim Gaussian vector (so each column is distributed as a Gaussian's).
+Tensor orthogonal_random_features(int64_t D, int64_t m, Rng& rng);
 
 // "elu1" -> FeatureMap::Elu1; Error naming model.feature_map otherwise.
 LinearAttention::FeatureMap parse_feature_map(const std::string& name);

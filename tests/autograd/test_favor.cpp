@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "golden.h"
+#include "layers/attention/linear.h"
 
 using namespace tapeformer;
 
@@ -121,4 +122,60 @@ TEST_CASE("favor_scan token by token and in uneven pieces equals the parallel fo
   kernels::favor_forward(a.data(), b.data(), v.data(), y1.data(), L1.data(), s);
   parallel::set_num_threads(threads);
   CHECK(std::memcmp(y1.data(), y.data(), sizeof(Scalar) * BH * T * M) == 0);
+}
+
+TEST_CASE("FAVOR+: the random-feature estimate of e^(q . k / sqrt(D)) improves as features grow") {
+  const int64_t D = 16;
+  std::vector<double> errors;
+  for (const int64_t m : {16, 64, 256, 1024, 4096}) {
+    Rng draw(5), rng(21);  // the same 40 (q, k) pairs for every m
+    const Tensor w = orthogonal_random_features(D, m, draw);  // (D, m)
+    double err = 0;
+    for (int pair = 0; pair < 40; ++pair) {
+      std::vector<double> q(D), k(D);
+      for (int64_t d = 0; d < D; ++d) q[d] = 0.5 * rng.normal(), k[d] = 0.5 * rng.normal();
+      const double s = std::pow(static_cast<double>(D), -0.25);
+      double qk = 0, qq = 0, kk = 0;
+      for (int64_t d = 0; d < D; ++d) qk += q[d] * k[d], qq += q[d] * q[d] * s * s, kk += k[d] * k[d] * s * s;
+      double estimate = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        double wq = 0, wk = 0;
+        for (int64_t d = 0; d < D; ++d) wq += w.at({d, r}) * q[d] * s, wk += w.at({d, r}) * k[d] * s;
+        estimate += std::exp(wq - qq / 2) * std::exp(wk - kk / 2);
+      }
+      estimate /= static_cast<double>(m);
+      const double exact = std::exp(qk / std::sqrt(static_cast<double>(D)));
+      err += std::abs(estimate - exact) / exact;
+    }
+    errors.push_back(err / 40);
+    MESSAGE("m = ", m, ": mean relative error ", errors.back());
+  }
+  for (size_t i = 1; i < errors.size(); ++i) CHECK(errors[i] < errors[i - 1]);
+  CHECK(errors.back() < errors.front() / 8);  // ~ 1 / sqrt(m): 256x the features, about 16x smaller
+}
+
+TEST_CASE("FAVOR+: random features are redrawn every feature_redraw optimizer steps, the same from the same seed") {
+  ModelConfig c;
+  c.n_embd = 16;
+  c.n_head = 2;
+  c.attention = "linear";
+  c.options["feature_map"] = std::string("favor");
+  c.options["n_features"] = int64_t{12};
+  c.options["feature_redraw"] = int64_t{3};
+  Rng r1(4), r2(4);
+  LinearAttention a(c, std::make_shared<PositionalLayer>(), r1), b(c, std::make_shared<PositionalLayer>(), r2);
+  REQUIRE(a.omega.shape() == Shape{8, 12});
+  const std::vector<Scalar> w0 = a.omega.to_vector();
+  a.optimizer_stepped(1);
+  a.optimizer_stepped(2);
+  CHECK(a.omega.to_vector() == w0);  // not yet
+  a.optimizer_stepped(3);
+  const std::vector<Scalar> w1 = a.omega.to_vector();
+  CHECK(w1 != w0);
+  b.optimizer_stepped(3);
+  CHECK(b.omega.to_vector() == w1);  // the same draw from the same init stream
+  // Columns of one block of D are orthogonal.
+  double dot = 0;
+  for (int64_t d = 0; d < 8; ++d) dot += a.omega.at({d, 0}) * a.omega.at({d, 1});
+  CHECK(std::abs(dot) < 1e-4);
 }

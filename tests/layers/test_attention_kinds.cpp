@@ -61,7 +61,7 @@ std::vector<Arch> allowed() {
     for (const AttentionKind& attn : attention_kinds().kinds())
       for (const PositionalKind& pos : positional_kinds().kinds()) {
         const std::vector<std::string> maps = attn.name == "linear"
-                                                  ? std::vector<std::string>{"elu1", "cos", "efficient"}
+                                                  ? std::vector<std::string>{"elu1", "cos", "efficient", "favor"}
                                                   : std::vector<std::string>{""};
         for (const std::string& map : maps) {
           const Arch a{attn.name, pos.name, map, block.name};
@@ -274,7 +274,7 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           "model.rel_clip = 8 applies to model.positional \"shaw\" only; this config selects model.attention "
           "\"softmax\", model.positional \"rope\" and model.block \"standard\"",
           {{"rel_clip", int64_t{8}}});
-  refused({"linear", "learned", "relu1"}, "model.feature_map must be \"elu1\", \"cos\" or \"efficient\", got \"relu1\"");
+  refused({"linear", "learned", "relu1"}, "model.feature_map must be \"elu1\", \"cos\", \"efficient\" or \"favor\", got \"relu1\"");
   refused({"softmax", "shaw", ""}, "model.rel_clip must be in [1, 2^20], got 0", {{"rel_clip", int64_t{0}}});
   refused({"softmax", "shaw", ""}, "model.rel_clip must be an integer, got \"8\"", {{"rel_clip", std::string("8")}});
   refused({"softmax", "learned", ""}, "model.widow: no registered kind declares this option",

@@ -158,6 +158,13 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
     c.model.options["ext_len"] = int64_t{4};
     c.model.dropout = 0.1f;
   });
+  // FAVOR+ redraws its random features every 7 steps: they are in the checkpoint, and the replicas follow.
+  check_resume_is_exact("favor", [](TrainConfig& c) {
+    c.model.attention = "linear";
+    c.model.options["feature_map"] = std::string("favor");
+    c.model.options["feature_redraw"] = int64_t{7};
+    c.train.shards = 2;
+  });
   check_resume_is_exact("gtrxl", [](TrainConfig& c) {
     c.model.block = "gtrxl";
     c.model.positional = "txl";
