@@ -6,7 +6,8 @@
 //
 // Kinds: "softmax" (the memory-lean kernel, softmax_attention), "softmax-fused"
 // (the kernel that keeps the (N, N) probabilities, causal_attention), "linear"
-// (elu + 1 features and linear_attention), and every sparse pattern
+// (elu + 1 features and linear_attention), "favor" (Performer's FAVOR+:
+// round(d ln d) orthogonal random features, favor_attention), and every sparse pattern
 // (layers/attention/sparse.h: window, fixed, longformer, bigbird; their
 // options with --option window=256) through block_sparse_attention. One head
 // of d_h = 64 (SPEC's H = 1). A sparse kind also times dense "softmax" at
@@ -36,6 +37,7 @@
 
 #include "autograd/ops.h"
 #include "bench/bench_common.h"
+#include "layers/attention/linear.h"
 #include "layers/attention/sparse.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -86,6 +88,18 @@ void step(const std::string& kind, const std::vector<Var>& in, const Tensor& ups
                          [&](int64_t g, const SparsePattern&, const std::vector<int32_t>&) { return sparse->tiles.at(g); });
   } else if (kind == "softmax") {
     y = softmax_attention(in[0], in[1], in[2]);  // (B, 1, N, D)
+  } else if (kind == "favor") {
+    static Tensor omega;  // (D, m), drawn once
+    const int64_t D = in[0].dim(3);
+    if (!omega.defined()) {
+      Rng rng(7);
+      omega = orthogonal_random_features(D, std::llround(static_cast<double>(D) * std::log(static_cast<double>(D))), rng);
+    }
+    const auto log_features = [&](const Var& x) {
+      const Var xs = mul_scalar(x, std::pow(static_cast<float>(D), -0.25f));
+      return sub(matmul(xs, Var(omega)), mul_scalar(sum(mul(xs, xs), {-1}, true), 0.5f));
+    };
+    y = favor_attention(log_features(in[0]), log_features(in[1]), in[2]);
   } else if (kind == "softmax-fused" || kind == "softmax-fused-2") {
     y = causal_attention(in[0], kind == "softmax-fused" ? 1 : 2);  // qkv (B, N, 3 H D) -> (B, N, H D)
   } else {
@@ -113,8 +127,9 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   const SparsePatternKind* sparse = sparse_pattern_kinds().find(kind);
-  TAPEFORMER_CHECK(kind == "softmax" || kind == "softmax-fused" || kind == "linear" || sparse != nullptr,
-                   "attention_scaling: --kind must be softmax, softmax-fused, linear or a sparse pattern (",
+  TAPEFORMER_CHECK(kind == "softmax" || kind == "softmax-fused" || kind == "linear" || kind == "favor" ||
+                       sparse != nullptr,
+                   "attention_scaling: --kind must be softmax, softmax-fused, linear, favor or a sparse pattern (",
                    sparse_pattern_kinds().names(), "), got ", kind);
   ModelConfig cfg;
   for (const std::string& o : options) {
