@@ -156,9 +156,13 @@ Var softmax_attention(const Var& q, const Var& k, const Var& v, const std::vecto
 // only the pattern's tiles are computed, forward and backward, and pairs its
 // masks hide are -inf scores; equal to softmax_attention with those pairs
 // given a -inf bias. Sparse attention kinds (window, BigBird, ...) are patterns.
+// distance_bias (H, n), learned: query i (at position Tk - Tq + i) and key j
+// get distance_bias[h, d] at d = Tk - Tq + i - j, -inf outside [0, n)
+// (adaptive span's soft mask); d distance_bias[h, d] = sum over b and pairs at distance d of dS.
 Var block_sparse_attention(const Var& q, const Var& k, const Var& v,
                            std::shared_ptr<const kernels::BlockSparsity> pattern, const std::vector<Tensor>& bias = {},
-                           bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr);
+                           bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr,
+                           const Var& distance_bias = Var());
 // Kernelised linear attention (Katharopoulos et al. 2020) on features a =
 // phi(q), b = phi(k) (B, H, T, C) (all > 0) and values v (B, H, T, M) -> (B, H, T, M):
 //   causal: y_i = a_i^T S_i / (a_i . z_i + eps), S_i = sum_{j<=i} b_j v_j^T, z_i = sum_{j<=i} b_j;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "autograd/ops.h"
 #include "core/error.h"
 
 namespace tapeformer {
@@ -153,6 +154,23 @@ void Module::copy_buffers_from(const Module& source) {
     Tensor dst = my_buffers[i].second;
     dst.copy_from(their_buffers[i].second);
   }
+}
+
+Var Module::auxiliary_loss() const {
+  Var total = own_auxiliary_loss();
+  for (const auto& c : children_) {
+    const Var v = c.second->auxiliary_loss();
+    if (v.defined()) total = total.defined() ? add(total, v) : v;
+  }
+  return total;
+}
+
+std::vector<std::pair<std::string, std::vector<double>>> Module::layer_metrics() const {
+  std::vector<std::pair<std::string, std::vector<double>>> out = own_metrics();
+  for (const auto& [name, child] : children_)
+    for (auto& [key, values] : child->layer_metrics())
+      out.emplace_back(name.empty() ? key : name + "." + key, std::move(values));
+  return out;
 }
 
 void Module::optimizer_stepped(int64_t step) {

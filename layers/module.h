@@ -70,8 +70,18 @@ class Module {
   // overrides after_optimizer_step.
   void optimizer_stepped(int64_t step);
 
+  // The sum of every module's auxiliary loss (adaptive span's span penalty),
+  // a scalar the trainer adds to what it backpropagates; undefined when no
+  // module has one. Layers override own_auxiliary_loss.
+  Var auxiliary_loss() const;
+  // Per-layer figures a run logs on evaluation steps (adaptive span: its spans),
+  // by dotted module name ("0.attn.spans"); layers override own_metrics.
+  std::vector<std::pair<std::string, std::vector<double>>> layer_metrics() const;
+
  protected:
   virtual void after_optimizer_step(int64_t /*step*/) {}
+  virtual Var own_auxiliary_loss() const { return Var(); }
+  virtual std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const { return {}; }
   Var register_parameter(const std::string& name, Tensor value);
   // Registers an existing Var (e.g. a tied weight owned by another module).
   Var register_parameter(const std::string& name, const Var& var);

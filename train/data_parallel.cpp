@@ -52,6 +52,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   if (S == 1) {
     Var loss = cross_entropy(forward(model_, batch.inputs, memory, dropout_rng), batch.targets);
     if (grad_enabled()) backward(mul_scalar(loss, scale));
+    backward_auxiliary(scale);
     return loss.item();
   }
 
@@ -115,9 +116,19 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     }
   }
   if (grad) reduce_gradients();
+  backward_auxiliary(scale);
   double sum = 0;
   for (const Shard& w : work) sum += w.loss * static_cast<double>(w.weight);
   return total > 0 ? sum / static_cast<double>(total) : 0.0;
+}
+
+// Layers' auxiliary losses (adaptive span's penalty) once per batch, on the
+// model itself: they depend on parameters only, not on the batch's rows.
+// The returned loss stays the cross-entropy alone.
+void DataParallel::backward_auxiliary(float scale) {
+  if (!grad_enabled()) return;
+  const Var aux = model_.auxiliary_loss();
+  if (aux.defined()) backward(mul_scalar(aux, scale));
 }
 
 // Replica gradients into the model's, in shard order, in one parallel pass

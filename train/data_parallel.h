@@ -60,6 +60,11 @@ class DataParallel {
   // The replicas copy the model's buffers (after loading a checkpoint into it).
   void sync_buffers();
 
+ private:
+  void backward_auxiliary(float scale);
+
+ public:
+
   // Mean loss of each batch without gradients (the model must be in eval mode
   // for deterministic results), batches spread over the threads.
   std::vector<double> losses(const std::vector<Batch>& batches, Rng& rng) const;

@@ -29,6 +29,11 @@ std::string MetricsRecord::to_json() const {
   j["grad_norm"] = grad_norm;
   j["tokens_per_s"] = tokens_per_s;
   j["elapsed_s"] = elapsed_s;
+  if (!layers.empty()) {
+    nlohmann::ordered_json l;
+    for (const auto& [name, values] : layers) l[name] = values;
+    j["layers"] = l;
+  }
   return j.dump();
 }
 

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tapeformer {
 
@@ -26,6 +28,7 @@ struct MetricsRecord {
   double grad_norm = 0;
   double tokens_per_s = 0;  // training tokens per second of training-loop time
   double elapsed_s = 0;     // training-loop time so far (evaluation excluded)
+  std::vector<std::pair<std::string, std::vector<double>>> layers;  // on evaluation steps: Module::layer_metrics
   std::string to_json() const;
   // The record in one line written by to_json(); nothing for a line that is
   // not one (e.g. the half-written last line of a killed run).

@@ -418,6 +418,7 @@ TrainResult Trainer::run() {
       if (eval_now) {
         r.val_loss = s.evaluate_periodic();
         r.val_bpc = *r.val_loss / std::log(2.0) * s.val_tokens_per_char;
+        r.layers = s.model->layer_metrics();
       }
       metrics.write(r);
       progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);

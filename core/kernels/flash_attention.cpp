@@ -86,6 +86,8 @@ struct Head {
   const Scalar *q = nullptr, *k = nullptr, *v = nullptr;  // (Tq, D), (Tk, D), (Tk, Dv)
   int64_t qs = 0, ks = 0, vs = 0;                         // their row strides
   std::vector<BiasRow> bias;
+  const Scalar* dist = nullptr;  // this head's distance bias (n), or null
+  int64_t dist_n = 0;
 
   void set(const FlashAttention& a, int64_t bh_) {
     bh = bh_;
@@ -95,6 +97,7 @@ struct Head {
     v = a.v.data + b * a.v.sb + h * a.v.sh, vs = a.v.st;
     bias.clear();
     for (const ScoreBias& t : a.bias) bias.push_back({t.data + b * t.sb + h * t.sh, t.si, t.sj});
+    if (a.distance_bias) dist = a.distance_bias->data + h * a.distance_bias->n, dist_n = a.distance_bias->n;
   }
 };
 
@@ -199,10 +202,11 @@ void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, int64_t j0, 
 // Without bias x stays q_i . k_j and k = scale (the exp's multiply-add applies
 // it); with bias x = scale q_i . k_j + sum_t bias_t (terms summed first, in
 // order) and k = 1. Returns k. `sum` is scratch for the bias row.
-Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const std::vector<BiasRow>& bias, int64_t i,
-                 int64_t j0, Scalar* sum) {
+Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const Head& hd, int64_t i, int64_t j0,
+                 int64_t offset, Scalar* sum) {
+  const std::vector<BiasRow>& bias = hd.bias;
   std::fill(s + vis, s + w, -kInf);
-  if (bias.empty()) return scale;
+  if (bias.empty() && hd.dist == nullptr) return scale;
   auto acc = eigen::array(sum, vis);
   acc.setZero();
   for (const BiasRow& t : bias) {
@@ -213,6 +217,13 @@ Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const std::vec
       acc += *p;
     } else {
       for (int64_t j = 0; j < vis; ++j) sum[j] += p[j * t.sj];
+    }
+  }
+  if (hd.dist != nullptr) {
+    const int64_t base = offset + i - j0;  // the distance of key j0
+    for (int64_t j = 0; j < vis; ++j) {
+      const int64_t d = base - j;
+      sum[j] += d >= 0 && d < hd.dist_n ? hd.dist[d] : -kInf;
     }
   }
   // s = scale s + sum as one multiply-add per lane: Eigen's loop over a map
@@ -307,7 +318,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
       for (int64_t r = r0; r < r1; ++r) {
         Scalar* row = ws.s.data() + r * kTile;
         const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
-        const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+        const Scalar k = score_row(row, vis, w, scale, hd, i, j0, s.Tk - s.Tq, ws.bias.data());
         mask_row(a, sp, r, row, vis);
         const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
         if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
@@ -336,7 +347,27 @@ struct Grads {
   const Scalar* lse;    // (B, H, Tq)
   const Scalar* delta;  // (B, H, Tq): dy_i . y_i
   HeadOut dq, dk, dv;
+  Scalar* dist_parts = nullptr;  // (B H, query tiles, n): the distance bias's gradient per query tile
 };
+
+// Adds the rows [r0, r1) of a recomputed group's dS (ws.dp holds scale dS)
+// to the query tile's partial distance-bias gradient.
+void accumulate_distance(const FlashAttention& a, const Workspace& ws, const Grads& g, int64_t i0, int64_t r0,
+                         int64_t r1, int64_t j0, int64_t nk_g) {
+  if (g.dist_parts == nullptr) return;
+  const FlashAttentionShape& s = a.s;
+  const int64_t n = a.distance_bias->n, q_tiles = (s.Tq + kTile - 1) / kTile;
+  Scalar* part = g.dist_parts + (ws.head.bh * q_tiles + i0 / kTile) * n;
+  const Scalar inv_scale = std::sqrt(static_cast<Scalar>(s.D));
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t base = s.Tk - s.Tq + i0 + r - j0;
+    const Scalar* dp = ws.dp.data() + r * kTile;
+    for (int64_t j = 0; j < nk_g; ++j) {
+      const int64_t d = base - j;
+      if (d >= 0 && d < n) part[d] += dp[j] * inv_scale;
+    }
+  }
+}
 
 // Recomputes rows [r0, r1) of the tile pair (query rows i0 + [0, n), keys
 // j0 + [0, nk_g)) into ws.s (P~) and ws.dp (scale dS). kt, vt hold the key tile.
@@ -354,7 +385,7 @@ void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
     Scalar* row = ws.s.data() + r * kTile;
-    const Scalar k = score_row(row, vis, w, scale, hd.bias, i, j0, ws.bias.data());
+    const Scalar k = score_row(row, vis, w, scale, hd, i, j0, s.Tk - s.Tq, ws.bias.data());
     mask_row(a, sp, r, row, vis);
     const Scalar* keep = nullptr;
     if (a.dropout_p > 0) {
@@ -403,6 +434,7 @@ void dq_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0)
     load_key_tile(a, ws, j0, nk);
     for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
       recompute_group(a, ws, g, i0, r0, r1, sp, nk_g);
+      accumulate_distance(a, ws, g, i0, r0, r1, j0, nk_g);
       product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
               ws.acc_q.data() + r0 * s.D, s.D, true);
     });
@@ -469,6 +501,7 @@ void head_single_query_tile(const FlashAttention& a, Workspace& ws, const Grads&
       load_key_tile(a, ws, sp.j0, sp.nk);
       for_each_group(a, 0, n, sp.j0, sp.nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
         recompute_group(a, ws, g, 0, r0, r1, sp, nk_g);
+        accumulate_distance(a, ws, g, 0, r0, r1, sp.j0, nk_g);
         product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + sp.j0 * hd.ks, hd.ks, s.D,
                 ws.acc_q.data() + r0 * s.D, s.D, true);
         accumulate_dkv(a, ws, g, 0, r0, r1, nk_g, sp.c0);
@@ -578,14 +611,30 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
       delta[r] = dot_row(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv);
     }
   });
-  const Grads g{y, dy, lse, delta.data(), dq, dk, dv};
+  Grads g{y, dy, lse, delta.data(), dq, dk, dv};
+  const DistanceBias* db = a.distance_bias;
+  std::vector<Scalar> parts;
+  if (db != nullptr && db->grad != nullptr) {
+    parts.assign(static_cast<size_t>(s.B * s.H * tiles(s.Tq) * db->n), 0.0f);
+    g.dist_parts = parts.data();
+  }
   if (s.Tq <= kTile) {
     for_each_tile(a, 1, [&](Workspace& ws, int64_t) { head_single_query_tile(a, ws, g); });
-    return;
+  } else {
+    if (dq.data || g.dist_parts)
+      for_each_tile(a, tiles(s.Tq), [&](Workspace& ws, int64_t t) { dq_tile(a, ws, g, t * kTile); });
+    if (dk.data || dv.data)
+      for_each_tile(a, tiles(s.Tk), [&](Workspace& ws, int64_t t) { dkv_tile(a, ws, g, t * kTile); });
   }
-  if (dq.data) for_each_tile(a, tiles(s.Tq), [&](Workspace& ws, int64_t t) { dq_tile(a, ws, g, t * kTile); });
-  if (dk.data || dv.data)
-    for_each_tile(a, tiles(s.Tk), [&](Workspace& ws, int64_t t) { dkv_tile(a, ws, g, t * kTile); });
+  if (g.dist_parts) {  // sum over b and query tiles, in that fixed order
+    const int64_t n = db->n, q_tiles = tiles(s.Tq);
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t t = 0; t < q_tiles; ++t) {
+          const Scalar* part = parts.data() + ((b * s.H + h) * q_tiles + t) * n;
+          for (int64_t d = 0; d < n; ++d) db->grad[h * n + d] += part[d];
+        }
+  }
 }
 
 }  // namespace tapeformer::kernels

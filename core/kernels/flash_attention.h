@@ -96,6 +96,17 @@ struct BlockSparsity {
   int64_t pairs = 0;                   // visible pairs listed, for reports
 };
 
+// A learned bias by distance, per head (adaptive attention span's soft mask,
+// as log m(d)): query i, at position Tk - Tq + i, and key j get
+// data[h * n + d] at d = Tk - Tq + i - j when 0 <= d < n, and -inf otherwise.
+// The backward adds sum over b and the pairs at distance d of dS to
+// grad[h * n + d] (partial sums per query tile, added in a fixed order).
+struct DistanceBias {
+  const Scalar* data;  // (H, n)
+  int64_t n;
+  Scalar* grad;  // (H, n) accumulated into, or null
+};
+
 struct FlashAttention {
   FlashAttentionShape s;
   HeadView q, k, v;             // (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)
@@ -104,6 +115,7 @@ struct FlashAttention {
   Scalar dropout_p;  // in [0, 1)
   uint64_t seed;     // of the dropout mask; unused when dropout_p == 0
   const BlockSparsity* sparsity = nullptr;  // null: every tile (dense); else its (Tq, Tk) must be s's
+  const DistanceBias* distance_bias = nullptr;  // added to the scaled score after `bias`
 };
 
 // y (B, H, Tq, Dv) and lse (B, H, Tq, contiguous). A row with no visible key

@@ -219,6 +219,11 @@ const std::vector<Row>& table() {
          static const auto tiles = tile_pattern(Window5(), 70, 70, 0, 0);
          return block_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], tiles);
        }},
+      {"block_sparse_attention with a learned distance bias (H, 5) (adaptive span's soft mask)",
+       {any({1, 2, 70, 3}), any({1, 2, 70, 3}), any({1, 2, 70, 2}), any({2, 5})}, [](V v) {
+         static const auto tiles = tile_pattern(Window5(), 70, 70, 0, 0);
+         return block_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], tiles, {}, true, 0.0f, nullptr, v[3]);
+       }},
       {"block_sparse_attention, 6 queries after 64 cached keys, dropout p=0.3",
        {any({1, 1, 6, 3}), any({1, 1, 70, 3}), any({1, 1, 70, 3})}, [](V v) {
          static const auto tiles = tile_pattern(Window5(), 6, 70, 64, 0);

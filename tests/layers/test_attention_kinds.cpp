@@ -285,7 +285,7 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           "model.block \"standard\"",
           {{"window", int64_t{3}}});
   refused({"flash", "learned", ""},
-          "model.attention: unknown kind \"flash\" (known: softmax, linear, linformer, window, strided, fixed, longformer, bigbird)");
+          "model.attention: unknown kind \"flash\" (known: softmax, linear, linformer, adaptive_span, window, strided, fixed, longformer, bigbird)");
   refused({"softmax", "xpos", ""},
           "model.positional: unknown kind \"xpos\" (known: learned, sinusoidal, rope, alibi, shaw, txl)");
   // Setting an option to its default with another kind is harmless.

@@ -1,0 +1,144 @@
+#include "layers/attention/adaptive_span.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "layers/attention/softmax.h"
+#include "layers/attention/sparse.h"
+
+namespace tapeformer {
+
+AdaptiveSpanAttention::AdaptiveSpanAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
+    : Attention(std::move(pos)),
+      n_embd(cfg.n_embd),
+      n_head(cfg.n_head),
+      span_max(cfg.option_int("span_max") > 0 ? cfg.option_int("span_max") : cfg.block_size),
+      ramp(cfg.option_int("span_ramp")),
+      span_loss(cfg.option_number("span_loss")),
+      dropout_p(cfg.dropout) {
+  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "AdaptiveSpanAttention: n_embd ", n_embd,
+                   " is not divisible by n_head ", n_head);
+  TAPEFORMER_CHECK(ramp >= 1 && span_max >= 1 && span_loss >= 0,
+                   "model.span_ramp and model.span_max must be >= 1 and model.span_loss >= 0");
+  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, cfg.bias, rng));
+  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, cfg.bias, rng, residual_init_std(cfg)));
+  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(cfg.dropout));
+  rho = register_parameter("rho", Tensor::zeros({n_head}));  // spans start at 0: only the ramp is seen
+}
+
+std::vector<double> AdaptiveSpanAttention::spans() const {
+  std::vector<double> z;
+  for (Scalar r : rho.value().to_vector()) z.push_back(static_cast<double>(r) * static_cast<double>(span_max));
+  return z;
+}
+
+int64_t AdaptiveSpanAttention::reach(int64_t Tk) const {
+  // Distances with m > 0 are d < R + z: no key farther than the widest head reaches is computed.
+  const std::vector<double> z = spans();
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(ramp + *std::max_element(z.begin(), z.end()))), 1, Tk);
+}
+
+Var AdaptiveSpanAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
+                                  Rng* rng) const {
+  const int64_t Tq = q.dim(2), Tk = k.dim(2);
+  const int64_t n = reach(Tk);
+  std::vector<Scalar> d(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) d[static_cast<size_t>(i)] = static_cast<Scalar>(i);
+  // m = clamp((R + S rho - d) / R, 0, 1) as relu(x) - relu(x - 1); log m, -inf where m = 0.
+  const Var zh = reshape(mul_scalar(rho, static_cast<float>(span_max)), {n_head, 1});  // (H, 1)
+  const Var x = mul_scalar(add_scalar(sub(zh, Var(Tensor::from({1, n}, d))), static_cast<float>(ramp)),
+                           1.0f / static_cast<float>(ramp));  // (H, n)
+  const Var m = sub(relu(x), relu(add_scalar(x, -1.0f)));
+  std::vector<Scalar> positive = m.value().contiguous().to_vector();
+  for (Scalar& e : positive) e = e > 0 ? 1.0f : 0.0f;
+  const Tensor seen = Tensor::from(m.shape(), positive);  // 1 where m > 0
+  const Var log_m = where(seen, log(where(seen, m, Var(Tensor::ones(m.shape())))),
+                          Var(Tensor::full(m.shape(), -std::numeric_limits<Scalar>::infinity())));
+  std::shared_ptr<const kernels::BlockSparsity> tiles;
+  {
+    const std::lock_guard<std::mutex> lock(tiles_mutex_);
+    auto& slot = tiles_[{n, Tq, Tk}];
+    if (!slot) {
+      ModelConfig w;
+      w.options["window"] = n;
+      slot = tile_pattern(*sparse_pattern_kinds().get("window").make(w), Tq, Tk, q0, k0);
+    }
+    tiles = slot;
+    if (tiles_.size() > 64) tiles_.clear();
+  }
+  const std::vector<Tensor> bias = positional().score_bias(n_head, Tq, Tk, q0, k0);
+  return block_sparse_attention(q, k, v, tiles, bias, /*causal=*/true, p, rng, log_m);  // (B, H, Tq, D)
+}
+
+Var AdaptiveSpanAttention::forward(const Var& x, Rng& rng) const {
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "AdaptiveSpanAttention: input ", x.shape(),
+                   " must be (B, T, ", n_embd, ")");
+  const float p = is_training() ? dropout_p : 0.0f;
+  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+  const PositionalLayer& pos = positional();
+  const Var y = attend(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], 0, 0, p, &rng);
+  return resid_drop->forward(proj->forward(merge_heads(y)), rng);  // (B, T, C)
+}
+
+std::unique_ptr<InferenceState> AdaptiveSpanAttention::make_state(int64_t batch, int64_t window) const {
+  return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, window);
+}
+
+Var AdaptiveSpanAttention::forward(const Var& x, InferenceState& state) const {
+  check_inference("AdaptiveSpanAttention", x, n_embd);
+  KVCache& cache = state_as<KVCache>(state, "AdaptiveSpanAttention", "KVCache");
+  const int64_t q0 = cache.length();
+  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // (B, H, T, D)
+  const PositionalLayer& pos = positional();
+  const KVCache::Window w = cache.append(pos.rotate(h[1], q0).value(), h[2].value());  // (B, H, held, D)
+  const Var y = attend(pos.rotate(h[0], q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr);
+  return proj->forward(merge_heads(y));  // (B, T, C)
+}
+
+void AdaptiveSpanAttention::after_optimizer_step(int64_t) {
+  Tensor r = rho.value();
+  for (int64_t h = 0; h < n_head; ++h) r.at({h}) = std::clamp(r.at({h}), 0.0f, 1.0f);
+}
+
+Var AdaptiveSpanAttention::own_auxiliary_loss() const {
+  if (span_loss == 0) return Var();
+  return mul_scalar(mean(rho), static_cast<float>(span_loss * static_cast<double>(span_max)));  // lambda S mean(rho)
+}
+
+std::vector<std::pair<std::string, std::vector<double>>> AdaptiveSpanAttention::own_metrics() const {
+  return {{"spans", spans()}};
+}
+
+// ---- the registry entry ---------------------------------------------------------
+
+AttentionKind adaptive_span_attention_kind() {
+  AttentionKind kind;
+  kind.name = "adaptive_span";
+  kind.summary = "softmax attention with a learned soft span per head (Sukhbaatar et al.); far keys skipped";
+  kind.options = {{"span_max", int64_t{0}, "adaptive_span: S, the longest span (0: model.block_size)"},
+                  {"span_ramp", int64_t{32}, "adaptive_span: R, the soft mask's ramp"},
+                  {"span_loss", 2e-6, "adaptive_span: lambda of the loss term lambda S mean(rho)"}};
+  kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
+    return std::make_shared<AdaptiveSpanAttention>(cfg, std::move(pos), rng);
+  };
+  kind.parameters = [](const ModelConfig& cfg) {
+    const double C = static_cast<double>(cfg.n_embd);
+    return 4 * C * C + (cfg.bias ? 4 * C : 0) + static_cast<double>(cfg.n_head);  // qkv, proj, rho
+  };
+  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
+    return static_cast<double>(cfg.n_head) * static_cast<double>(T);  // one log-sum-exp per row and head
+  };
+  kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
+    TAPEFORMER_CHECK(!pos.needs.relative_terms, "model.positional \"", pos.name,
+                     "\" does not combine with model.attention \"adaptive_span\": its learned per-pair terms need "
+                     "the T x T scores, which the span's kernel never forms");
+    TAPEFORMER_CHECK(cfg.option_int("span_ramp") >= 1 && cfg.option_int("span_max") >= 0 &&
+                         cfg.option_number("span_loss") >= 0,
+                     "model.span_ramp must be >= 1, model.span_max >= 0 and model.span_loss >= 0");
+  };
+  return kind;
+}
+
+}  // namespace tapeformer

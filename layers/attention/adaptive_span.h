@@ -1,0 +1,64 @@
+// Adaptive attention span (Sukhbaatar et al. 2019, SPEC §7), the
+// "adaptive_span" attention kind: softmax attention where each head learns
+// how far back it looks. Head h has a span z_h = S rho_h (rho_h in [0, 1], a
+// parameter initialised to 0 and clamped to [0, 1] after every optimizer
+// step) and a soft mask over the distance d = i - j:
+//
+//   m_h(d) = clamp((R + z_h - d) / R, 0, 1),   a_ij = m(i - j) e^(s_ij) / sum_q m(i - q) e^(s_iq)
+//
+// computed as the score term log m_h(d) (-inf where m = 0) with its gradient
+// to rho (block_sparse_attention's distance bias). Keys no head can reach,
+// d >= R + max_h z_h, are not computed at all: the layer runs the window
+// pattern of that width, so compute falls as the spans shrink. The loss gets
+// lambda S mean_h(rho_h) per layer (Module::auxiliary_loss).
+//
+// model.span_max = S (0: model.block_size), model.span_ramp = R (32),
+// model.span_loss = lambda (2e-6). The spans z_h are logged on evaluation
+// steps (metrics.jsonl "layers": {"0.attn.spans": [...]}).
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/kernels/flash_attention.h"
+#include "layers/attention/attention.h"
+#include "layers/basic.h"
+
+namespace tapeformer {
+
+class AdaptiveSpanAttention : public Attention {
+ public:
+  AdaptiveSpanAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+  Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C), causal
+
+  // A KVCache of the last `window` positions; the same soft mask by distance.
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
+  Var forward(const Var& x, InferenceState& state) const override;
+
+  std::vector<double> spans() const;  // z_h = S rho_h, per head
+  // Distances computed over Tk keys: min(Tk, ceil(R + max_h z_h)); farther keys are skipped.
+  int64_t reach(int64_t Tk) const;
+
+  int64_t n_embd, n_head, span_max, ramp;
+  double span_loss;
+  float dropout_p;
+  std::shared_ptr<Linear> qkv, proj;
+  std::shared_ptr<Dropout> resid_drop;
+  Var rho;  // (H) in [0, 1]
+
+ protected:
+  void after_optimizer_step(int64_t step) override;  // rho clamped to [0, 1]
+  Var own_auxiliary_loss() const override;           // lambda S mean(rho)
+  std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const override;  // "spans"
+
+ private:
+  // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) ending with the queries' positions.
+  Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
+  mutable std::mutex tiles_mutex_;
+  mutable std::map<std::array<int64_t, 3>, std::shared_ptr<const kernels::BlockSparsity>> tiles_;  // by (n, Tq, Tk)
+};
+
+}  // namespace tapeformer
