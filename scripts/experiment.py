@@ -292,11 +292,68 @@ def plot_curves(spec, args, exp_dir):
         ax.set_title(curve.get("title", f"{spec.get('title', spec['name'])}"), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = os.path.join(exp_dir, curve["file"])
-        fig.savefig(path)
-        plt.close(fig)
-        files.append(path)
+        files.append(save_figure(plt, fig, exp_dir, curve["file"]))
+    return files
+
+
+def save_figure(plt, fig, exp_dir, name):
+    fig.tight_layout()
+    path = os.path.join(exp_dir, name)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_bars(spec, args, exp_dir):
+    """Per-layer figures a run logged (metrics lines' dict `field`, e.g. "layers":
+    {"0.attn.spans": [head 0, head 1, ...]}) at its last logging, as grouped bars:
+    one group per key, one bar per entry, mean ± sd over seeds; one panel per arm."""
+    bars = spec.get("bars", [])
+    if not bars:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    for bar in bars:
+        only = bar.get("arms_containing")
+        arms = [a for a in spec["arms"] if only is None or only in a["name"]]
+        panels = []
+        for arm in arms:
+            per_seed = []
+            for seed in spec["seeds"]:
+                run_dir, _ = run_command(spec, arm, seed, args, 1)
+                if read_result(run_dir) is None:
+                    continue
+                last = None
+                for row in read_metrics(run_dir, spec.get("metrics", "metrics.jsonl")):
+                    if isinstance(row.get(bar["field"]), dict):
+                        last = row[bar["field"]]
+                if last:
+                    per_seed.append(last)
+            if per_seed:
+                panels.append((arm["name"], per_seed))
+        if not panels:
+            continue
+        fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.2), dpi=110, squeeze=False)
+        for ax, (name, per_seed) in zip(axes[0], panels):
+            keys = sorted(per_seed[0], key=lambda k: [int(p) if p.isdigit() else p for p in k.split(".")])
+            width = max(len(per_seed[0][k]) for k in keys)
+            for h in range(width):
+                stats = [mean_sd([s[k][h] for s in per_seed if k in s and h < len(s[k])]) for k in keys]
+                xs = [i + (h - (width - 1) / 2) * 0.8 / width for i in range(len(keys))]
+                ax.bar(xs, [m for m, _ in stats], width=0.8 / width, yerr=[sd or 0 for _, sd in stats],
+                       label=f"{bar.get('series', 'entry')} {h}", capsize=2)
+            ax.set_xticks(range(len(keys)))
+            ax.set_xticklabels([k.split(".")[0] for k in keys])
+            ax.set_xlabel(bar.get("x_label", "layer"))
+            ax.set_ylabel(bar.get("y_label", bar["field"]))
+            ax.set_title(f"{bar.get('title', bar['field'])}: {name} (n={len(per_seed)})", fontsize=10)
+            ax.grid(True, axis="y", alpha=0.3)
+            ax.legend(fontsize=8)
+        files.append(save_figure(plt, fig, exp_dir, bar["file"]))
     return files
 
 
@@ -446,7 +503,7 @@ def run_spec(spec_path, args):
         w.writerow(csv_header)
         w.writerows(csv_rows)
     print(table_md)
-    plots = [] if args.no_plot else plot_curves(spec, args, exp_dir)
+    plots = [] if args.no_plot else plot_curves(spec, args, exp_dir) + plot_bars(spec, args, exp_dir)
     if complete and not args.no_results:
         write_results(spec, spec_path, args, table_md, plots)
         print(f"experiment {spec['name']}: wrote its section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)
