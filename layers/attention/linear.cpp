@@ -190,7 +190,9 @@ AttentionKind linear_attention_kind() {
                    "linear attention's feature map: \"elu1\" (elu + 1), \"cos\" (1 + cos, Su), \"efficient\" "
                    "(softmax over features for q and over positions for k, Shen et al.) or \"favor\" (Performer)"},
                   {"n_features", int64_t{0}, "favor: random features m (0: round(D ln D))"},
-                  {"feature_redraw", int64_t{1000}, "favor: optimizer steps between redraws of the features (0: never)"}};
+                  {"feature_redraw", int64_t{0},
+                   "favor: optimizer steps between redraws of the features (0, the default: never; a redraw costs a "
+                   "trained model dearly, docs/results.md)"}};
   kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
     return std::make_shared<LinearAttention>(cfg, std::move(pos), rng);
   };

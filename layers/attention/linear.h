@@ -20,7 +20,7 @@
 //               attention's kernel, unbiased); m = model.n_features of them
 //               (0: round(D ln D)), w = blocks of D orthogonal directions with
 //               chi-distributed lengths, redrawn every model.feature_redraw
-//               optimizer steps (0: never) from a seed the layer draws at
+//               optimizer steps (0, the default: never) from a seed the layer draws at
 //               init, and kept as a buffer (so checkpoints hold them). Run by
 //               favor_attention on the features' logs, with streaming
 //               stabilisers: the generation state is O(m D) like the others.
