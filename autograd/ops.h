@@ -163,6 +163,18 @@ Var block_sparse_attention(const Var& q, const Var& k, const Var& v,
                            std::shared_ptr<const kernels::BlockSparsity> pattern, const std::vector<Tensor>& bias = {},
                            bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr,
                            const Var& distance_bias = Var());
+// Attention over rows held in another order than their positions (LSH
+// attention's buckets): q_pos (B, H, Tq) and k_pos (B, H, Tk) give each
+// row's position, keys after a query's position are masked, and with
+// mask_self a query sees the key at its own position only when it sees
+// nothing else (then y_i = v_self, lse_i = -1e5 = kSelfScore: Reformer's rule). `pattern` (or null:
+// every pair) is in row order. Returns {y (B, H, Tq, Dv), lse (B, H, Tq)},
+// the row log-sum-exp differentiable too, dS_ij = P_ij (dP_ij - delta_i + dlse_i),
+// so rounds can be combined with softmax weights of their lse.
+std::vector<Var> positioned_attention(const Var& q, const Var& k, const Var& v,
+                                      std::shared_ptr<const kernels::BlockSparsity> pattern, const IndexTensor& q_pos,
+                                      const IndexTensor& k_pos, bool mask_self = false, Scalar dropout_p = 0,
+                                      Rng* rng = nullptr);
 // Kernelised linear attention (Katharopoulos et al. 2020) on features a =
 // phi(q), b = phi(k) (B, H, T, C) (all > 0) and values v (B, H, T, M) -> (B, H, T, M):
 //   causal: y_i = a_i^T S_i / (a_i . z_i + eps), S_i = sum_{j<=i} b_j v_j^T, z_i = sum_{j<=i} b_j;

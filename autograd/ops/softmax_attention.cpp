@@ -1,5 +1,7 @@
 // Memory-lean softmax attention, written with the public Function API: the
 // tape keeps q, k, v, y and the row log-sum-exp, never the T x T probabilities.
+#include <unordered_map>
+
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "core/error.h"
@@ -20,7 +22,29 @@ class SoftmaxAttention : public Function {
   SoftmaxAttention(std::vector<Tensor> bias, bool causal, Scalar dropout_p, Rng* rng,
                    std::shared_ptr<const kernels::BlockSparsity> pattern = nullptr)
       : bias_(std::move(bias)), causal_(causal), p_(dropout_p), rng_(rng), pattern_(std::move(pattern)) {}
-  const char* name() const override { return pattern_ ? "block_sparse_attention" : "softmax_attention"; }
+  const char* name() const override {
+    return positions_ ? "positioned_attention" : pattern_ ? "block_sparse_attention" : "softmax_attention";
+  }
+  // Rows carry positions (positioned_attention): the kernel masks by them, and lse is a second output.
+  void set_positions(IndexTensor q_pos, IndexTensor k_pos, bool mask_self) {
+    q_pos_ = std::move(q_pos);
+    k_pos_ = std::move(k_pos);
+    mask_self_ = mask_self;
+    positions_ = true;
+    if (!mask_self_ || q_pos_.shape.rank() != 3 || k_pos_.shape.rank() != 3) return;  // shapes are checked in forward
+    const int64_t BH = q_pos_.shape[0] * q_pos_.shape[1], Tq = q_pos_.shape[2], Tk = k_pos_.shape[2];
+    if (k_pos_.shape[0] * k_pos_.shape[1] != BH) return;
+    self_row_.assign(static_cast<size_t>(BH * Tq), -1);  // each query's own key row, by position
+    std::unordered_map<int32_t, int32_t> row_of_position;
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      row_of_position.clear();
+      for (int64_t j = 0; j < Tk; ++j) row_of_position[k_pos_.data[static_cast<size_t>(bh * Tk + j)]] = static_cast<int32_t>(j);
+      for (int64_t i = 0; i < Tq; ++i) {
+        const auto it = row_of_position.find(q_pos_.data[static_cast<size_t>(bh * Tq + i)]);
+        if (it != row_of_position.end()) self_row_[static_cast<size_t>(bh * Tq + i)] = it->second;
+      }
+    }
+  }
 
   std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
     TAPEFORMER_CHECK(in[0].rank() == 4 && in[1].rank() == 4 && in[2].rank() == 4,
@@ -67,8 +91,14 @@ class SoftmaxAttention : public Function {
     kernels::DistanceBias db{dist_.defined() ? dist_.data() : nullptr, dist_.defined() ? dist_.dim(1) : 0, nullptr};
     kernels::FlashAttention a = args(q, k, v);
     if (dist_.defined()) a.distance_bias = &db;
+    if (positions_) {
+      TAPEFORMER_CHECK(q_pos_.shape == Shape({B, H, Tq}) && k_pos_.shape == Shape({B, H, Tk}),
+                       "positioned_attention: q_pos ", q_pos_.shape, " and k_pos ", k_pos_.shape, " must be (B, H, Tq) = (",
+                       B, ", ", H, ", ", Tq, ") and (B, H, Tk) = (", B, ", ", H, ", ", Tk, ")");
+    }
     kernels::flash_attention_forward(a, out_of(y), lse.data());
     ctx.save_for_backward({q, k, v, y, lse});
+    if (positions_) return {y, lse};
     return {y};
   }
 
@@ -86,7 +116,9 @@ class SoftmaxAttention : public Function {
     kernels::DistanceBias db{dist_.defined() ? dist_.data() : nullptr, dist_.defined() ? dist_.dim(1) : 0,
                              ddist.defined() ? ddist.data() : nullptr};
     if (dist_.defined()) a.distance_bias = &db;
-    kernels::flash_attention_backward(a, view_of(y), lse.data(), view_of(dy), maybe(dq), maybe(dk), maybe(dv));
+    const Tensor dlse = dout.size() > 1 && dout[1].defined() ? dout[1].contiguous() : Tensor();  // (B, H, Tq)
+    kernels::flash_attention_backward(a, view_of(y), lse.data(), view_of(dy), maybe(dq), maybe(dk), maybe(dv),
+                                      dlse.defined() ? dlse.data() : nullptr);
     if (dist_.defined()) return {dq, dk, dv, ddist};
     return {dq, dk, dv};
   }
@@ -96,7 +128,14 @@ class SoftmaxAttention : public Function {
     std::vector<kernels::ScoreBias> terms;
     for (const Tensor& b : bias_)
       terms.push_back({b.data(), b.strides()[0], b.strides()[1], b.strides()[2], b.strides()[3]});
-    return {shape_, view_of(q), view_of(k), view_of(v), std::move(terms), causal_, p_, seed_, pattern_.get()};
+    kernels::FlashAttention a{shape_, view_of(q), view_of(k), view_of(v), std::move(terms), causal_, p_, seed_,
+                              pattern_.get()};
+    if (positions_) {
+      a.q_pos = q_pos_.data.data();
+      a.k_pos = k_pos_.data.data();
+      if (mask_self_ && !self_row_.empty()) a.self_row = self_row_.data();
+    }
+    return a;
   }
 
   std::vector<Tensor> bias_;  // expanded to (B, H, Tq, Tk) in the forward; no gradient
@@ -105,6 +144,9 @@ class SoftmaxAttention : public Function {
   Rng* rng_;
   std::shared_ptr<const kernels::BlockSparsity> pattern_;  // null: dense
   Tensor dist_;  // the distance bias (H, n), when given as a fourth input
+  bool positions_ = false, mask_self_ = false;
+  IndexTensor q_pos_, k_pos_;    // (B, H, Tq), (B, H, Tk)
+  std::vector<int32_t> self_row_;  // (B, H, Tq): the key row at the query's position, or -1
   kernels::FlashAttentionShape shape_{};
   uint64_t seed_ = 0;  // of the dropout mask, regenerated by the backward
 };
@@ -126,6 +168,15 @@ Var block_sparse_attention(const Var& q, const Var& k, const Var& v,
     return Function::apply<SoftmaxAttention>({q, k, v, distance_bias}, bias, causal, dropout_p, rng,
                                              std::move(pattern))[0];
   return Function::apply<SoftmaxAttention>({q, k, v}, bias, causal, dropout_p, rng, std::move(pattern))[0];
+}
+
+std::vector<Var> positioned_attention(const Var& q, const Var& k, const Var& v,
+                                      std::shared_ptr<const kernels::BlockSparsity> pattern, const IndexTensor& q_pos,
+                                      const IndexTensor& k_pos, bool mask_self, Scalar dropout_p, Rng* rng) {
+  TAPEFORMER_CHECK(q.defined() && k.defined() && v.defined(), "positioned_attention: undefined input");
+  auto f = std::make_shared<SoftmaxAttention>(std::vector<Tensor>{}, /*causal=*/false, dropout_p, rng, std::move(pattern));
+  f->set_positions(q_pos, k_pos, mask_self);
+  return apply_function(f, {q, k, v});
 }
 
 }  // namespace tapeformer

@@ -181,6 +181,18 @@ void mask_row(const FlashAttention& a, const Span& sp, int64_t r, Scalar* row, i
     if (!seen[j]) row[j] = -kInf;
 }
 
+// Row i's scores against keys j0 + [0, vis) when rows carry positions:
+// later keys -inf, and with self_row its own position too (forward_tile
+// gives a row that then sees nothing its own value).
+void position_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, Scalar* row, int64_t vis) {
+  if (a.q_pos == nullptr) return;
+  const int32_t qp = a.q_pos[bh * a.s.Tq + i];
+  const int32_t* kp = a.k_pos + bh * a.s.Tk + j0;
+  const bool no_self = a.self_row != nullptr;
+  for (int64_t j = 0; j < vis; ++j)
+    if (kp[j] > qp || (no_self && kp[j] == qp)) row[j] = -kInf;
+}
+
 // Calls fn(r0, r1, nk_g) for the row groups of the tile pair (query rows
 // i0 + [0, n), keys j0 + [0, nk)): the whole tile when every row sees every
 // key, else kGroup-row groups that each take the keys their last row sees
@@ -320,6 +332,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
         const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
         const Scalar k = score_row(row, vis, w, scale, hd, i, j0, s.Tk - s.Tq, ws.bias.data());
         mask_row(a, sp, r, row, vis);
+        position_row(a, hd.bh, i, j0, row, vis);
         const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
         if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
         if (a.dropout_p > 0) {
@@ -335,6 +348,12 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
     const int64_t i = i0 + r;
     const Scalar l = Eigen::internal::predux(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
     const bool seen = l > 0;
+    const int32_t self = a.self_row && !seen ? a.self_row[hd.bh * s.Tq + i] : -1;
+    if (self >= 0) {  // sees only itself
+      std::copy_n(hd.v + self * hd.vs, s.Dv, row_of(y, s, hd.bh, i));
+      lse[hd.bh * s.Tq + i] = kSelfScore;
+      continue;
+    }
     scale_row(o + r * s.Dv, s.Dv, seen ? 1.0f / l : 0.0f, row_of(y, s, hd.bh, i));
     lse[hd.bh * s.Tq + i] = seen ? ws.m[r] + std::log(l) : kInf;
   }
@@ -387,6 +406,7 @@ void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int
     Scalar* row = ws.s.data() + r * kTile;
     const Scalar k = score_row(row, vis, w, scale, hd, i, j0, s.Tk - s.Tq, ws.bias.data());
     mask_row(a, sp, r, row, vis);
+    position_row(a, hd.bh, i, j0, row, vis);
     const Scalar* keep = nullptr;
     if (a.dropout_p > 0) {
       keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
@@ -600,7 +620,7 @@ void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse) {
 }
 
 void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar* lse, HeadView dy, HeadOut dq,
-                              HeadOut dk, HeadOut dv) {
+                              HeadOut dk, HeadOut dv, const Scalar* dlse) {
   check_sparsity(a);
   const FlashAttentionShape& s = a.s;
   // delta_i = dy_i . y_i (= sum_j P_ij dP_ij, dropout included), one per query row.
@@ -608,7 +628,7 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
   parallel::parallel_for(s.B * s.H * s.Tq, 256, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bh = r / s.Tq, i = r % s.Tq;
-      delta[r] = dot_row(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv);
+      delta[r] = dot_row(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv) - (dlse ? dlse[r] : 0.0f);
     }
   });
   Grads g{y, dy, lse, delta.data(), dq, dk, dv};
@@ -625,6 +645,15 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
       for_each_tile(a, tiles(s.Tq), [&](Workspace& ws, int64_t t) { dq_tile(a, ws, g, t * kTile); });
     if (dk.data || dv.data)
       for_each_tile(a, tiles(s.Tk), [&](Workspace& ws, int64_t t) { dkv_tile(a, ws, g, t * kTile); });
+  }
+  if (a.self_row && dv.data) {  // a query that saw only itself: y_i = v_self, so dv_self += dy_i
+    for (int64_t r = 0; r < s.B * s.H * s.Tq; ++r) {
+      const int64_t bh = r / s.Tq, i = r % s.Tq;
+      if (lse[r] != kSelfScore || a.self_row[r] < 0) continue;
+      Scalar* out = row_of(dv, s, bh, a.self_row[r]);
+      const Scalar* in = row_of(dy, s, bh, i);
+      for (int64_t d = 0; d < s.Dv; ++d) out[d] += in[d];
+    }
   }
   if (g.dist_parts) {  // sum over b and query tiles, in that fixed order
     const int64_t n = db->n, q_tiles = tiles(s.Tq);

@@ -116,7 +116,20 @@ struct FlashAttention {
   uint64_t seed;     // of the dropout mask; unused when dropout_p == 0
   const BlockSparsity* sparsity = nullptr;  // null: every tile (dense); else its (Tq, Tk) must be s's
   const DistanceBias* distance_bias = nullptr;  // added to the scaled score after `bias`
+  // Rows in an order other than their positions (LSH attention's buckets):
+  // q_pos (B H, Tq) and k_pos (B H, Tk) give each row's position; a key
+  // after the query's position is masked (-inf). With self_row (B H, Tq: the
+  // key row at the query's own position, or -1) the query does not see that
+  // key, unless it sees nothing else: then y_i = v_self and lse_i =
+  // kSelfScore exactly (Reformer's finite self mask, without its rounding:
+  // the self pair's score is a constant, so it gives v a gradient and q, k none).
+  // Use with causal = false (causal compares rows).
+  const int32_t* q_pos = nullptr;
+  const int32_t* k_pos = nullptr;
+  const int32_t* self_row = nullptr;
 };
+
+inline constexpr Scalar kSelfScore = -1e5f;  // the lse of a query that sees only itself
 
 // y (B, H, Tq, Dv) and lse (B, H, Tq, contiguous). A row with no visible key
 // gets y_i = 0 and lse_i = +inf, so the recomputed P (and every gradient) is 0.
@@ -127,7 +140,10 @@ void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse);
 // output is skipped. One pass over (b, h, query tile) for dq, one over
 // (b, h, key tile) for dk and dv; with a single query tile (Tq <= 64) one
 // pass over (b, h) does all three, with the same sums in the same order.
+// dlse (B, H, Tq), or null: the gradient of the loss with respect to lse
+// too (when lse is an output that is used, as when LSH rounds are combined):
+// dS_ij = P_ij (dP_ij - delta_i + dlse_i).
 void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar* lse, HeadView dy, HeadOut dq,
-                              HeadOut dk, HeadOut dv);
+                              HeadOut dk, HeadOut dv, const Scalar* dlse = nullptr);
 
 }  // namespace tapeformer::kernels

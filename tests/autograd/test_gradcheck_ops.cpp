@@ -224,6 +224,12 @@ const std::vector<Row>& table() {
          static const auto tiles = tile_pattern(Window5(), 70, 70, 0, 0);
          return block_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], tiles, {}, true, 0.0f, nullptr, v[3]);
        }},
+      {"positioned_attention rows in another order, self mask; y and lse both used",
+       {any({1, 2, 6, 3}), any({1, 2, 6, 3}), any({1, 2, 6, 2})}, [](V v) {
+         const IndexTensor pos({1, 2, 6}, {3, 0, 5, 1, 4, 2, 0, 1, 2, 3, 4, 5});
+         const std::vector<Var> r = positioned_attention(mul_scalar(v[0], 2.0f), v[1], v[2], nullptr, pos, pos, true);
+         return add(sum(r[0]), sum(exp(mul_scalar(r[1], 0.5f))));  // exp: a self-only row's lse is -1e5
+       }},
       {"block_sparse_attention, 6 queries after 64 cached keys, dropout p=0.3",
        {any({1, 1, 6, 3}), any({1, 1, 70, 3}), any({1, 1, 70, 3})}, [](V v) {
          static const auto tiles = tile_pattern(Window5(), 6, 70, 64, 0);

@@ -222,3 +222,58 @@ TEST_CASE("block_sparse_attention: a pattern for other lengths, or unfinished, i
   CHECK_THROWS_WITH_AS(p.add(0, nullptr), doctest::Contains("key tiles of a query tile must ascend (0 after 1)"), Error);
   CHECK_THROWS_WITH_AS(p.add(2, nullptr), doctest::Contains("key tile 2 is outside [0, 2)"), Error);
 }
+
+TEST_CASE("positioned_attention: rows shuffled per head with their positions equal causal attention; self mask; lse") {
+  const int64_t B = 2, H = 2, T = 150, D = 8;
+  Rng rng(17);
+  const Tensor q = random({B, H, T, D}, rng), k = random({B, H, T, D}, rng), v = random({B, H, T, D}, rng);
+  const Tensor R = random({B, H, T, D}, rng);
+  // A random permutation per (b, h), and its inverse.
+  std::vector<int32_t> perm(B * H * T), inverse(B * H * T);
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    int32_t* p = perm.data() + bh * T;
+    for (int64_t t = 0; t < T; ++t) p[t] = static_cast<int32_t>(t);
+    for (int64_t t = T - 1; t > 0; --t) std::swap(p[t], p[rng.below(static_cast<uint64_t>(t + 1))]);
+    for (int64_t t = 0; t < T; ++t) inverse[bh * T + p[t]] = static_cast<int32_t>(t);
+  }
+  const IndexTensor to({B, H, T}, perm), back({B, H, T}, inverse);
+  for (const bool self : {false, true}) {
+    CAPTURE(self);
+    const auto shuffled = [&](const std::vector<Var>& x) {
+      const std::vector<Var> r = positioned_attention(gather_rows(x[0], to), gather_rows(x[1], to),
+                                                      gather_rows(x[2], to), nullptr, to, to, self);
+      return gather_rows(r[0], back);  // (B, H, T, D) in position order
+    };
+    std::vector<Scalar> diag(T * T, 0.0f);
+    for (int64_t i = 0; i < T; ++i) diag[i * T + i] = self && i > 0 ? -1e5f : 0.0f;  // row 0 sees only itself
+    const Tensor self_bias = Tensor::from({1, 1, T, T}, diag);
+    const auto reference = [&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {self_bias}); };
+    const Run a = run(shuffled, {q, k, v}, R), b = run(reference, {q, k, v}, R);
+    check_close(a.y, b.y, "value", 1e-5);
+    for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
+  }
+  // lse: log sum_{j <= i} e^(q_i . k_j / sqrt(D)), in float64.
+  NoGradGuard no_grad;
+  const std::vector<Var> r = positioned_attention(Var(q), Var(k), Var(v), nullptr,
+                                                  IndexTensor({B, H, T}, [&] {
+                                                    std::vector<int32_t> id(B * H * T);
+                                                    for (size_t e = 0; e < id.size(); ++e) id[e] = static_cast<int32_t>(e % T);
+                                                    return id;
+                                                  }()),
+                                                  IndexTensor({B, H, T}, [&] {
+                                                    std::vector<int32_t> id(B * H * T);
+                                                    for (size_t e = 0; e < id.size(); ++e) id[e] = static_cast<int32_t>(e % T);
+                                                    return id;
+                                                  }()));
+  double worst = 0;
+  for (int64_t i = 0; i < T; i += 7) {
+    double sum = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(q.at({1, 0, i, d})) * k.at({1, 0, j, d});
+      sum += std::exp(dot / std::sqrt(static_cast<double>(D)));
+    }
+    worst = std::max(worst, std::abs(r[1].value().at({1, 0, i}) - std::log(sum)));
+  }
+  CHECK(worst < 1e-5);
+}
