@@ -86,6 +86,10 @@ struct AttentionKind {
   std::function<void(const ModelConfig&, const PositionalKind&)> check;
   // Whether forward(x, memory, rng) is implemented (Transformer-XL memory).
   bool segment_memory = false;
+  // Whether an output depends only on the inputs at or before its position.
+  // False for LSH attention: no later value is read, but where later tokens
+  // hash moves a query between chunks (its tests say what holds instead).
+  bool strictly_causal = true;
 };
 
 // The table of attention kinds (layers/attention/registry.cpp). A program may

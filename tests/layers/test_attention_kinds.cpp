@@ -45,7 +45,7 @@ ModelConfig config_of(const Arch& a, int64_t layers = 2, int64_t width = 16, int
   // Sparse patterns small enough that a 12-token sequence is sparse: every
   // query misses some earlier keys (the masks, not just causality, are tested).
   const std::vector<std::pair<const char*, int64_t>> sparse{{"window", 3},        {"sparse_block", 4}, {"summary", 1}, {"stride", 3},
-                                                            {"dilation", 2},      {"global_tokens", 2},
+                                                            {"dilation", 2},      {"global_tokens", 2}, {"lsh_chunk", 4}, {"lsh_buckets", 2},
                                                             {"random_blocks", 1}};
   if (const AttentionKind* kind = attention_kinds().find(a.attention))
     for (const ModelOption& o : kind->options)
@@ -115,6 +115,7 @@ TEST_CASE("the registries allow the expected combinations") {
 
 TEST_CASE("causality probe: changing token t leaves every output before t bit-identical (every combination)") {
   for (const Arch& a : allowed()) {
+    if (!attention_kinds().get(a.attention).strictly_causal) continue;  // LSH: tests/layers/test_lsh.cpp
     CAPTURE(a.label());
     const ModelConfig c = config_of(a);
     const auto model = random_model(c, 1);
@@ -135,6 +136,7 @@ TEST_CASE("causality probe: changing token t leaves every output before t bit-id
 
 TEST_CASE("inference states (KV cache, running sums) equal the full forward, piece by piece (every combination)") {
   for (const Arch& a : allowed()) {
+    if (!attention_kinds().get(a.attention).strictly_causal) continue;  // LSH: tests/layers/test_lsh.cpp
     CAPTURE(a.label());
     const ModelConfig c = config_of(a);
     const auto model = random_model(c, 3);
@@ -225,6 +227,9 @@ TEST_CASE("gradients of whole models check against finite differences (every com
     Rng rng(9);
     TransformerLM model(c, rng);
     for (auto& [name, p] : model.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.5f);
+    // LSH attention draws fresh hash rotations from the Rng in training, by design; its math is checked
+    // with eval's fixed rotations (the same buckets at every evaluation of the finite differences).
+    if (!attention_kinds().get(a.attention).strictly_causal) model.eval();
     const IndexTensor x = random_ids(2, 5, 7, 10), y = random_ids(2, 5, 7, 11);
     Rng unused(0);
     GradcheckOptions opt;
@@ -285,7 +290,7 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           "model.block \"standard\"",
           {{"window", int64_t{3}}});
   refused({"flash", "learned", ""},
-          "model.attention: unknown kind \"flash\" (known: softmax, linear, linformer, adaptive_span, window, strided, fixed, longformer, bigbird)");
+          "model.attention: unknown kind \"flash\" (known: softmax, linear, linformer, adaptive_span, lsh, window, strided, fixed, longformer, bigbird)");
   refused({"softmax", "xpos", ""},
           "model.positional: unknown kind \"xpos\" (known: learned, sinusoidal, rope, alibi, shaw, txl)");
   // Setting an option to its default with another kind is harmless.

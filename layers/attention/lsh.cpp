@@ -1,0 +1,175 @@
+#include "layers/attention/lsh.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "layers/attention/sparse.h"
+
+namespace tapeformer {
+namespace {
+
+// Sorted rows in chunks of m: a chunk sees itself and the chunk before.
+class ChunkLocal : public SparsePattern {
+ public:
+  explicit ChunkLocal(int64_t m) : m_(m) {}
+  bool sees(int64_t a, int64_t b) const override { return b / m_ == a / m_ || b / m_ == a / m_ - 1; }
+  void candidates(int64_t a0, int64_t a1, std::vector<std::pair<int64_t, int64_t>>& r) const override {
+    r.push_back({(a0 / m_ - 1) * m_, a1});
+  }
+
+ private:
+  int64_t m_;
+};
+
+// Generation state: the layer's inputs of the last `window` positions.
+class InputWindow : public InferenceState {
+ public:
+  explicit InputWindow(int64_t window) : window_(window) {}
+  std::string name() const override { return "InputWindow"; }
+  int64_t length() const override { return seen_; }
+  void reset() override {
+    x_ = Tensor();
+    seen_ = 0;
+  }
+  // x (B, T, C) appended; the window's inputs (B, held, C).
+  Tensor append(const Tensor& x) {
+    x_ = x_.defined() ? concat({Var(x_), Var(x)}, 1).value() : x.contiguous();
+    seen_ += x.dim(1);
+    if (window_ > 0 && x_.dim(1) > window_) x_ = x_.slice(1, x_.dim(1) - window_, x_.dim(1)).contiguous();
+    return x_;
+  }
+
+ private:
+  int64_t window_;
+  Tensor x_;
+  int64_t seen_ = 0;
+};
+
+}  // namespace
+
+LSHAttention::LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
+    : Attention(std::move(pos)),
+      n_embd(cfg.n_embd),
+      n_head(cfg.n_head),
+      n_buckets(cfg.option_int("lsh_buckets")),
+      n_hashes(cfg.option_int("lsh_hashes")),
+      chunk(cfg.option_int("lsh_chunk")),
+      dropout_p(cfg.dropout) {
+  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "LSHAttention: n_embd ", n_embd, " is not divisible by n_head ",
+                   n_head);
+  TAPEFORMER_CHECK(n_buckets >= 2 && n_buckets % 2 == 0 && n_hashes >= 1 && chunk >= 1,
+                   "model.lsh_buckets must be even and >= 2, model.lsh_hashes and model.lsh_chunk >= 1");
+  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 2 * n_embd, cfg.bias, rng));
+  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, cfg.bias, rng, residual_init_std(cfg)));
+  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(cfg.dropout));
+  eval_seed_ = rng.next_u64();  // the init stream: a replica or a resumed model draws the same
+}
+
+void LSHAttention::set_hashes(int64_t n) {
+  TAPEFORMER_CHECK(n >= 1, "LSHAttention: hashing rounds must be >= 1, got ", n);
+  n_hashes = n;
+}
+
+Var LSHAttention::forward(const Var& x, Rng& rng) const {
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "LSHAttention: input ", x.shape(), " must be (B, T, ", n_embd,
+                   ")");
+  const int64_t B = x.dim(0), T = x.dim(1), H = n_head, D = n_embd / n_head;
+  const float p = is_training() ? dropout_p : 0.0f;
+  const Var qv = qkv->forward(x);  // (B, T, 2C): the shared q = k, then v
+  const auto heads = [&](int64_t c0) {
+    return permute(reshape(slice(qv, 2, c0, c0 + n_embd), {B, T, H, D}), {0, 2, 1, 3});  // (B, H, T, D)
+  };
+  const Var q = positional().rotate(heads(0), 0), v = heads(n_embd);
+  const Var k = div(q, add_scalar(sqrt(sum(mul(q, q), {-1}, true)), 1e-6f));  // unit keys
+  const Tensor kc = k.value().contiguous();
+  Rng rotations = is_training() ? Rng(rng.next_u64()) : Rng(eval_seed_);
+  const auto tiles = tile_pattern(ChunkLocal(chunk), T, T, 0, 0);
+  const int64_t half = n_buckets / 2;
+  std::vector<Var> ys, lses;
+  std::vector<int32_t> bucket(static_cast<size_t>(T)), order(static_cast<size_t>(B * H * T)),
+      inverse(static_cast<size_t>(B * H * T));
+  for (int64_t r = 0; r < n_hashes; ++r) {
+    Tensor R = Tensor::empty({D, half});  // (D, n_b / 2)
+    rotations.fill_normal(R, 0.0f, 1.0f);
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      for (int64_t t = 0; t < T; ++t) {  // argmax([k R; -k R])
+        const Scalar* kt = kc.data() + (bh * T + t) * D;
+        Scalar best = -std::numeric_limits<Scalar>::infinity();
+        for (int64_t c = 0; c < half; ++c) {
+          Scalar dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += kt[d] * R.at({d, c});
+          if (dot > best) best = dot, bucket[static_cast<size_t>(t)] = static_cast<int32_t>(c);
+          if (-dot > best) best = -dot, bucket[static_cast<size_t>(t)] = static_cast<int32_t>(c + half);
+        }
+      }
+      int32_t* o = order.data() + bh * T;
+      std::iota(o, o + T, 0);
+      std::stable_sort(o, o + T, [&](int32_t a, int32_t b) { return bucket[a] < bucket[b]; });  // then by position
+      for (int64_t t = 0; t < T; ++t) inverse[static_cast<size_t>(bh * T + o[t])] = static_cast<int32_t>(t);
+    }
+    const IndexTensor sorted({B, H, T}, order), back({B, H, T}, inverse);
+    const std::vector<Var> out = positioned_attention(gather_rows(q, sorted), gather_rows(k, sorted),
+                                                      gather_rows(v, sorted), tiles, sorted, sorted,
+                                                      /*mask_self=*/true, p, &rng);
+    ys.push_back(gather_rows(out[0], back));                            // (B, H, T, D) in position order
+    lses.push_back(gather_rows(reshape(out[1], {B, H, T, 1}), back));  // (B, H, T, 1)
+  }
+  Var y = ys[0];
+  if (n_hashes > 1) {  // rounds weighted by softmax over their log-sum-exps
+    const Var w = softmax(concat(lses, 3));  // (B, H, T, rounds)
+    y = mul(ys[0], slice(w, 3, 0, 1));
+    for (int64_t r = 1; r < n_hashes; ++r) y = add(y, mul(ys[static_cast<size_t>(r)], slice(w, 3, r, r + 1)));
+  }
+  return resid_drop->forward(proj->forward(merge_heads(y)), rng);  // (B, T, C)
+}
+
+std::unique_ptr<InferenceState> LSHAttention::make_state(int64_t batch, int64_t window) const {
+  TAPEFORMER_CHECK(batch >= 1, "LSHAttention: batch size must be >= 1, got ", batch);
+  return std::make_unique<InputWindow>(window);
+}
+
+Var LSHAttention::forward(const Var& x, InferenceState& state) const {
+  check_inference("LSHAttention", x, n_embd);
+  InputWindow& w = state_as<InputWindow>(state, "LSHAttention", "InputWindow");
+  const Tensor held = w.append(x.value());  // (B, held, C)
+  Rng unused(0);
+  const Var y = forward(Var(held), unused);  // the whole window again: chunks depend on all of it
+  return slice(y, 1, held.dim(1) - x.dim(1), held.dim(1));
+}
+
+// ---- the registry entry ---------------------------------------------------------
+
+AttentionKind lsh_attention_kind() {
+  AttentionKind kind;
+  kind.name = "lsh";
+  kind.summary = "Reformer's LSH attention: shared-QK, hashed into buckets, chunked, rounds combined";
+  kind.options = {{"lsh_buckets", int64_t{8}, "lsh: buckets per round (even)"},
+                  {"lsh_hashes", int64_t{2}, "lsh: hashing rounds"},
+                  {"lsh_chunk", int64_t{64}, "lsh: chunk of sorted rows (each sees its chunk and the one before)"}};
+  kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
+    return std::make_shared<LSHAttention>(cfg, std::move(pos), rng);
+  };
+  kind.parameters = [](const ModelConfig& cfg) {
+    const double C = static_cast<double>(cfg.n_embd);
+    return 3 * C * C + (cfg.bias ? 3 * C : 0);  // shared qk and v [C, 2C], proj [C, C]
+  };
+  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
+    const double t = static_cast<double>(T), C = static_cast<double>(cfg.n_embd);
+    return static_cast<double>(cfg.option_int("lsh_hashes")) * (4 * t * C + cfg.n_head * t);  // sorted q, k, v, y; lse
+  };
+  kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
+    const int64_t nb = cfg.option_int("lsh_buckets");
+    TAPEFORMER_CHECK(nb >= 2 && nb % 2 == 0, "model.lsh_buckets must be even and >= 2, got ", nb);
+    TAPEFORMER_CHECK(cfg.option_int("lsh_hashes") >= 1 && cfg.option_int("lsh_chunk") >= 1,
+                     "model.lsh_hashes and model.lsh_chunk must be >= 1");
+    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
+                     "\" does not combine with model.attention \"lsh\": its score terms follow positions, and LSH "
+                     "attention runs its rows in bucket order");
+  };
+  kind.strictly_causal = false;
+  return kind;
+}
+
+}  // namespace tapeformer

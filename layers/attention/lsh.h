@@ -1,0 +1,51 @@
+// LSH attention (Reformer, Kitaev et al. 2020; SPEC §7), the "lsh" attention
+// kind: shared-QK attention where a query looks only at keys that hash near it.
+//
+//   k_j = q_j / |q_j|;  per round r: h_r(x) = argmax([x R_r; -x R_r]), R_r (D, n_b / 2) Gaussian
+//   rows sorted by (bucket, position); sorted rows in chunks of m attend to their chunk and the one before,
+//   by original positions: later keys masked, a query's own key only when it sees nothing else;
+//   rounds combined as y = sum_r softmax_r(lse_r) y_r.
+//
+// model.lsh_buckets = n_b (even, default 8), model.lsh_hashes = rounds (2),
+// model.lsh_chunk = m (64). Each round is one positioned_attention over the
+// rows gathered into bucket order (autograd/ops.h), whose tiles are the chunk
+// pattern. Rotations are drawn from the step's Rng in training (the
+// reversible stack replays it, so its backward rebuilds the same buckets) and
+// are fixed per layer in eval (from a seed of the init stream).
+// set_hashes changes the rounds an evaluation uses (E3d).
+//
+// Not strictly causal: no value after a query's position is ever read, but
+// which chunk a query lands in depends on where later tokens hash, so an
+// output can move when a later token changes (AttentionKind::strictly_causal
+// is false). For generation it keeps the layer inputs of the window and
+// re-runs the whole window per step.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "layers/attention/attention.h"
+#include "layers/basic.h"
+
+namespace tapeformer {
+
+class LSHAttention : public Attention {
+ public:
+  LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+  Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
+
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
+  Var forward(const Var& x, InferenceState& state) const override;
+
+  void set_hashes(int64_t n);  // rounds used from now on (>= 1)
+
+  int64_t n_embd, n_head, n_buckets, n_hashes, chunk;
+  float dropout_p;
+  std::shared_ptr<Linear> qkv, proj;  // qkv: [C, 2C], the shared q = k and v
+  std::shared_ptr<Dropout> resid_drop;
+
+ private:
+  uint64_t eval_seed_;
+};
+
+}  // namespace tapeformer
