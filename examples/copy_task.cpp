@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "data/tasks.h"
+#include "layers/attention/lsh.h"
 #include "train/build.h"
 #include "examples/task_loop.h"
 #include "train/metrics.h"
@@ -86,6 +87,10 @@ int run(int argc, char** argv) {
   app.add_option("--max-len", task_cfg.max_len, "longest w (model.block_size must be twice it)")->capture_default_str();
   double target_loss = 0;
   bool divergence_ok = false;
+  std::string lsh_eval;
+  app.add_option("--lsh-eval", lsh_eval,
+                 "E3d: after training, evaluate again with each LSH layer set to these hashing rounds, comma-separated, "
+                 "\"full\" for one chunk (full shared-QK attention); adds \"lsh_eval\": {...} to the result");
   app.add_option("--target-loss", target_loss, "report the first evaluation step whose val loss is at most this (0: off)")
       ->capture_default_str();
   app.add_flag("--divergence-ok", divergence_ok,
@@ -130,14 +135,44 @@ int run(int argc, char** argv) {
   const double seconds = result.seconds, loss = result.train_loss;
   const Accuracy fin = diverged ? Accuracy{NAN, NAN, NAN} : evaluate(model, final_val);
   const double tokens = static_cast<double>(steps_run * cfg.train.batch_size * cfg.model.block_size);
+  std::string lsh_results;  // ", \"lsh_eval\": {\"1\": acc, ..., \"full\": acc}"
+  if (!lsh_eval.empty() && !diverged) {
+    std::vector<std::pair<int64_t, int64_t>> trained;  // each LSH layer's (hashes, chunk)
+    model.visit([&](Module& m) {
+      if (auto* l = dynamic_cast<LSHAttention*>(&m)) trained.push_back({l->n_hashes, l->chunk});
+    });
+    TAPEFORMER_CHECK(!trained.empty(), "copy_task: --lsh-eval needs model.attention lsh");
+    for (size_t at = 0; at < lsh_eval.size();) {
+      const size_t end = std::min(lsh_eval.find(',', at), lsh_eval.size());
+      const std::string v = lsh_eval.substr(at, end - at);
+      at = end + 1;
+      model.visit([&](Module& m) {
+        if (auto* l = dynamic_cast<LSHAttention*>(&m)) {
+          if (v == "full") {
+            l->set_hashes(1);
+            l->chunk = cfg.model.block_size;  // one chunk: every earlier key
+          } else {
+            l->set_hashes(std::stoll(v));
+          }
+        }
+      });
+      lsh_results += std::string(lsh_results.empty() ? "" : ", ") + "\"" + v + "\": " +
+                     json_number(evaluate(model, final_val).tokens);
+      size_t i = 0;
+      model.visit([&](Module& m) {  // back to the trained settings
+        if (auto* l = dynamic_cast<LSHAttention*>(&m)) l->set_hashes(trained[i].first), l->chunk = trained[i++].second;
+      });
+    }
+    lsh_results = ", \"lsh_eval\": {" + lsh_results + "}";
+  }
   std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"accuracy\": %s, \"seq_accuracy\": %s, "
               "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, \"diverged\": %d, "
-              "\"reached_target\": %s, \"steps_to_target\": %s}\n",
+              "\"reached_target\": %s, \"steps_to_target\": %s%s}\n",
               static_cast<long long>(steps_run), json_number(diverged ? NAN : loss).c_str(),
               json_number(fin.loss).c_str(), json_number(fin.tokens).c_str(), json_number(fin.sequences).c_str(),
               seconds, seconds > 0 ? tokens / seconds : 0.0, static_cast<long long>(model.num_parameters()),
               diverged ? 1 : 0, target_loss > 0 ? (steps_to_target > 0 ? "1" : "0") : "null",
-              steps_to_target > 0 ? std::to_string(steps_to_target).c_str() : "null");
+              steps_to_target > 0 ? std::to_string(steps_to_target).c_str() : "null", lsh_results.c_str());
   return 0;
 }
 

@@ -90,6 +90,11 @@ int64_t Module::num_parameters() const {
   return n;
 }
 
+void Module::visit(const std::function<void(Module&)>& f) {
+  f(*this);
+  for (auto& c : children_) c.second->visit(f);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& c : children_) c.second->train(on);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <functional>
 #include <vector>
 
 #include "autograd/var.h"
@@ -42,6 +43,9 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Calls f on this module and every descendant, parents first (a program
+  // that adjusts layers of one kind: dynamic_cast<LSHAttention*>(&m)).
+  void visit(const std::function<void(Module&)>& f);
 
   // Parameters and buffers by name (values, not copies: the tensors alias
   // the module's storage).
