@@ -16,7 +16,7 @@ class ChunkLocal : public SparsePattern {
   explicit ChunkLocal(int64_t m) : m_(m) {}
   bool sees(int64_t a, int64_t b) const override { return b / m_ == a / m_ || b / m_ == a / m_ - 1; }
   void candidates(int64_t a0, int64_t a1, std::vector<std::pair<int64_t, int64_t>>& r) const override {
-    r.push_back({(a0 / m_ - 1) * m_, a1});
+    r.push_back({(a0 / m_ - 1) * m_, ((a1 - 1) / m_ + 1) * m_});  // through the end of the last query's chunk
   }
 
  private:
