@@ -88,6 +88,10 @@ int run(int argc, char** argv) {
   double target_loss = 0;
   bool divergence_ok = false;
   std::string lsh_eval;
+  int64_t lsh_eval_chunk = 0;
+  app.add_option("--lsh-eval-chunk", lsh_eval_chunk,
+                 "E3d: the chunk the --lsh-eval rounds use (0: as trained; a model trained with one chunk needs one)")
+      ->capture_default_str();
   app.add_option("--lsh-eval", lsh_eval,
                  "E3d: after training, evaluate again with each LSH layer set to these hashing rounds, comma-separated, "
                  "\"full\" for one chunk (full shared-QK attention); adds \"lsh_eval\": {...} to the result");
@@ -153,6 +157,7 @@ int run(int argc, char** argv) {
             l->chunk = cfg.model.block_size;  // one chunk: every earlier key
           } else {
             l->set_hashes(std::stoll(v));
+            if (lsh_eval_chunk > 0) l->chunk = lsh_eval_chunk;
           }
         }
       });
