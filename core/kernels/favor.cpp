@@ -16,23 +16,28 @@ constexpr Scalar kInf = std::numeric_limits<Scalar>::infinity();
 // e^(from - to) for a max that grows from `from` to `to` (0 when nothing was held).
 Scalar rescale(Scalar from, Scalar to) { return from == -kInf ? 0.0f : std::exp(from - to); }
 
+// Key row b_i (R) with value v_i (M) into the state S~ (R, M), z~ (R) kept
+// under the running max c (R), rescaled where the max grows.
+void take_key(Scalar* S, Scalar* z, Scalar* c, const Scalar* bi, const Scalar* vi, int64_t R, int64_t M) {
+  const auto v = eigen::array(vi, M);
+  for (int64_t r = 0; r < R; ++r) {
+    if (bi[r] > c[r]) {
+      const Scalar f = rescale(c[r], bi[r]);
+      eigen::array(S + r * M, M) *= f;
+      z[r] *= f;
+      c[r] = bi[r];
+    }
+    const Scalar e = std::exp(bi[r] - c[r]);
+    eigen::array(S + r * M, M) += e * v;
+    z[r] += e;
+  }
+}
+
 // One slice's forward from its state: keys enter the state before their own query sees it.
 void scan_slice(Scalar* S, Scalar* z, Scalar* c, const Scalar* a, const Scalar* b, const Scalar* v, Scalar* y,
                 Scalar* L, int64_t T, int64_t R, int64_t M, std::vector<Scalar>& w) {
   for (int64_t i = 0; i < T; ++i) {
-    const Scalar* bi = b + i * R;
-    const auto vi = eigen::array(v + i * M, M);
-    for (int64_t r = 0; r < R; ++r) {
-      if (bi[r] > c[r]) {
-        const Scalar f = rescale(c[r], bi[r]);
-        eigen::array(S + r * M, M) *= f;
-        z[r] *= f;
-        c[r] = bi[r];
-      }
-      const Scalar e = std::exp(bi[r] - c[r]);
-      eigen::array(S + r * M, M) += e * vi;
-      z[r] += e;
-    }
+    take_key(S, z, c, b + i * R, v + i * M, R, M);
     const Scalar* ai = a + i * R;
     Scalar Mi = -kInf;
     for (int64_t r = 0; r < R; ++r) Mi = std::max(Mi, ai[r] + c[r]);
@@ -94,19 +99,9 @@ void favor_backward(const Scalar* a, const Scalar* b, const Scalar* v, const Sca
         std::fill(z.begin(), z.end(), 0.0f);
         std::fill(c.begin(), c.end(), -kInf);
         for (int64_t i = 0; i < T; ++i) {
-          const Scalar* bi = bq + i * R;
-          const auto vi = eigen::array(vq + i * M, M);
+          take_key(S.data(), z.data(), c.data(), bq + i * R, vq + i * M, R, M);
           const auto gi = eigen::array(gq + i * M, M);
           for (int64_t r = 0; r < R; ++r) {
-            if (bi[r] > c[r]) {
-              const Scalar f = rescale(c[r], bi[r]);
-              eigen::array(S.data() + r * M, M) *= f;
-              z[r] *= f;
-              c[r] = bi[r];
-            }
-            const Scalar e = std::exp(bi[r] - c[r]);
-            eigen::array(S.data() + r * M, M) += e * vi;
-            z[r] += e;
             const Scalar sg = (eigen::array(S.data() + r * M, M) * gi).sum();
             da[(q * T + i) * R + r] = std::exp(aq[i * R + r] + c[r] - Lq[i]) * (sg - gy[i] * z[r]);
           }

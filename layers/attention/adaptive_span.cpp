@@ -56,18 +56,11 @@ Var AdaptiveSpanAttention::attend(const Var& q, const Var& k, const Var& v, int6
   const Tensor seen = Tensor::from(m.shape(), positive);  // 1 where m > 0
   const Var log_m = where(seen, log(where(seen, m, Var(Tensor::ones(m.shape())))),
                           Var(Tensor::full(m.shape(), -std::numeric_limits<Scalar>::infinity())));
-  std::shared_ptr<const kernels::BlockSparsity> tiles;
-  {
-    const std::lock_guard<std::mutex> lock(tiles_mutex_);
-    auto& slot = tiles_[{n, Tq, Tk}];
-    if (!slot) {
-      ModelConfig w;
-      w.options["window"] = n;
-      slot = tile_pattern(*sparse_pattern_kinds().get("window").make(w), Tq, Tk, q0, k0);
-    }
-    tiles = slot;
-    if (tiles_.size() > 64) tiles_.clear();
-  }
+  const auto tiles = tiles_.get({n, Tq, Tk, q0, k0}, [&] {
+    ModelConfig w;
+    w.options["window"] = n;
+    return tile_pattern(*sparse_pattern_kinds().get("window").make(w), Tq, Tk, q0, k0);
+  });
   const std::vector<Tensor> bias = positional().score_bias(n_head, Tq, Tk, q0, k0);
   return block_sparse_attention(q, k, v, tiles, bias, /*causal=*/true, p, rng, log_m);  // (B, H, Tq, D)
 }

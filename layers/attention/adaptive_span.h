@@ -17,14 +17,11 @@
 // steps (metrics.jsonl "layers": {"0.attn.spans": [...]}).
 #pragma once
 
-#include <array>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
-#include "core/kernels/flash_attention.h"
 #include "layers/attention/attention.h"
+#include "layers/attention/sparse.h"
 #include "layers/basic.h"
 
 namespace tapeformer {
@@ -57,8 +54,7 @@ class AdaptiveSpanAttention : public Attention {
  private:
   // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) ending with the queries' positions.
   Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
-  mutable std::mutex tiles_mutex_;
-  mutable std::map<std::array<int64_t, 3>, std::shared_ptr<const kernels::BlockSparsity>> tiles_;  // by (n, Tq, Tk)
+  TileCache tiles_;  // the window pattern's tiles by (reach, Tq, Tk, q0, k0)
 };
 
 }  // namespace tapeformer

@@ -123,11 +123,7 @@ bool MultiHeadAttention::plain() const {
 std::shared_ptr<const kernels::BlockSparsity> MultiHeadAttention::tiles(int64_t group, const SparsePattern& p,
                                                                         const std::vector<int32_t>& order, int64_t Tq,
                                                                         int64_t Tk, int64_t q0, int64_t k0) const {
-  const std::lock_guard<std::mutex> lock(tiles_mutex_);
-  const std::array<int64_t, 5> key{group, Tq, Tk, q0, k0};
-  if (const auto it = tiles_.find(key); it != tiles_.end()) return it->second;
-  if (tiles_.size() >= 64) tiles_.clear();  // generation moves q0 on every token: keep the table small
-  return tiles_[key] = tile_pattern(p, Tq, Tk, q0, k0, order);
+  return tiles_.get({group, Tq, Tk, q0, k0}, [&] { return tile_pattern(p, Tq, Tk, q0, k0, order); });
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,

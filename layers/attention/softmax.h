@@ -21,22 +21,15 @@
 // reference the tests compare the kernels with.
 #pragma once
 
-#include <array>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "layers/attention/attention.h"
+#include "layers/attention/sparse.h"
 #include "layers/basic.h"
 
 namespace tapeformer {
-
-class SparsePattern;  // layers/attention/sparse.h
-namespace kernels {
-struct BlockSparsity;
-}
 
 // softmax(q k^T / sqrt(D) + mask) v with optional dropout on the probabilities.
 // q, k, v: (B, H, T, D) (views are fine). Returns (B, H, T, D).
@@ -116,8 +109,7 @@ class MultiHeadAttention : public Attention {
                                                       int64_t q0, int64_t k0) const;
 
   std::shared_ptr<const SparsePattern> pattern_;  // null: dense
-  mutable std::mutex tiles_mutex_;                // data-parallel shards run one layer at once
-  mutable std::map<std::array<int64_t, 5>, std::shared_ptr<const kernels::BlockSparsity>> tiles_;
+  TileCache tiles_;  // by (head group, Tq, Tk, q0, k0)
 };
 
 }  // namespace tapeformer
