@@ -193,19 +193,42 @@ void position_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, Sc
     if (kp[j] > qp || (no_self && kp[j] == qp)) row[j] = -kInf;
 }
 
-// Calls fn(r0, r1, nk_g) for the row groups of the tile pair (query rows
-// i0 + [0, n), keys j0 + [0, nk)): the whole tile when every row sees every
-// key, else kGroup-row groups that each take the keys their last row sees
-// (groups that see none are skipped).
+// Calls fn(r0, r1, g) for the row groups of span sp against query rows
+// i0 + [0, n), g the keys the group computes (a part of sp): the whole span
+// when every row sees every key and no mask applies; else kGroup-row groups,
+// each from the first key a row of the group sees (by its mask) to the last
+// its last row may see (causal) or any row sees (mask). Groups that see no
+// key are skipped.
 template <class F>
-void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, int64_t j0, int64_t nk, F&& fn) {
-  if (visible(a, i0, j0, nk) == nk) {
-    fn(int64_t{0}, n, nk);
+void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, const Span& sp, F&& fn) {
+  const uint8_t* mask = sp.entry >= 0 && a.sparsity->mask_of[sp.entry] >= 0
+                            ? a.sparsity->masks.data() + int64_t{a.sparsity->mask_of[sp.entry]} * kTile * kTile + sp.c0
+                            : nullptr;  // row r of the span: mask[r * kTile + j], j < sp.nk
+  if (mask == nullptr && visible(a, i0, sp.j0, sp.nk) == sp.nk) {
+    fn(int64_t{0}, n, sp);
     return;
   }
   for (int64_t r0 = 0; r0 < n; r0 += kGroup) {
-    const int64_t r1 = std::min(n, r0 + kGroup), nk_g = visible(a, i0 + r1 - 1, j0, nk);
-    if (nk_g > 0) fn(r0, r1, nk_g);
+    const int64_t r1 = std::min(n, r0 + kGroup);
+    int64_t lo = 0, hi = visible(a, i0 + r1 - 1, sp.j0, sp.nk);
+    if (mask != nullptr) {
+      int64_t first = hi, last = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* m = mask + r * kTile;
+        for (int64_t j = 0; j < first; ++j)
+          if (m[j]) {
+            first = j;
+            break;
+          }
+        for (int64_t j = hi; j > last; --j)
+          if (m[j - 1]) {
+            last = j;
+            break;
+          }
+      }
+      lo = first, hi = last;
+    }
+    if (hi > lo) fn(r0, r1, Span{sp.j0 + lo, hi - lo, sp.entry, sp.c0 + lo});
   }
 }
 
@@ -323,25 +346,25 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
   for_each_key_tile(a, i0 / kTile, kend, [&](const Span& sp) {
     const int64_t j0 = sp.j0, nk = sp.nk;
     transpose_tile(hd.k + j0 * hd.ks, hd.ks, nk, s.D, ws.kt.data());
-    for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-      const int64_t w = round_up(nk_g);
-      product(q + r0 * hd.qs, hd.qs, 1, r1 - r0, s.D, ws.kt.data(), kTile, nk_g, ws.s.data() + r0 * kTile, kTile,
-              false);
+    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const Span& g) {
+      const int64_t w = round_up(g.nk);
+      product(q + r0 * hd.qs, hd.qs, 1, r1 - r0, s.D, ws.kt.data() + (g.j0 - j0), kTile, g.nk,
+              ws.s.data() + r0 * kTile, kTile, false);
       for (int64_t r = r0; r < r1; ++r) {
         Scalar* row = ws.s.data() + r * kTile;
-        const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
-        const Scalar k = score_row(row, vis, w, scale, hd, i, j0, s.Tk - s.Tq, ws.bias.data());
-        mask_row(a, sp, r, row, vis);
-        position_row(a, hd.bh, i, j0, row, vis);
+        const int64_t i = i0 + r, vis = visible(a, i, g.j0, g.nk);
+        const Scalar k = score_row(row, vis, w, scale, hd, i, g.j0, s.Tk - s.Tq, ws.bias.data());
+        mask_row(a, g, r, row, vis);
+        position_row(a, hd.bh, i, g.j0, row, vis);
         const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
         if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
         if (a.dropout_p > 0) {
-          keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
+          keep_row(a, hd.bh, i, g.j0, vis, ws.keep.data());
           for (int64_t j = 0; j < vis; ++j) row[j] *= ws.keep[j];
         }
       }
-      product(ws.s.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.v + j0 * hd.vs, hd.vs, s.Dv, o + r0 * s.Dv, s.Dv,
-              true);
+      product(ws.s.data() + r0 * kTile, kTile, 1, r1 - r0, g.nk, hd.v + g.j0 * hd.vs, hd.vs, s.Dv, o + r0 * s.Dv,
+              s.Dv, true);
     });
   });
   for (int64_t r = 0; r < n; ++r) {
@@ -388,19 +411,21 @@ void accumulate_distance(const FlashAttention& a, const Workspace& ws, const Gra
   }
 }
 
-// Recomputes rows [r0, r1) of the tile pair (query rows i0 + [0, n), keys
-// j0 + [0, nk_g)) into ws.s (P~) and ws.dp (scale dS). kt, vt hold the key tile.
+// Recomputes rows [r0, r1) of query rows i0 + .. against the group's keys
+// sp (sp.j0 + [0, sp.nk)) into ws.s (P~) and ws.dp (scale dS). kt, vt hold
+// the loaded key tile, sp.j0 at their column `col`.
 void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
-                     const Span& sp, int64_t nk_g) {
-  const int64_t j0 = sp.j0;
+                     const Span& sp, int64_t col) {
+  const int64_t j0 = sp.j0, nk_g = sp.nk;
   const FlashAttentionShape& s = a.s;
   const Head& hd = ws.head;
   const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(s.D));
   const int64_t w = round_up(nk_g), rows = r1 - r0;
   Scalar* sg = ws.s.data() + r0 * kTile;
   Scalar* dpg = ws.dp.data() + r0 * kTile;
-  product(hd.q + (i0 + r0) * hd.qs, hd.qs, 1, rows, s.D, ws.kt.data(), kTile, nk_g, sg, kTile, false);
-  product(row_of(g.dy, s, hd.bh, i0 + r0), g.dy.st, 1, rows, s.Dv, ws.vt.data(), kTile, nk_g, dpg, kTile, false);
+  product(hd.q + (i0 + r0) * hd.qs, hd.qs, 1, rows, s.D, ws.kt.data() + col, kTile, nk_g, sg, kTile, false);
+  product(row_of(g.dy, s, hd.bh, i0 + r0), g.dy.st, 1, rows, s.Dv, ws.vt.data() + col, kTile, nk_g, dpg, kTile,
+          false);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
     Scalar* row = ws.s.data() + r * kTile;
@@ -452,10 +477,10 @@ void dq_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0)
   for_each_key_tile(a, i0 / kTile, kend, [&](const Span& sp) {
     const int64_t j0 = sp.j0, nk = sp.nk;
     load_key_tile(a, ws, j0, nk);
-    for_each_group(a, i0, n, j0, nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-      recompute_group(a, ws, g, i0, r0, r1, sp, nk_g);
-      accumulate_distance(a, ws, g, i0, r0, r1, j0, nk_g);
-      product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + j0 * hd.ks, hd.ks, s.D,
+    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const Span& gs) {
+      recompute_group(a, ws, g, i0, r0, r1, gs, gs.j0 - j0);
+      accumulate_distance(a, ws, g, i0, r0, r1, gs.j0, gs.nk);
+      product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, gs.nk, hd.k + gs.j0 * hd.ks, hd.ks, s.D,
               ws.acc_q.data() + r0 * s.D, s.D, true);
     });
   });
@@ -473,9 +498,9 @@ void dkv_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t j0
     if (sp.j0 != loaded.j0 || sp.nk != loaded.nk) load_key_tile(a, ws, sp.j0, sp.nk);
     loaded = sp;
     const int64_t n = std::min(kTile, s.Tq - i0);
-    for_each_group(a, i0, n, sp.j0, sp.nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-      recompute_group(a, ws, g, i0, r0, r1, sp, nk_g);
-      accumulate_dkv(a, ws, g, i0, r0, r1, nk_g, sp.c0);
+    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const Span& gs) {
+      recompute_group(a, ws, g, i0, r0, r1, gs, gs.j0 - sp.j0);
+      accumulate_dkv(a, ws, g, i0, r0, r1, gs.nk, gs.c0);
     });
   };
   const int64_t u = j0 / kTile;
@@ -519,12 +544,12 @@ void head_single_query_tile(const FlashAttention& a, Workspace& ws, const Grads&
     const Span sp = span_of(a, j0 / kTile, entry);
     if (sp.j0 < kend && listed) {
       load_key_tile(a, ws, sp.j0, sp.nk);
-      for_each_group(a, 0, n, sp.j0, sp.nk, [&](int64_t r0, int64_t r1, int64_t nk_g) {
-        recompute_group(a, ws, g, 0, r0, r1, sp, nk_g);
-        accumulate_distance(a, ws, g, 0, r0, r1, sp.j0, nk_g);
-        product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, nk_g, hd.k + sp.j0 * hd.ks, hd.ks, s.D,
+      for_each_group(a, 0, n, sp, [&](int64_t r0, int64_t r1, const Span& gs) {
+        recompute_group(a, ws, g, 0, r0, r1, gs, gs.j0 - sp.j0);
+        accumulate_distance(a, ws, g, 0, r0, r1, gs.j0, gs.nk);
+        product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, gs.nk, hd.k + gs.j0 * hd.ks, hd.ks, s.D,
                 ws.acc_q.data() + r0 * s.D, s.D, true);
-        accumulate_dkv(a, ws, g, 0, r0, r1, nk_g, sp.c0);
+        accumulate_dkv(a, ws, g, 0, r0, r1, gs.nk, gs.c0);
       });
     }
     store_rows(ws.acc_k.data(), nk, s.D, g.dk, s, hd.bh, j0);

@@ -16,7 +16,9 @@
 //
 // Scores live in 64 x 64 tiles per thread; key tiles wholly in the future
 // are skipped and tiles on the causal diagonal are cut into 16-row groups
-// that each stop at their last row's last visible key. Work is parallel over
+// that each stop at their last row's last visible key (a masked tile of a
+// block-sparse pattern: that span from the first to the last key any row
+// of the group sees). Work is parallel over
 // (b, h, tile), every output element written by one work item with fixed tile
 // boundaries, so results are bit-identical for any thread count.
 //
