@@ -163,6 +163,21 @@ Var block_sparse_attention(const Var& q, const Var& k, const Var& v,
                            std::shared_ptr<const kernels::BlockSparsity> pattern, const std::vector<Tensor>& bias = {},
                            bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr,
                            const Var& distance_bias = Var());
+// Heads in groups with patterns of their own, in one op with one output
+// (no slices, no concat): the heads [h0, h1) of a group attend through
+// `tiles` (as block_sparse_attention), or, with period = l > 0, query t
+// sees the keys s <= t with (t - s) % l == 0: each residue class mod l is a
+// causal sequence, read in place through strided views (Child et al.'s
+// strided head; self-attention only, Tq == Tk). Groups cover the heads in
+// order. Score terms and dropout apply as in softmax_attention (a residue
+// class's pair (r, s) reads the term of positions (c + l r, c + l s)).
+struct AttentionHeadGroup {
+  int64_t h0, h1;
+  std::shared_ptr<const kernels::BlockSparsity> tiles;  // null with a period
+  int64_t period = 0;
+};
+Var grouped_sparse_attention(const Var& q, const Var& k, const Var& v, std::vector<AttentionHeadGroup> groups,
+                             const std::vector<Tensor>& bias = {}, Scalar dropout_p = 0, Rng* rng = nullptr);
 // Attention over rows held in another order than their positions (LSH
 // attention's buckets): q_pos (B, H, Tq) and k_pos (B, H, Tk) give each
 // row's position, keys after a query's position are masked, and with

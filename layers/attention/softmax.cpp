@@ -121,9 +121,9 @@ bool MultiHeadAttention::plain() const {
 }
 
 std::shared_ptr<const kernels::BlockSparsity> MultiHeadAttention::tiles(int64_t group, const SparsePattern& p,
-                                                                        const std::vector<int32_t>& order, int64_t Tq,
-                                                                        int64_t Tk, int64_t q0, int64_t k0) const {
-  return tiles_.get({group, Tq, Tk, q0, k0}, [&] { return tile_pattern(p, Tq, Tk, q0, k0, order); });
+                                                                        int64_t Tq, int64_t Tk, int64_t q0,
+                                                                        int64_t k0) const {
+  return tiles_.get({group, Tq, Tk, q0, k0}, [&] { return tile_pattern(p, Tq, Tk, q0, k0); });
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
@@ -134,9 +134,7 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
   if (pattern_) {
     TAPEFORMER_CHECK(!pos.needs().relative_terms, "sparse attention has no per-pair score terms");
     return sparse_attention(*pattern_, q, k, v, bias, q0, k0, p, rng,
-                            [&](int64_t group, const SparsePattern& pg, const std::vector<int32_t>& order) {
-                              return tiles(group, pg, order, Tq, Tk, q0, k0);
-                            });
+                            [&](int64_t group, const SparsePattern& pg) { return tiles(group, pg, Tq, Tk, q0, k0); });
   }
   if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, /*causal=*/true, p, rng);
   // Learned per-(i, j) terms: the scores exist as a tensor, so compose.

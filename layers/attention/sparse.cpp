@@ -13,25 +13,15 @@ namespace tapeformer {
 AttentionKind softmax_attention_kind();  // softmax.cpp: the projections the sparse kinds share
 
 std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
-                                                           int64_t k0, const std::vector<int32_t>& order) {
+                                                           int64_t k0) {
   constexpr int64_t kT = kernels::kAttentionTile;
-  const bool ordered = !order.empty();
-  TAPEFORMER_CHECK(!ordered || (Tq == Tk && q0 == k0 && static_cast<int64_t>(order.size()) == Tq),
-                   "tile_pattern: an order is for self-attention over its own ", order.size(), " positions");
-  const auto query_at = [&](int64_t a) { return q0 + (ordered ? order[static_cast<size_t>(a)] : a); };
-  const auto key_at = [&](int64_t b) { return k0 + (ordered ? order[static_cast<size_t>(b)] : b); };
   auto out = std::make_shared<kernels::BlockSparsity>(Tq, Tk);
   std::vector<std::pair<int64_t, int64_t>> ranges;
   std::vector<uint8_t> mask(static_cast<size_t>(kT * kT));
   for (int64_t t = 0; t < out->q_tiles(); ++t) {
     const int64_t i0 = t * kT, rows = std::min(kT, Tq - i0);
     ranges.clear();
-    if (ordered) {
-      p.ordered_candidates(i0, i0 + rows, q0, Tq, ranges);
-      for (auto& [lo, hi] : ranges) lo += k0, hi += k0;  // the loop below subtracts k0
-    } else {
-      p.candidates(q0 + i0, q0 + i0 + rows, ranges);
-    }
+    p.candidates(q0 + i0, q0 + i0 + rows, ranges);
     std::set<int64_t> key_tiles;  // ascending, each once
     for (const auto& [lo, hi] : ranges) {
       const int64_t a = std::max<int64_t>(lo - k0, 0), b = std::min<int64_t>(hi - k0, Tk);
@@ -43,7 +33,7 @@ std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& 
       std::fill(mask.begin(), mask.end(), uint8_t{0});
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-          if (p.sees(query_at(i0 + r), key_at(j0 + c))) mask[static_cast<size_t>(r * kT + c)] = 1, ++seen;
+          if (p.sees(q0 + i0 + r, k0 + j0 + c)) mask[static_cast<size_t>(r * kT + c)] = 1, ++seen;
       if (seen == 0) continue;
       out->add(static_cast<int32_t>(u), seen == rows * cols ? nullptr : mask.data());
     }
@@ -67,27 +57,18 @@ Var sparse_attention(const SparsePattern& p, const Var& q, const Var& k, const V
   const int64_t H = q.dim(1), Tq = q.dim(2), Tk = k.dim(2), G = groups.empty() ? 1 : static_cast<int64_t>(groups.size());
   TAPEFORMER_CHECK(H % G == 0, "sparse attention: the pattern splits heads into ", G, " groups, but there are ", H,
                    " heads (model.n_head must be a multiple of ", G, ")");
-  std::vector<Var> ys;
+  const bool self = Tq == Tk && q0 == k0;
+  std::vector<AttentionHeadGroup> heads;
   for (int64_t g = 0; g < G; ++g) {
     const SparsePattern& pg = groups.empty() ? p : *groups[static_cast<size_t>(g)];
     const int64_t h0 = g * H / G, h1 = (g + 1) * H / G;
-    const auto heads = [&](const Var& x) { return G == 1 ? x : slice(x, 1, h0, h1); };
-    std::vector<Tensor> bg;  // the group's heads of each score term
-    for (const Tensor& b : bias) bg.push_back(G == 1 || b.dim(1) == 1 ? b : b.slice(1, h0, h1));
-    const std::vector<int32_t> order = Tq == Tk && q0 == k0 ? pg.order(q0, Tq) : std::vector<int32_t>{};
-    if (order.empty()) {
-      ys.push_back(block_sparse_attention(heads(q), heads(k), heads(v), tiles(g, pg, order), bg, true, dropout_p, rng));
-      continue;
+    if (self && pg.period() > 0) {
+      heads.push_back({h0, h1, nullptr, pg.period()});
+    } else {
+      heads.push_back({h0, h1, tiles(g, pg), 0});
     }
-    TAPEFORMER_CHECK(bias.empty(), "sparse attention: a pattern that reorders positions takes no score terms");
-    std::vector<int32_t> inverse(order.size());
-    for (size_t a = 0; a < order.size(); ++a) inverse[static_cast<size_t>(order[a])] = static_cast<int32_t>(a);
-    const IndexTensor to({Tq}, order), back({Tq}, inverse);
-    const Var y = block_sparse_attention(gather_rows(heads(q), to), gather_rows(heads(k), to),
-                                         gather_rows(heads(v), to), tiles(g, pg, order), {}, false, dropout_p, rng);
-    ys.push_back(gather_rows(y, back));  // (B, H / G, Tq, D) in position order
   }
-  return G == 1 ? ys[0] : concat(ys, 1);
+  return grouped_sparse_attention(q, k, v, std::move(heads), bias, dropout_p, rng);
 }
 
 namespace {
@@ -113,9 +94,9 @@ class Window : public SparsePattern {
   int64_t w_;
 };
 
-// Child et al.'s second strided head: keys a multiple of l back. Scattered in
-// position order, it runs in the order of residue classes (p mod l, then p),
-// where each class is one causal block.
+// Child et al.'s second strided head: keys a multiple of l back. Scattered
+// over every tile in position order; in self-attention each residue class
+// runs as its own causal sequence (period()).
 class Residue : public SparsePattern {
  public:
   explicit Residue(int64_t l) : l_(l) {}
@@ -123,24 +104,7 @@ class Residue : public SparsePattern {
   void candidates(int64_t i0, int64_t i1, std::vector<std::pair<int64_t, int64_t>>& r) const override {
     r.push_back({0, i1});  // (position order: every earlier tile may hold some)
   }
-  std::vector<int32_t> order(int64_t p0, int64_t T) const override {
-    std::vector<int32_t> o(static_cast<size_t>(T));
-    size_t a = 0;
-    for (int64_t c = 0; c < l_; ++c)  // offsets t with (p0 + t) % l == c, ascending
-      for (int64_t t = ((c - p0) % l_ + l_) % l_; t < T; t += l_) o[a++] = static_cast<int32_t>(t);
-    return o;
-  }
-  void ordered_candidates(int64_t a0, int64_t a1, int64_t p0, int64_t T,
-                          std::vector<std::pair<int64_t, int64_t>>& r) const override {
-    // Classes are consecutive runs of ordered indices; a query sees the start of its class up to itself.
-    int64_t start = 0;
-    for (int64_t c = 0; c < l_; ++c) {
-      const int64_t first = ((c - p0) % l_ + l_) % l_, size = first < T ? (T - 1 - first) / l_ + 1 : 0;
-      if (start + size > a0) break;
-      start += size;
-    }
-    r.push_back({start, a1});
-  }
+  int64_t period() const override { return l_; }
 
  private:
   int64_t l_;
@@ -310,11 +274,6 @@ AttentionKind sparse_attention_kind(const SparsePatternKind& pattern) {
     TAPEFORMER_CHECK(groups.empty() || cfg.n_head % static_cast<int64_t>(groups.size()) == 0, "model.attention \"",
                      name, "\" splits the heads into ", groups.size(), " groups: model.n_head (", cfg.n_head,
                      ") must be a multiple of ", groups.size());
-    bool reorders = !pattern->order(0, 8).empty();
-    for (const auto& g : groups) reorders = reorders || !g->order(0, 8).empty();
-    TAPEFORMER_CHECK(!(reorders && pos.needs.score_bias), "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"", name,
-                     "\": it runs some heads with positions reordered, and the scheme's score terms follow positions");
   };
   return kind;
 }

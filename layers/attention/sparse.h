@@ -60,24 +60,18 @@ class SparsePattern {
   // Heads in groups with patterns of their own: heads [g H / G, (g + 1) H / G)
   // use head_groups()[g]. Empty (the default): every head uses this pattern.
   virtual std::vector<std::shared_ptr<const SparsePattern>> head_groups() const { return {}; }
-  // An order of the positions p0 .. p0 + T - 1 (offsets in [0, T)) in which
-  // the pattern's pairs fall into few tiles: self-attention over T positions
-  // then runs with q, k, v gathered into that order and the output gathered
-  // back (strided's residue classes). Empty (the default): position order.
-  virtual std::vector<int32_t> order(int64_t p0, int64_t T) const { return {}; }
-  // With an order: key ranges, in ordered indices, covering what the queries
-  // at ordered indices [a0, a1) see.
-  virtual void ordered_candidates(int64_t a0, int64_t a1, int64_t p0, int64_t T,
-                                  std::vector<std::pair<int64_t, int64_t>>& ranges) const {}
+  // > 0: the pattern is exactly "j <= i and (i - j) % period() == 0"
+  // (strided's second head). Self-attention then runs each residue class as
+  // a causal sequence read in place through strided views: no tiles, no
+  // copies (grouped_sparse_attention). A query block of other lengths (a KV
+  // cache step) uses the tiles. 0 (the default): always the tiles.
+  virtual int64_t period() const { return 0; }
 };
 
 // The kernel's tiles for queries at positions q0 + [0, Tq) over keys at
 // k0 + [0, Tk): every tile with a visible pair, masked where not all are.
-// With `order` (p.order(q0, Tq), and Tq == Tk, q0 == k0), row and column a
-// stand for position q0 + order[a], and causality is in the masks (run the
-// kernel with causal = false).
 std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
-                                                           int64_t k0, const std::vector<int32_t>& order = {});
+                                                           int64_t k0);
 
 // Tiles built once per key and kept (a layer's patterns by shape); safe
 // for data-parallel shards running one layer at once. Past 64 entries the
@@ -94,10 +88,10 @@ class TileCache {
 };
 
 // Attention of q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at
-// k0.. through pattern p (its head groups and order), causal -> (B, H, Tq, D).
-// `tiles(group, p, order)` supplies (and may cache) the tiles of a group's pattern.
-using TileSource = std::function<std::shared_ptr<const kernels::BlockSparsity>(
-    int64_t group, const SparsePattern& p, const std::vector<int32_t>& order)>;
+// k0.. through pattern p (each head group with its own pattern), causal ->
+// (B, H, Tq, D), in one grouped_sparse_attention. `tiles(group, p)` supplies
+// (and may cache) the tiles of a group's pattern.
+using TileSource = std::function<std::shared_ptr<const kernels::BlockSparsity>(int64_t group, const SparsePattern& p)>;
 Var sparse_attention(const SparsePattern& p, const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias,
                      int64_t q0, int64_t k0, float dropout_p, Rng* rng, const TileSource& tiles);
 

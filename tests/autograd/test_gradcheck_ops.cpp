@@ -224,6 +224,15 @@ const std::vector<Row>& table() {
          static const auto tiles = tile_pattern(Window5(), 70, 70, 0, 0);
          return block_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], tiles, {}, true, 0.0f, nullptr, v[3]);
        }},
+      // Heads 0, 1 through a window's tiles; heads 2, 3 every 3rd key back, their classes 11 = 3 * 3 + 2
+      // rows long read in place from a transposed k; dropout.
+      {"grouped_sparse_attention window 5 | period 3, T = 11, transposed k, dropout p=0.3",
+       {any({1, 4, 11, 3}), transposed({1, 4, 11, 3}), any({1, 4, 11, 2})}, [](V v) {
+         static const auto tiles = tile_pattern(Window5(), 11, 11, 0, 0);
+         Rng rng(3);
+         return grouped_sparse_attention(mul_scalar(v[0], 2.0f), v[1], v[2], {{0, 2, tiles, 0}, {2, 4, nullptr, 3}}, {},
+                                         0.3f, &rng);
+       }},
       {"positioned_attention rows in another order, self mask; y and lse both used",
        {any({1, 2, 6, 3}), any({1, 2, 6, 3}), any({1, 2, 6, 2})}, [](V v) {
          const IndexTensor pos({1, 2, 6}, {3, 0, 5, 1, 4, 2, 0, 1, 2, 3, 4, 5});

@@ -115,12 +115,17 @@ TEST_CASE("every sparse pattern equals dense softmax attention with its mask as 
   }
 }
 
-TEST_CASE("strided: its two head groups, the residue half run in residue order, equal dense attention with per-head masks") {
+TEST_CASE("strided: its two head groups, the residue half as strided views of its classes, equal dense attention with per-head masks") {
   const auto strided = sparse_pattern_kinds().get("strided").make(with({{"stride", 9}}));
   const auto groups = strided->head_groups();
   REQUIRE(groups.size() == 2);
-  for (const auto& [Tq, Tk] : {std::pair<int64_t, int64_t>{200, 200}, {70, 200}}) {
+  CHECK(groups[0]->period() == 0);
+  CHECK(groups[1]->period() == 9);
+  // Classes of unequal length (200 = 22 * 9 + 2), equal (18), shorter than the
+  // stride (5), and a KV cache's shape (the residue heads then use tiles).
+  for (const auto& [Tq, Tk] : {std::pair<int64_t, int64_t>{200, 200}, {18, 18}, {5, 5}, {70, 200}}) {
     CAPTURE(Tq);
+    CAPTURE(Tk);
     const int64_t q0 = Tk - Tq, B = 2, H = 4, D = 8;
     // Heads 0, 1 see the last 9 positions; heads 2, 3 every 9th back.
     std::vector<Scalar> mask(static_cast<size_t>(H * Tq * Tk));
@@ -129,31 +134,51 @@ TEST_CASE("strided: its two head groups, the residue half run in residue order, 
         for (int64_t j = 0; j < Tk; ++j)
           mask[static_cast<size_t>((h * Tq + i) * Tk + j)] = groups[h < 2 ? 0 : 1]->sees(q0 + i, j) ? 0.0f : -kInf;
     const Tensor bias = Tensor::from({1, H, Tq, Tk}, mask);
+    // A score term by position (ALiBi's shape), so a class reading the wrong pairs' terms shows.
+    std::vector<Scalar> slopes(static_cast<size_t>(H * Tq * Tk));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t j = 0; j < Tk; ++j)
+          slopes[static_cast<size_t>((h * Tq + i) * Tk + j)] =
+              -0.05f * static_cast<Scalar>(h + 1) * static_cast<Scalar>(q0 + i - j) + 0.01f * static_cast<Scalar>(j % 7);
+    const Tensor term = Tensor::from({1, H, Tq, Tk}, slopes);
     Rng rng(11);
     const Tensor q = random({B, H, Tq, D}, rng), k = random({B, H, Tk, D}, rng), v = random({B, H, Tk, D}, rng);
     const Tensor R = random({B, H, Tq, D}, rng);
-    const auto tiles = [&](int64_t, const SparsePattern& p, const std::vector<int32_t>& order) {
-      return tile_pattern(p, Tq, Tk, q0, 0, order);
-    };
-    const Run a = run([&](const std::vector<Var>& x) { return sparse_attention(*strided, x[0], x[1], x[2], {}, q0, 0, 0, nullptr, tiles); },
+    const auto tiles = [&](int64_t, const SparsePattern& p) { return tile_pattern(p, Tq, Tk, q0, 0); };
+    const Run a = run([&](const std::vector<Var>& x) { return sparse_attention(*strided, x[0], x[1], x[2], {term}, q0, 0, 0, nullptr, tiles); },
                       {q, k, v}, R);
-    const Run b = run([&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {bias}); }, {q, k, v}, R);
+    const Run b = run([&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {term, bias}); }, {q, k, v}, R);
     check_close(a.y, b.y, "value", 1e-5);
     for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
   }
-  // In residue order each class of T / l positions is one causal block: tiles cover the classes, not all of T.
-  const auto residue = groups[1];
-  const std::vector<int32_t> order = residue->order(0, 1024);
-  CHECK(order[0] == 0);
-  CHECK(order[1] == 9);  // 0, 9, 18, ... then 1, 10, ...
-  const auto ordered = tile_pattern(*residue, 1024, 1024, 0, 0, order);
-  int64_t pairs = 0;
-  for (int64_t c = 0; c < 9; ++c) {
-    const int64_t n = (1024 - 1 - c) / 9 + 1;
-    pairs += n * (n + 1) / 2;
-  }
-  CHECK(ordered->pairs == pairs);
-  CHECK(ordered->tiles() * 3 < tile_pattern(*residue, 1024, 1024, 0, 0)->tiles());  // compact, unlike position order
+}
+
+TEST_CASE("grouped_sparse_attention: each head draws its own dropout mask; bad groups are refused") {
+  // Every head holds the same q, k, v: only the dropout masks can make heads differ.
+  const int64_t B = 1, H = 4, T = 36, D = 4, l = 6;
+  Rng rng(5);
+  const Tensor one = random({B, 1, T, D}, rng);
+  const Tensor x = one.expand({B, H, T, D}).contiguous();
+  const auto window = tile_pattern(*sparse_pattern_kinds().get("window").make(with({{"window", l}})), T, T, 0, 0);
+  Rng drop(9);
+  const Var y = grouped_sparse_attention(Var(x), Var(x), Var(x), {{0, 2, window, 0}, {2, 4, nullptr, l}}, {}, 0.5f, &drop);
+  const auto differ = [&](int64_t h, int64_t g, int64_t t0, int64_t t1) {  // heads h and g on rows [t0, t1)
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t d = 0; d < D; ++d)
+        if (y.value().at({0, h, t, d}) != y.value().at({0, g, t, d})) return true;
+    return false;
+  };
+  CHECK(differ(0, 1, 0, T));  // the two window heads
+  CHECK(differ(2, 3, 0, T));  // the two residue heads
+
+  const Var q(x);
+  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}}), doctest::Contains("cover heads 0 .. 2 of 4"),
+                       Error);
+  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}, {2, 4, window, l}}),
+                       doctest::Contains("either tiles or a period"), Error);
+  const Var k(random({B, H, T + 2, D}, rng));
+  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, k, k, {{0, 4, nullptr, l}}), doctest::Contains("Tq == Tk"), Error);
 }
 
 TEST_CASE("sparse patterns: the pair counts and tiles the definitions give") {
