@@ -17,6 +17,12 @@
 // N x N probabilities (the memory a pair count predicts for: the stored
 // pairs), with their quotients (1: exactly as predicted). Against the lean
 // dense kernel the memory is the same: neither keeps probabilities.
+// A pair count cannot predict below the work every row costs whatever it
+// sees (reading q, k, v, writing y and the three gradients, its diagonal
+// tile), so the same point also reports a model with that floor: time =
+// floor + pairs x (dense - floor), the floor timed as the pattern where each
+// query sees only itself (window 1); memory = io + pairs x (stored-P dense -
+// io), io the bytes of q, k, v, y, the upstream gradient and dq, dk, dv.
 // Each N: one warm-up call, then the median of --repeats timed calls of
 // forward + backward with a random upstream gradient; peak memory is the most
 // tensor bytes alive during one call (Storage::peak_bytes: inputs, outputs,
@@ -85,7 +91,7 @@ void step(const std::string& kind, const std::vector<Var>& in, const Tensor& ups
   Var y;
   if (sparse) {
     y = sparse_attention(*sparse->pattern, in[0], in[1], in[2], {}, 0, 0, 0, nullptr,
-                         [&](int64_t g, const SparsePattern&, const std::vector<int32_t>&) { return sparse->tiles.at(g); });
+                         [&](int64_t g, const SparsePattern&) { return sparse->tiles.at(g); });
   } else if (kind == "softmax") {
     y = softmax_attention(in[0], in[1], in[2]);  // (B, 1, N, D)
   } else if (kind == "favor") {
@@ -147,6 +153,7 @@ int run(int argc, char** argv) {
   struct Versus {
     int64_t N = 0;
     double time = 0, memory = 0, memory_lean = 0, pairs = 0;  // sparse / dense (memory: / the kernel storing P)
+    double time_floor_model = 0, memory_floor_model = 0;      // sparse / (floor + pairs x (dense - floor))
   } versus;
   const int64_t versus_n = [&] {
     int64_t v = min_n;
@@ -170,7 +177,14 @@ int run(int argc, char** argv) {
       const auto groups = pattern->head_groups();
       for (int64_t g = 0; g < heads; ++g) {
         const SparsePattern& pg = groups.empty() ? *pattern : *groups[static_cast<size_t>(g)];
-        const auto t = tile_pattern(pg, N, N, 0, 0, pg.order(0, N));
+        if (pg.period() > 0) {  // residue classes, causal, in place: no tiles
+          for (int64_t c = 0; c < pg.period(); ++c) {
+            const int64_t n = c < N ? (N - 1 - c) / pg.period() + 1 : 0;
+            tiles->pairs += n * (n + 1) / 2;
+          }
+          continue;
+        }
+        const auto t = tile_pattern(pg, N, N, 0, 0);
         tiles->tiles[g] = t;
         tiles->pairs += t->pairs;
         tiles->tile_count += t->tiles();
@@ -214,7 +228,24 @@ int run(int argc, char** argv) {
         const std::vector<Var> qkv{Var(random({B, N, 3 * d * heads}, rng), true)};
         const double stored_p_peak = measure(heads == 1 ? "softmax-fused" : "softmax-fused-2", nullptr, qkv,
                                              random({B, N, d * heads}, rng)).second;
-        versus = {N, ms / dense_ms, peak / stored_p_peak, peak / dense_peak, pairs};
+        // The floor: each query of every head sees only itself.
+        const auto self_only = sparse_pattern_kinds().get("window").make([] {
+          ModelConfig c;
+          c.options["window"] = int64_t{1};
+          return c;
+        }());
+        Sparse floor;
+        floor.pattern = self_only.get();
+        floor.tiles[0] = tile_pattern(*self_only, N, N, 0, 0);
+        const double floor_ms = measure(kind, &floor, in, upstream).first;
+        const double io = 8.0 * static_cast<double>(B * heads * N * d) * sizeof(Scalar);
+        versus = {N,
+                  ms / dense_ms,
+                  peak / stored_p_peak,
+                  peak / dense_peak,
+                  pairs,
+                  ms / (floor_ms + pairs * (dense_ms - floor_ms)),
+                  peak / (io + pairs * (stored_p_peak - io))};
       }
       len += std::snprintf(line + len, sizeof line - static_cast<size_t>(len),
                            ", \"dense_ms_per_sample\": %.4f, \"time_vs_dense\": %.4f, \"pairs_vs_dense\": %.5f, "
@@ -246,7 +277,9 @@ int run(int argc, char** argv) {
          ", \"memory_vs_dense\": " + number(versus.memory) + ", \"memory_vs_dense_lean\": " +
          number(versus.memory_lean) + ", \"pairs_vs_dense\": " + number(versus.pairs) +
          ", \"time_over_predicted\": " + number(versus.time / versus.pairs) +
-         ", \"memory_over_predicted\": " + number(versus.memory / versus.pairs);
+         ", \"memory_over_predicted\": " + number(versus.memory / versus.pairs) +
+         ", \"time_over_floor_model\": " + number(versus.time_floor_model) +
+         ", \"memory_over_floor_model\": " + number(versus.memory_floor_model);
   std::printf("{\"kind\": \"%s\", \"slope_time_per_sample\": %s, \"slope_memory_per_sample\": %s, "
               "\"ms_per_sample_at_8192\": %s, \"time_per_token_max_over_min\": %s%s, \"threads\": %d}\n",
               kind.c_str(), number(loglog_slope(n, per_sample)).c_str(), number(loglog_slope(n, mem)).c_str(),
