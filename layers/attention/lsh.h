@@ -14,11 +14,15 @@
 // are fixed per layer in eval (from a seed of the init stream).
 // set_hashes changes the rounds an evaluation uses (E3d).
 //
-// Not strictly causal: no value after a query's position is ever read, but
-// which chunk a query lands in depends on where later tokens hash, so an
-// output can move when a later token changes (AttentionKind::strictly_causal
-// is false). For generation it keeps the layer inputs of the window and
-// re-runs the whole window per step.
+// Not strictly causal, as in Reformer: no value after a query's position is
+// ever read, but which chunk a query lands in depends on where later tokens
+// hash, so an output can move when a later token changes
+// (AttentionKind::strictly_causal is false). That dependence goes through
+// the discrete bucket choice only: the gradient of y_i with respect to every
+// later input is exactly zero (tests/layers/test_lsh.cpp), so training
+// cannot learn to use it. For generation it keeps the layer inputs of the
+// window and re-runs the whole window per step: each next token comes from
+// the forward over the tokens so far.
 #pragma once
 
 #include <memory>

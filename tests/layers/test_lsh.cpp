@@ -70,3 +70,31 @@ TEST_CASE("LSH attention with small chunks: generation re-runs the window and eq
   CHECK_THROWS_WITH_AS(LSHAttention(lsh_config(4, 3, 1), std::make_shared<PositionalLayer>(), rng),
                        doctest::Contains("model.lsh_buckets must be even"), Error);
 }
+
+TEST_CASE("LSH attention in training: no gradient reaches a query from a later token, and no later value is read") {
+  // A later token moves a query's chunk only through where it hashes (a
+  // discrete choice), so the gradient of y_i with respect to every later
+  // input is exactly zero: training cannot learn to use that dependence.
+  Rng init(6);
+  LSHAttention attn(lsh_config(/*chunk=*/4, /*buckets=*/4, /*hashes=*/2), std::make_shared<PositionalLayer>(), init);
+  Tensor xt = Tensor::empty({2, 100, 8});
+  init.fill_normal(xt, 0.0f, 1.0f);
+  for (const int64_t i : {0, 37, 98}) {
+    CAPTURE(i);
+    Var x(xt.clone(), true);
+    TapeScope tape;
+    Rng rng(8);  // the step's rotations
+    const Var y = attn.forward(x, rng);  // (B, T, C)
+    Tensor upstream = Tensor::zeros(y.value().shape());
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t t = 0; t <= i; ++t)
+        for (int64_t c = 0; c < 8; ++c) upstream.at({b, t, c}) = 1.0f + 0.1f * static_cast<Scalar>(c);
+    backward(y, upstream);
+    double later = 0, earlier = 0;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t t = 0; t < 100; ++t)
+        for (int64_t c = 0; c < 8; ++c) (t > i ? later : earlier) += std::fabs(x.grad().at({b, t, c}));
+    CHECK(later == 0.0);
+    CHECK(earlier > 0.0);
+  }
+}
