@@ -178,9 +178,10 @@ std::vector<std::pair<std::string, std::vector<double>>> Module::layer_metrics()
   return out;
 }
 
-void Module::optimizer_stepped(int64_t step) {
-  after_optimizer_step(step);
-  for (auto& c : children_) c.second->optimizer_stepped(step);
+bool Module::optimizer_stepped(int64_t step) {
+  bool changed = after_optimizer_step(step);
+  for (auto& c : children_) changed = c.second->optimizer_stepped(step) || changed;
+  return changed;
 }
 
 }  // namespace tapeformer

@@ -71,8 +71,9 @@ class Module {
   // Tells this module and its children that the optimizer made its step
   // number `step` (1, 2, ...; train_step calls it on the model): a layer whose
   // state moves between steps (random features redrawn, spans clamped)
-  // overrides after_optimizer_step.
-  void optimizer_stepped(int64_t step);
+  // overrides after_optimizer_step. Returns whether any layer changed a
+  // buffer (then data-parallel replicas copy the buffers).
+  bool optimizer_stepped(int64_t step);
 
   // The sum of every module's auxiliary loss (adaptive span's span penalty),
   // a scalar the trainer adds to what it backpropagates; undefined when no
@@ -83,7 +84,9 @@ class Module {
   std::vector<std::pair<std::string, std::vector<double>>> layer_metrics() const;
 
  protected:
-  virtual void after_optimizer_step(int64_t /*step*/) {}
+  // Returns true when it changed a buffer (a parameter needs no report:
+  // replicas share parameters).
+  virtual bool after_optimizer_step(int64_t /*step*/) { return false; }
   virtual Var own_auxiliary_loss() const { return Var(); }
   virtual std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const { return {}; }
   Var register_parameter(const std::string& name, Tensor value);

@@ -34,8 +34,7 @@ DataParallel::DataParallel(TransformerLM& model, int shards) : model_(model) {
 }
 
 void DataParallel::optimizer_stepped(int64_t step) {
-  model_.optimizer_stepped(step);
-  sync_buffers();
+  if (model_.optimizer_stepped(step)) sync_buffers();
 }
 
 void DataParallel::sync_buffers() {

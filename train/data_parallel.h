@@ -55,7 +55,8 @@ class DataParallel {
   // and updates its rows of it.
   double train_batch(const Batch& batch, float scale, Rng& dropout_rng, SegmentMemory* memory = nullptr);
   // After optimizer step number `step`: Module::optimizer_stepped on the
-  // model, then the replicas copy its buffers (parameters are shared already).
+  // model, then, when a layer changed a buffer, the replicas copy the
+  // buffers (parameters are shared already).
   void optimizer_stepped(int64_t step);
   // The replicas copy the model's buffers (after loading a checkpoint into it).
   void sync_buffers();

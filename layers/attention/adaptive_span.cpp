@@ -90,9 +90,10 @@ Var AdaptiveSpanAttention::forward(const Var& x, InferenceState& state) const {
   return proj->forward(merge_heads(y));  // (B, T, C)
 }
 
-void AdaptiveSpanAttention::after_optimizer_step(int64_t) {
+bool AdaptiveSpanAttention::after_optimizer_step(int64_t) {
   Tensor r = rho.value();
   for (int64_t h = 0; h < n_head; ++h) r.at({h}) = std::clamp(r.at({h}), 0.0f, 1.0f);
+  return false;
 }
 
 Var AdaptiveSpanAttention::own_auxiliary_loss() const {

@@ -47,7 +47,7 @@ class AdaptiveSpanAttention : public Attention {
   Var rho;  // (H) in [0, 1]
 
  protected:
-  void after_optimizer_step(int64_t step) override;  // rho clamped to [0, 1]
+  bool after_optimizer_step(int64_t step) override;  // rho clamped to [0, 1] (a parameter: returns false)
   Var own_auxiliary_loss() const override;           // lambda S mean(rho)
   std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const override;  // "spans"
 

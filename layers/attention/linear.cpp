@@ -95,9 +95,10 @@ void LinearAttention::draw_features(int64_t draw) {
   omega.copy_from(orthogonal_random_features(n_embd / n_head, n_features, rng));
 }
 
-void LinearAttention::after_optimizer_step(int64_t step) {
-  if (feature_map == FeatureMap::Favor && feature_redraw > 0 && step % feature_redraw == 0)
-    draw_features(step / feature_redraw);
+bool LinearAttention::after_optimizer_step(int64_t step) {
+  if (feature_map != FeatureMap::Favor || feature_redraw <= 0 || step % feature_redraw != 0) return false;
+  draw_features(step / feature_redraw);
+  return true;
 }
 
 Var LinearAttention::log_features(const Var& x) const {

@@ -87,7 +87,7 @@ class LinearAttention : public Attention {
   Var log_features(const Var& x) const;
   // favor: new random features, from the layer's seed and the redraw count.
   void draw_features(int64_t draw);
-  void after_optimizer_step(int64_t step) override;
+  bool after_optimizer_step(int64_t step) override;  // redraws omega every feature_redraw steps
   uint64_t feature_seed_ = 0;
 };
 
