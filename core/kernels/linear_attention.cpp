@@ -8,6 +8,7 @@
 #include "core/eigen.h"
 #include "core/kernels/copy.h"
 #include "core/kernels/matmul.h"
+#include "core/kernels/vector_loops.h"
 #include "core/parallel.h"
 
 namespace tapeformer::kernels {
@@ -23,49 +24,14 @@ constexpr int64_t kBlock = 16;
 
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
-// Vector loops that give the same bits wherever their buffers lie: fn(i, n)
-// handles entries [i, i + n) as one packet, whole packets from index 0 and
-// then one masked packet, so every entry takes the same path (Eigen's packet
-// exp, fused multiply-adds, the lane order of a reduction). Eigen's own
-// expressions peel scalars up to the first aligned address, so with per-thread
-// workspaces their results would depend on the allocation and the thread count.
-template <class F>
-void packets(int64_t n, F&& fn) {
-  constexpr int64_t L = eigen::kPacketSize;
-  int64_t i = 0;
-  for (; i + L <= n; i += L) fn(i, L);
-  if (i < n) fn(i, n - i);
-}
-
 using eigen::load_upto;
 using eigen::Packet;
 using eigen::store_upto;
-
-Scalar dot(const Scalar* x, const Scalar* y, int64_t n) {
-  Packet acc = Eigen::internal::pset1<Packet>(0.0f);
-  packets(n, [&](int64_t i, int64_t l) {
-    acc = Eigen::internal::pmadd(load_upto(x + i, l), load_upto(y + i, l), acc);
-  });
-  return Eigen::internal::predux(acc);
-}
-Scalar sum(const Scalar* x, int64_t n) {
-  Packet acc = Eigen::internal::pset1<Packet>(0.0f);
-  packets(n, [&](int64_t i, int64_t l) { acc = Eigen::internal::padd(load_upto(x + i, l), acc); });
-  return Eigen::internal::predux(acc);
-}
-// x += e v
-void axpy(Scalar* x, Scalar e, const Scalar* v, int64_t n) {
-  const Packet pe = Eigen::internal::pset1<Packet>(e);
-  packets(n, [&](int64_t i, int64_t l) {
-    store_upto(x + i, Eigen::internal::pmadd(pe, load_upto(v + i, l), load_upto(x + i, l)), l);
-  });
-}
-// x += a * b, elementwise
-void mul_add(Scalar* x, const Scalar* a, const Scalar* b, int64_t n) {
-  packets(n, [&](int64_t i, int64_t l) {
-    store_upto(x + i, Eigen::internal::pmadd(load_upto(a + i, l), load_upto(b + i, l), load_upto(x + i, l)), l);
-  });
-}
+using vec::axpy;
+using vec::dot;
+using vec::mul_add;
+using vec::packets;
+using vec::sum;
 
 // C (M x N, ld ldc) = A B, or += when accumulate; A(i, k) = a[i * a_rs + k * a_cs],
 // B (K x N) by rows of stride ldb (the packet GEMM reads B by rows).
