@@ -17,6 +17,10 @@
 // the last two by a reverse scan keeping sum_{i>=j} e^(a_ir - L_i) g_i and (g_i . y_i) e^(a_ir - L_i)
 // scaled by their own running max, so again every exponent is <= 0.
 // Per (b, h) one thread scans in a fixed order: results do not depend on the thread count.
+// A position costs a few packet passes over the (R, M) state: the row's
+// exponentials at once, the max's rescale folded into the update
+// (S~ <- e^(c_old - c_new) S~ + e^(b - c_new) v^T), every loop in packets
+// from index 0 (vector_loops.h), so neither do they depend on where buffers lie.
 #pragma once
 
 #include <cstdint>
