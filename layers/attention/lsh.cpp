@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/kernels/matmul.h"
 #include "layers/attention/sparse.h"
 
 namespace tapeformer {
@@ -90,18 +91,20 @@ Var LSHAttention::forward(const Var& x, Rng& rng) const {
   std::vector<Var> ys, lses;
   std::vector<int32_t> bucket(static_cast<size_t>(T)), order(static_cast<size_t>(B * H * T)),
       inverse(static_cast<size_t>(B * H * T));
+  Tensor projected = Tensor::empty({B * H * T, half});  // k R, (B H T, n_b / 2)
   for (int64_t r = 0; r < n_hashes; ++r) {
     Tensor R = Tensor::empty({D, half});  // (D, n_b / 2)
     rotations.fill_normal(R, 0.0f, 1.0f);
+    // One product for every row (n_b grows with T in Reformer's setting, so
+    // the hash is O(T^2 D / chunk) and must run at GEMM speed).
+    kernels::gemm({kc.data(), B * H * T, D, D, 1}, {R.data(), D, half, half, 1}, projected.data(), half, false);
     for (int64_t bh = 0; bh < B * H; ++bh) {
       for (int64_t t = 0; t < T; ++t) {  // argmax([k R; -k R])
-        const Scalar* kt = kc.data() + (bh * T + t) * D;
+        const Scalar* kr = projected.data() + (bh * T + t) * half;
         Scalar best = -std::numeric_limits<Scalar>::infinity();
         for (int64_t c = 0; c < half; ++c) {
-          Scalar dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += kt[d] * R.at({d, c});
-          if (dot > best) best = dot, bucket[static_cast<size_t>(t)] = static_cast<int32_t>(c);
-          if (-dot > best) best = -dot, bucket[static_cast<size_t>(t)] = static_cast<int32_t>(c + half);
+          if (kr[c] > best) best = kr[c], bucket[static_cast<size_t>(t)] = static_cast<int32_t>(c);
+          if (-kr[c] > best) best = -kr[c], bucket[static_cast<size_t>(t)] = static_cast<int32_t>(c + half);
         }
       }
       int32_t* o = order.data() + bh * T;
