@@ -274,7 +274,9 @@ def plot_curves(spec, args, exp_dir):
             log = bool(curve.get("log_y")) and all(s[x] > 0 for s in series for x in xs)
             stats = [mean_sd([math.log(s[x]) if log else s[x] for s in series]) for x in xs]
             back = math.exp if log else (lambda v: v)
-            line = ax.plot(xs, [back(m) for m, _ in stats], label=f"{arm['name']} (n={len(series)})", linewidth=1.4)[0]
+            style = ("-", "--", ":")[len(ax.get_lines()) // 10 % 3]  # the colour cycle has 10: then dashed, dotted
+            line = ax.plot(xs, [back(m) for m, _ in stats], label=f"{arm['name']} (n={len(series)})", linewidth=1.4,
+                           linestyle=style)[0]
             if len(series) > 1:
                 lo = [back(m - (sd or 0)) for m, sd in stats]
                 hi = [back(m + (sd or 0)) for m, sd in stats]
@@ -291,7 +293,11 @@ def plot_curves(spec, args, exp_dir):
         ax.set_ylabel(curve.get("y_label", y_key))
         ax.set_title(curve.get("title", f"{spec.get('title', spec['name'])}"), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        if len(ax.get_lines()) > 8:  # many arms: the legend beside the axes, the figure wider
+            fig.set_size_inches(6.4 + 3.2, 4.2)
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        else:
+            ax.legend(fontsize=8)
         files.append(save_figure(plt, fig, exp_dir, curve["file"]))
     return files
 
