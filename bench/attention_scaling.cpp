@@ -9,8 +9,11 @@
 // (elu + 1 features and linear_attention), "favor" (Performer's FAVOR+:
 // round(d ln d) orthogonal random features, favor_attention), and every sparse pattern
 // (layers/attention/sparse.h: window, fixed, longformer, bigbird; their
-// options with --option window=256) through block_sparse_attention. One head
-// of d_h = 64 (SPEC's H = 1). A sparse kind also times dense "softmax" at
+// options with --option window=256) through block_sparse_attention, and the
+// kinds that are whole layers ("lsh", "linformer", "adaptive_span": x (B, N,
+// d) -> (B, N, d) with their projections, each next to the softmax layer of
+// the same size; --option lsh_chunk=64, span_max=256, linformer_k=256). One
+// head of d_h = 64 (SPEC's H = 1). A sparse kind also times dense "softmax" at
 // each N and reports, at the largest N up to 8192, its time relative to
 // dense next to its fraction of the causal pairs (what the pair count
 // predicts), and its memory relative to the dense kernel that stores the
@@ -43,8 +46,11 @@
 
 #include "autograd/ops.h"
 #include "bench/bench_common.h"
+#include "layers/attention/adaptive_span.h"
+#include "layers/attention/attention.h"
 #include "layers/attention/linear.h"
 #include "layers/attention/sparse.h"
+#include "layers/positional/positional.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "train/metrics.h"
@@ -86,10 +92,39 @@ struct Sparse {
   int64_t pairs = 0, tile_count = 0;                                        // over the groups, per head
 };
 
-// One forward + backward of the kind on (B, H, N, D) inputs.
-void step(const std::string& kind, const std::vector<Var>& in, const Tensor& upstream, const Sparse* sparse) {
+// The kinds that are whole layers (their own projections and machinery):
+// one head of d, x (B, N, d) -> (B, N, d). LSH gets Reformer's chunks of 64
+// with 2N / 64 buckets unless given; Linformer is not causal, so it is timed
+// as the bidirectional layer it is.
+bool layer_kind(const std::string& kind) { return kind == "lsh" || kind == "linformer" || kind == "adaptive_span"; }
+
+std::shared_ptr<Attention> make_layer(const std::string& kind, int64_t N, int64_t d, const ModelConfig& options) {
+  ModelConfig cfg = options;
+  cfg.n_embd = d;
+  cfg.n_head = 1;
+  cfg.block_size = N;
+  cfg.attention = kind;
+  cfg.causal = kind != "linformer";
+  if (kind == "lsh" && !cfg.options.count("lsh_buckets"))
+    cfg.options["lsh_buckets"] = std::max<int64_t>(2, 2 * N / cfg.option_int("lsh_chunk"));
+  Rng rng(3);
+  const auto pos = positional_kinds().get(cfg.positional).make(cfg, rng);
+  std::shared_ptr<Attention> layer = attention_kinds().get(kind).make(cfg, pos->make_layer(rng), rng);
+  if (auto* span = dynamic_cast<AdaptiveSpanAttention*>(layer.get())) {
+    Tensor rho = span->rho.value();  // every head at its longest span, model.span_max
+    for (int64_t h = 0; h < rho.dim(0); ++h) rho.at({h}) = 1.0f;
+  }
+  return layer;
+}
+
+// One forward + backward of the kind on (B, H, N, D) inputs (a layer: x (B, N, d)).
+void step(const std::string& kind, const std::vector<Var>& in, const Tensor& upstream, const Sparse* sparse,
+          const Attention* layer) {
   Var y;
-  if (sparse) {
+  if (layer) {
+    static Rng rng(5);  // LSH's rotations, drawn anew each call as in training
+    y = layer->forward(in[0], rng);
+  } else if (sparse) {
     y = sparse_attention(*sparse->pattern, in[0], in[1], in[2], {}, 0, 0, 0, nullptr,
                          [&](int64_t g, const SparsePattern&) { return sparse->tiles.at(g); });
   } else if (kind == "softmax") {
@@ -134,8 +169,9 @@ int run(int argc, char** argv) {
   }
   const SparsePatternKind* sparse = sparse_pattern_kinds().find(kind);
   TAPEFORMER_CHECK(kind == "softmax" || kind == "softmax-fused" || kind == "linear" || kind == "favor" ||
-                       sparse != nullptr,
-                   "attention_scaling: --kind must be softmax, softmax-fused, linear, favor or a sparse pattern (",
+                       sparse != nullptr || layer_kind(kind),
+                   "attention_scaling: --kind must be softmax, softmax-fused, linear, favor, lsh, linformer, "
+                   "adaptive_span or a sparse pattern (",
                    sparse_pattern_kinds().names(), "), got ", kind);
   ModelConfig cfg;
   for (const std::string& o : options) {
@@ -154,6 +190,7 @@ int run(int argc, char** argv) {
     int64_t N = 0;
     double time = 0, memory = 0, memory_lean = 0, pairs = 0;  // sparse / dense (memory: / the kernel storing P)
     double time_floor_model = 0, memory_floor_model = 0;      // sparse / (floor + pairs x (dense - floor))
+    double layer_time = 0, layer_memory = 0;                  // a layer kind / the softmax layer
   } versus;
   const int64_t versus_n = [&] {
     int64_t v = min_n;
@@ -164,12 +201,18 @@ int run(int argc, char** argv) {
   for (int64_t N = min_n; N <= max_n; N *= 2) {
     const int64_t B = tokens / N;
     std::vector<Var> in;
-    if (kind == "softmax-fused") {
+    std::shared_ptr<Attention> layer, dense_layer;
+    if (layer_kind(kind)) {
+      layer = make_layer(kind, N, d, cfg);
+      dense_layer = make_layer("softmax", N, d, ModelConfig{});
+      in.emplace_back(random({B, N, d}, rng), true);  // x (B, N, d)
+    } else if (kind == "softmax-fused") {
       in.emplace_back(random({B, N, 3 * d}, rng), true);
     } else {
       for (int i = 0; i < 3; ++i) in.emplace_back(random({B, heads, N, d}, rng), true);
     }
-    const Tensor upstream = random(kind == "softmax-fused" ? Shape{B, N, d} : Shape{B, heads, N, d}, rng);
+    const Tensor upstream =
+        random(kind == "softmax-fused" || layer ? Shape{B, N, d} : Shape{B, heads, N, d}, rng);
     std::unique_ptr<Sparse> tiles;
     if (pattern) {
       tiles = std::make_unique<Sparse>();
@@ -191,26 +234,26 @@ int run(int argc, char** argv) {
       }
     }
     // Median time and peak bytes of one forward + backward.
-    const auto measure = [&](const std::string& k, const Sparse* t,
-                             const std::vector<Var>& x, const Tensor& up) {
+    const auto measure = [&](const std::string& k, const Sparse* t, const std::vector<Var>& x, const Tensor& up,
+                             const Attention* layer = nullptr) {
       const auto clear = [&] {
         for (const Var& v : x) v.zero_grad();
       };
-      step(k, x, up, t);  // warm-up: buffers, caches
+      step(k, x, up, t, layer);  // warm-up: buffers, caches
       clear();
       Storage::release_cache();  // so the peak counts what one call allocates
       Storage::reset_peak();
       std::vector<double> ms;
       for (int64_t r = 0; r < repeats; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
-        step(k, x, up, t);
+        step(k, x, up, t, layer);
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         clear();
       }
       std::sort(ms.begin(), ms.end());
       return std::pair<double, double>{ms[ms.size() / 2], static_cast<double>(Storage::peak_bytes())};
     };
-    const auto [ms, peak] = measure(kind, tiles.get(), in, upstream);
+    const auto [ms, peak] = measure(kind, tiles.get(), in, upstream, layer.get());
     const Point p{N, B, ms, peak};
     points.push_back(p);
     char line[768];
@@ -252,6 +295,13 @@ int run(int argc, char** argv) {
                            "\"tiles\": %lld",
                            dense_ms / B, ms / dense_ms, pairs, static_cast<long long>(tiles->tile_count));
     }
+    if (layer) {
+      const auto [dense_ms, dense_peak] = measure("softmax", nullptr, in, upstream, dense_layer.get());
+      if (N == versus_n) versus.N = N, versus.layer_time = ms / dense_ms, versus.layer_memory = peak / dense_peak;
+      len += std::snprintf(line + len, sizeof line - static_cast<size_t>(len),
+                           ", \"dense_layer_ms_per_sample\": %.4f, \"time_vs_dense_layer\": %.4f", dense_ms / B,
+                           ms / dense_ms);
+    }
     std::snprintf(line + len, sizeof line - static_cast<size_t>(len), "}");
     metrics.write(line);
   }
@@ -280,6 +330,9 @@ int run(int argc, char** argv) {
          ", \"memory_over_predicted\": " + number(versus.memory / versus.pairs) +
          ", \"time_over_floor_model\": " + number(versus.time_floor_model) +
          ", \"memory_over_floor_model\": " + number(versus.memory_floor_model);
+  if (layer_kind(kind))
+    vs = ", \"versus_n\": " + std::to_string(versus.N) + ", \"time_vs_dense_layer\": " + number(versus.layer_time) +
+         ", \"memory_vs_dense_layer\": " + number(versus.layer_memory);
   std::printf("{\"kind\": \"%s\", \"slope_time_per_sample\": %s, \"slope_memory_per_sample\": %s, "
               "\"ms_per_sample_at_8192\": %s, \"time_per_token_max_over_min\": %s%s, \"threads\": %d}\n",
               kind.c_str(), number(loglog_slope(n, per_sample)).c_str(), number(loglog_slope(n, mem)).c_str(),
