@@ -1,4 +1,5 @@
-// Golden tests: forward values and gradients of the core ops checked against
+// Golden tests: forward values and gradients of the core ops (and the
+// attention kernels: causal softmax, strided's grouped heads, FAVOR+) checked against
 // PyTorch. The fixtures tests/fixtures/golden_<case>.txt are produced by
 // tests/fixtures/make_golden.py (run by hand with Debian's python3-torch); each
 // holds the inputs, a fixed upstream gradient R, the reference output `out`
@@ -38,6 +39,7 @@
 #include "autograd/tape.h"
 #include "core/error.h"
 #include "golden.h"
+#include "layers/attention/sparse.h"
 
 using namespace tapeformer;
 
@@ -224,6 +226,30 @@ TEST_CASE("golden: gelu (tanh approximation) [3,4,5] and [5,37]") {
 TEST_CASE("golden: embedding [7,5] with repeated ids [3,4]") {
   run_golden("embedding", {"weight"},
              [](const Golden& g, const Vars& v) { return embedding(in(v, "weight"), g.index("ids")); });
+}
+
+// ---- attention: the kernels behind the attention kinds ------------------------------------
+
+TEST_CASE("golden: causal softmax attention [2,3,70,8] (two query tiles)") {
+  run_golden("softmax_attention", {"q", "k", "v"},
+             [](const Golden&, const Vars& v) { return softmax_attention(in(v, "q"), in(v, "k"), in(v, "v")); });
+}
+
+TEST_CASE("golden: strided attention, l = 4, [2,4,29,8]: window heads by tiles, residue heads in place") {
+  ModelConfig cfg;
+  cfg.options["stride"] = int64_t{4};
+  const auto strided = sparse_pattern_kinds().get("strided").make(cfg);
+  run_golden("strided_attention", {"q", "k", "v"}, [&](const Golden&, const Vars& v) {
+    const Var& q = v.at("q");
+    const int64_t T = q.dim(2);
+    return sparse_attention(*strided, q, in(v, "k"), in(v, "v"), {}, 0, 0, 0, nullptr,
+                            [&](int64_t, const SparsePattern& p) { return tile_pattern(p, T, T, 0, 0); });
+  });
+}
+
+TEST_CASE("golden: FAVOR+ causal linear attention on log-features [2,2,23,6], v [2,2,23,3]") {
+  run_golden("favor_attention", {"a", "b", "v"},
+             [](const Golden&, const Vars& v) { return favor_attention(in(v, "a"), in(v, "b"), in(v, "v")); });
 }
 
 // ---- the harness itself can fail ---------------------------------------------------------
