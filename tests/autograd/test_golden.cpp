@@ -1,5 +1,6 @@
 // Golden tests: forward values and gradients of the core ops (and the
-// attention kernels: causal softmax, strided's grouped heads, FAVOR+) checked against
+// attention kernels: causal softmax, strided's grouped heads, FAVOR+, LSH's
+// positioned attention) checked against
 // PyTorch. The fixtures tests/fixtures/golden_<case>.txt are produced by
 // tests/fixtures/make_golden.py (run by hand with Debian's python3-torch); each
 // holds the inputs, a fixed upstream gradient R, the reference output `out`
@@ -250,6 +251,15 @@ TEST_CASE("golden: strided attention, l = 4, [2,4,29,8]: window heads by tiles, 
 TEST_CASE("golden: FAVOR+ causal linear attention on log-features [2,2,23,6], v [2,2,23,3]") {
   run_golden("favor_attention", {"a", "b", "v"},
              [](const Golden&, const Vars& v) { return favor_attention(in(v, "a"), in(v, "b"), in(v, "v")); });
+}
+
+TEST_CASE("golden: positioned attention (LSH's core) [1,2,13,4]: rows out of order, self only when alone, lse") {
+  run_golden("positioned_attention", {"q", "k", "v"}, [](const Golden& g, const Vars& v) {
+    const IndexTensor pos = g.index("pos");  // (1, H, T)
+    const std::vector<Var> r = positioned_attention(in(v, "q"), in(v, "k"), in(v, "v"), nullptr, pos, pos, true);
+    const Var lse = reshape(r[1], {pos.shape[0], pos.shape[1], pos.shape[2], 1});
+    return add(r[0], mul_scalar(exp(mul_scalar(lse, 0.5f)), 0.1f));  // y + 0.1 e^(lse / 2)
+  });
 }
 
 // ---- the harness itself can fail ---------------------------------------------------------
