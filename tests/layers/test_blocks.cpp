@@ -33,6 +33,10 @@ ModelConfig stack_config(const std::string& attention, const std::string& positi
   c.positional = positional;
   c.block = "reversible";
   if (ff_chunks != 1) c.options["ff_chunks"] = ff_chunks;
+  if (attention == "lsh") {  // chunks of 4 over 16 positions: where rows hash matters, so a replay must redraw it
+    c.options["lsh_chunk"] = int64_t{4};
+    c.options["lsh_buckets"] = int64_t{4};
+  }
   return c;
 }
 
@@ -88,9 +92,10 @@ Run run(const ReversibleStack& stack, const Tensor& x_value, const Tensor& dy, u
 }  // namespace
 
 TEST_CASE("reversible stack: values, input and parameter gradients equal stored activations (8 blocks, dropout)") {
+  // LSH in training draws its rotations from the step's Rng: the backward's replay rebuilds the same buckets.
   for (const auto& [attention, positional, chunks] :
        {std::tuple<std::string, std::string, int64_t>{"softmax", "learned", 1}, {"softmax", "rope", 3},
-        {"linear", "rope", 1}, {"softmax", "shaw", 4}}) {
+        {"linear", "rope", 1}, {"softmax", "shaw", 4}, {"lsh", "learned", 1}}) {
     CAPTURE(attention);
     CAPTURE(positional);
     CAPTURE(chunks);
