@@ -21,6 +21,7 @@
 #include "core/storage.h"
 #include "expect_error.h"
 #include "golden.h"
+#include "op_runs.h"
 
 using namespace tapeformer;
 
@@ -30,11 +31,6 @@ constexpr double kTol = 1e-5;        // float32 op vs float64 formula, relative 
 constexpr Scalar kEps = 1e-6f;       // linear attention's denominator eps
 constexpr Scalar kNormEps = 1e-6f;   // added to |x| in the 1 + cos feature map
 
-Tensor random(const Shape& s, Rng& rng, float scale = 1.0f) {
-  Tensor t = Tensor::empty(s);
-  rng.fill_normal(t, 0.0f, scale);
-  return t;
-}
 Tensor positive(const Shape& s, Rng& rng) {  // features in [0.5, 1.5)
   Tensor t = Tensor::empty(s);
   rng.fill_uniform(t, 0.5f, 1.5f);

@@ -17,6 +17,7 @@
 #include "core/storage.h"
 #include "expect_error.h"
 #include "golden.h"
+#include "op_runs.h"
 
 using namespace tapeformer;
 
@@ -24,12 +25,6 @@ namespace {
 
 constexpr double kTol = 1e-5;  // |a - b| <= kTol * max(1, |b|); NaN fails
 constexpr Scalar kInf = std::numeric_limits<Scalar>::infinity();
-
-Tensor random(const Shape& s, Rng& rng, float scale = 1.0f) {
-  Tensor t = Tensor::empty(s);
-  rng.fill_normal(t, 0.0f, scale);
-  return t;
-}
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   const std::vector<Scalar> x = a.to_vector(), y = b.to_vector();
@@ -47,23 +42,6 @@ Var head_view(const Var& qkv, int part, int64_t H) {
 Var lean_on_qkv(const Var& qkv, int64_t H, Scalar p = 0, Rng* rng = nullptr) {
   const Var y = softmax_attention(head_view(qkv, 0, H), head_view(qkv, 1, H), head_view(qkv, 2, H), {}, true, p, rng);
   return reshape(permute(y, {0, 2, 1, 3}), {qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3});
-}
-
-struct Run {
-  Tensor y;
-  std::vector<Tensor> grads;
-};
-
-// f on fresh copies of the inputs, backward with the upstream gradient R.
-Run run(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& inputs, const Tensor& R) {
-  std::vector<Var> vars;
-  for (const Tensor& t : inputs) vars.emplace_back(t.clone(), true);
-  TapeScope tape;
-  const Var y = f(vars);
-  backward(y, R);
-  Run r{y.value(), {}};
-  for (const Var& v : vars) r.grads.push_back(v.has_grad() ? v.grad() : Tensor());
-  return r;
 }
 
 void check_runs_close(const Run& a, const Run& b, double tol = kTol) {

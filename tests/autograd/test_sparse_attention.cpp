@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "golden.h"
+#include "op_runs.h"
 #include "layers/attention/sparse.h"
 
 using namespace tapeformer;
@@ -22,28 +23,6 @@ using namespace tapeformer;
 namespace {
 
 constexpr Scalar kInf = std::numeric_limits<Scalar>::infinity();
-
-Tensor random(const Shape& s, Rng& rng) {
-  Tensor t = Tensor::empty(s);
-  rng.fill_normal(t, 0.0f, 1.0f);
-  return t;
-}
-
-struct Run {
-  Tensor y;
-  std::vector<Tensor> grads;
-};
-
-Run run(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& inputs, const Tensor& R) {
-  std::vector<Var> vars;
-  for (const Tensor& t : inputs) vars.emplace_back(t.clone(), true);
-  TapeScope tape;
-  const Var y = f(vars);
-  backward(y, R);
-  Run r{y.value(), {}};
-  for (const Var& v : vars) r.grads.push_back(v.grad());
-  return r;
-}
 
 ModelConfig with(std::vector<std::pair<std::string, int64_t>> options) {
   ModelConfig c;
