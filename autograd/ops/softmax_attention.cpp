@@ -128,6 +128,9 @@ class SoftmaxAttention : public Function {
                              ddist.defined() ? ddist.data() : nullptr};
     const Tensor dlse = dout.size() > 1 && dout[1].defined() ? dout[1].contiguous() : Tensor();  // (B, H, Tq)
     const std::vector<Part> all = parts();
+    // A used lse is an output of positioned_attention only, which is one part.
+    TAPEFORMER_CHECK(!dlse.defined() || all.size() == 1, "softmax_attention: an lse gradient for ", all.size(),
+                     " parts");
     for (size_t i = 0; i < all.size(); ++i) {
       const Part& part = all[i];
       kernels::FlashAttention a = args(part, q, k, v);
@@ -188,8 +191,11 @@ class SoftmaxAttention : public Function {
     TAPEFORMER_CHECK(!positions_ && !dist_.defined(), "grouped_sparse_attention: takes no positions and no distance bias");
     int64_t next = 0;
     for (const AttentionHeadGroup& g : groups_) {
-      TAPEFORMER_CHECK(g.h0 == next && g.h1 > g.h0, "grouped_sparse_attention: head groups must cover heads 0 .. ",
-                       shape_.H, " in order, each non-empty; a group is [", g.h0, ", ", g.h1, ") after head ", next);
+      TAPEFORMER_CHECK(g.h0 == next && g.h1 > g.h0 && g.h1 <= shape_.H,
+                       "grouped_sparse_attention: head groups must cover heads [0, ", shape_.H,
+                       ") in order, each non-empty; a group is [", g.h0, ", ", g.h1, ") after head ", next);
+      TAPEFORMER_CHECK(g.period >= 0, "grouped_sparse_attention: the period of heads [", g.h0, ", ", g.h1,
+                       ") is ", g.period, "; it must be > 0 (residue classes) or 0 (tiles)");
       TAPEFORMER_CHECK((g.period > 0) != (g.tiles != nullptr),
                        "grouped_sparse_attention: a head group has either tiles or a period > 0, not ",
                        g.tiles ? "both" : "neither");
@@ -201,7 +207,8 @@ class SoftmaxAttention : public Function {
                        ", Tk ", g.tiles->Tk, " but the scores are ", shape_.Tq, " x ", shape_.Tk);
       next = g.h1;
     }
-    TAPEFORMER_CHECK(next == shape_.H, "grouped_sparse_attention: head groups cover heads 0 .. ", next, " of ", shape_.H);
+    TAPEFORMER_CHECK(next == shape_.H, "grouped_sparse_attention: head groups cover heads [0, ", next, ") of ",
+                     shape_.H);
   }
 
   kernels::FlashAttention args(const Part& part, const Tensor& q, const Tensor& k, const Tensor& v) const {

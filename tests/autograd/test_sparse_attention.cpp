@@ -13,6 +13,7 @@
 
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "golden.h"
 #include "op_runs.h"
@@ -133,6 +134,50 @@ TEST_CASE("strided: its two head groups, the residue half as strided views of it
   }
 }
 
+TEST_CASE("grouped_sparse_attention: residue classes longer than a tile equal dense attention; bits for any thread count") {
+  // T = 300 with l = 2 and 3: classes of 150 and 100 rows, several 64-row tiles per class.
+  for (const int64_t l : {int64_t{2}, int64_t{3}}) {
+    CAPTURE(l);
+    const int64_t B = 2, H = 2, T = 300, D = 8;
+    std::vector<Scalar> mask(static_cast<size_t>(T * T)), term(static_cast<size_t>(H * T * T));
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) {
+        mask[static_cast<size_t>(i * T + j)] = j <= i && (i - j) % l == 0 ? 0.0f : -kInf;
+        for (int64_t h = 0; h < H; ++h)
+          term[static_cast<size_t>((h * T + i) * T + j)] = -0.01f * static_cast<Scalar>((h + 1) * (i - j) + j % 5);
+      }
+    const Tensor bias = Tensor::from({1, 1, T, T}, mask), score = Tensor::from({1, H, T, T}, term);
+    Rng rng(13);
+    const Tensor q = random({B, H, T, D}, rng), k = random({B, H, T, D}, rng), v = random({B, H, T, D}, rng);
+    const Tensor R = random({B, H, T, D}, rng);
+    const Run a = run([&](const std::vector<Var>& x) {
+      return grouped_sparse_attention(x[0], x[1], x[2], {{0, H, nullptr, l}}, {score});
+    }, {q, k, v}, R);
+    const Run b = run([&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {score, bias}); },
+                      {q, k, v}, R);
+    check_close(a.y, b.y, "value", 1e-5);
+    for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
+  }
+  // Window tiles on heads 0, 1 and residue classes on 2, 3, with dropout: the same bits on 1 and 2 threads.
+  const int64_t B = 2, H = 4, T = 150, D = 8, l = 5;
+  Rng rng(17);
+  const Tensor q = random({B, H, T, D}, rng), k = random({B, H, T, D}, rng), v = random({B, H, T, D}, rng);
+  const Tensor R = random({B, H, T, D}, rng);
+  const auto window = tile_pattern(*sparse_pattern_kinds().get("window").make(with({{"window", 40}})), T, T, 0, 0);
+  const auto grouped = [&](const std::vector<Var>& x) {
+    Rng drop(21);
+    return grouped_sparse_attention(x[0], x[1], x[2], {{0, 2, window, 0}, {2, 4, nullptr, l}}, {}, 0.3f, &drop);
+  };
+  const int before = parallel::num_threads();
+  parallel::set_num_threads(1);
+  const Run one = run(grouped, {q, k, v}, R);
+  parallel::set_num_threads(2);
+  const Run two = run(grouped, {q, k, v}, R);
+  parallel::set_num_threads(before);
+  CHECK(one.y.to_vector() == two.y.to_vector());
+  for (size_t g = 0; g < 3; ++g) CHECK(one.grads[g].to_vector() == two.grads[g].to_vector());
+}
+
 TEST_CASE("grouped_sparse_attention: each head draws its own dropout mask; bad groups are refused") {
   // Every head holds the same q, k, v: only the dropout masks can make heads differ.
   const int64_t B = 1, H = 4, T = 36, D = 4, l = 6;
@@ -152,8 +197,12 @@ TEST_CASE("grouped_sparse_attention: each head draws its own dropout mask; bad g
   CHECK(differ(2, 3, 0, T));  // the two residue heads
 
   const Var q(x);
-  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}}), doctest::Contains("cover heads 0 .. 2 of 4"),
+  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}}), doctest::Contains("cover heads [0, 2) of 4"),
                        Error);
+  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}, {2, 6, nullptr, l}}),
+                       doctest::Contains("a group is [2, 6)"), Error);
+  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}, {2, 4, window, -1}}),
+                       doctest::Contains("the period of heads [2, 4) is -1"), Error);
   CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}, {2, 4, window, l}}),
                        doctest::Contains("either tiles or a period"), Error);
   const Var k(random({B, H, T + 2, D}, rng));
