@@ -52,7 +52,7 @@ void add_row(Scalar* S, Scalar* z, Scalar* n, const Scalar* t, const Scalar* x, 
   const Packet pxs = pset1<Packet>(xs);
   vec::packets(R, [&](int64_t i, int64_t l) {
     const Packet pn = load_upto(n + i, l), pt = load_upto(t + i, l), pm = Eigen::internal::pmax(pn, pt);
-    const Packet pf = pexp(psub(pn, pm)), pe = pexp(psub(pt, pm));  // e^(-inf) = 0 before the first row
+    const Packet pf = pexp(psub(pn, pm)), pe = pexp(psub(pt, pm));  // before the first row pf ~ 0 scales S = z = 0
     store_upto(n + i, pm, l);
     store_upto(f + i, pf, l);
     store_upto(e + i, pe, l);

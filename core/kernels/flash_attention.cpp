@@ -23,7 +23,8 @@ constexpr int64_t kLanes = eigen::kPacketSize;
 constexpr int64_t kTile = kAttentionTile;
 // Rows per group on a tile the causal diagonal crosses: each group stops at
 // the last key its last row sees, so the masked triangle costs 10/16 of the
-// tile instead of all of it.
+// tile instead of all of it. A pattern's masked tile is grouped the same
+// way, each group over the keys its rows see.
 constexpr int64_t kGroup = 16;
 static_assert(kTile % kGroup == 0 && kTile % kLanes == 0, "tiles hold whole groups and whole packets");
 constexpr Scalar kInf = std::numeric_limits<Scalar>::infinity();

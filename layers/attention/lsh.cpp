@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/kernels/matmul.h"
+#include "core/parallel.h"
 #include "layers/attention/sparse.h"
 
 namespace tapeformer {
@@ -97,7 +98,10 @@ Var LSHAttention::forward(const Var& x, Rng& rng) const {
     rotations.fill_normal(R, 0.0f, 1.0f);
     // One product for every row (n_b grows with T in Reformer's setting, so
     // the hash is O(T^2 D / chunk) and must run at GEMM speed).
-    kernels::gemm({kc.data(), B * H * T, D, D, 1}, {R.data(), D, half, half, 1}, projected.data(), half, false);
+    parallel::parallel_for(B * H, 1, [&](int64_t s0, int64_t s1) {  // rows split by slice: the same sums in any case
+      kernels::gemm({kc.data() + s0 * T * D, (s1 - s0) * T, D, D, 1}, {R.data(), D, half, half, 1},
+                    projected.data() + s0 * T * half, half, false);
+    });
     for (int64_t bh = 0; bh < B * H; ++bh) {
       for (int64_t t = 0; t < T; ++t) {  // argmax([k R; -k R])
         const Scalar* kr = projected.data() + (bh * T + t) * half;
