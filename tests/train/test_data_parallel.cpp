@@ -210,3 +210,30 @@ TEST_CASE("DataParallel with a segment memory: shards read and update their rows
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
   }
 }
+
+TEST_CASE("DataParallel: a layer's buffer change after an optimizer step reaches the replicas (FAVOR+ redraws)") {
+  // The replicas run shards 1.. with their own buffers: if a redraw did not reach
+  // them, the sharded loss would leave the unsharded one.
+  ModelConfig c = small_config();
+  c.attention = "linear";
+  c.options["feature_map"] = std::string("favor");
+  c.options["n_features"] = int64_t{8};
+  c.options["feature_redraw"] = int64_t{2};
+  const Batch batch = random_batch(4, 8, 5);
+  Rng init(3);
+  TransformerLM model(c, init);
+  DataParallel dp(model, 3);
+  const auto losses = [&] {
+    NoGradGuard no_grad;
+    Rng unused(1);
+    DataParallel one(model, 1);
+    return std::pair<double, double>{dp.train_batch(batch, 1.0f, unused), one.train_batch(batch, 1.0f, unused)};
+  };
+  const auto [sharded0, whole0] = losses();
+  CHECK(sharded0 == doctest::Approx(whole0).epsilon(1e-6));
+  dp.optimizer_stepped(1);  // no redraw
+  dp.optimizer_stepped(2);  // redraw: the model's features change, and the replicas copy them
+  const auto [sharded2, whole2] = losses();
+  CHECK(whole2 != whole0);  // the redraw moved the loss, so the check below can fail
+  CHECK(sharded2 == doctest::Approx(whole2).epsilon(1e-6));
+}
