@@ -9,7 +9,8 @@
 // (elu + 1 features and linear_attention), "favor" (Performer's FAVOR+:
 // round(d ln d) orthogonal random features, favor_attention), and every sparse pattern
 // (layers/attention/sparse.h: window, fixed, longformer, bigbird; their
-// options with --option window=256) through block_sparse_attention, and the
+// options with --option window=256) through sparse_attention (one
+// grouped_sparse_attention: tiles, or strided's residue classes in place), and the
 // kinds that are whole layers ("lsh", "linformer", "adaptive_span": x (B, N,
 // d) -> (B, N, d) with their projections, each next to the softmax layer of
 // the same size; --option lsh_chunk=64, span_max=256, linformer_k=256). One
@@ -95,7 +96,8 @@ struct Sparse {
 // The kinds that are whole layers (their own projections and machinery):
 // one head of d, x (B, N, d) -> (B, N, d). LSH gets Reformer's chunks of 64
 // with 2N / 64 buckets unless given; Linformer is not causal, so it is timed
-// as the bidirectional layer it is.
+// as the bidirectional layer it is, beside the (causal) softmax layer: a
+// bidirectional softmax would do about twice the score work.
 bool layer_kind(const std::string& kind) { return kind == "lsh" || kind == "linformer" || kind == "adaptive_span"; }
 
 std::shared_ptr<Attention> make_layer(const std::string& kind, int64_t N, int64_t d, const ModelConfig& options) {
@@ -106,7 +108,7 @@ std::shared_ptr<Attention> make_layer(const std::string& kind, int64_t N, int64_
   cfg.attention = kind;
   cfg.causal = kind != "linformer";
   if (kind == "lsh" && !cfg.options.count("lsh_buckets"))
-    cfg.options["lsh_buckets"] = std::max<int64_t>(2, 2 * N / cfg.option_int("lsh_chunk"));
+    cfg.options["lsh_buckets"] = std::max<int64_t>(2, (2 * N / cfg.option_int("lsh_chunk") + 1) / 2 * 2);  // even
   Rng rng(3);
   const auto pos = positional_kinds().get(cfg.positional).make(cfg, rng);
   std::shared_ptr<Attention> layer = attention_kinds().get(kind).make(cfg, pos->make_layer(rng), rng);
@@ -204,7 +206,7 @@ int run(int argc, char** argv) {
     std::shared_ptr<Attention> layer, dense_layer;
     if (layer_kind(kind)) {
       layer = make_layer(kind, N, d, cfg);
-      dense_layer = make_layer("softmax", N, d, ModelConfig{});
+      dense_layer = make_layer("softmax", N, d, ModelConfig{});  // the softmax kind is causal
       in.emplace_back(random({B, N, d}, rng), true);  // x (B, N, d)
     } else if (kind == "softmax-fused") {
       in.emplace_back(random({B, N, 3 * d}, rng), true);
