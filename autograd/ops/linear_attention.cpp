@@ -1,12 +1,15 @@
 // Linear-attention ops (SPEC §2): the causal product, kernelised linear
-// attention and efficient attention. The causal forms are Functions with
-// hand-written backward passes (core/kernels/linear_attention.h) that save
-// O(T (C + M)) per slice; non-causal efficient attention is composed of ops.
+// attention, efficient attention, and FAVOR+'s causal linear attention on
+// log-features (core/kernels/favor.h, whose tape keeps a, b, v, y and the row
+// log-normalisers L). The causal forms are Functions with hand-written
+// backward passes that save O(T (C + M)) per slice; non-causal efficient
+// attention is composed of ops.
 #include <cmath>
 
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "core/kernels/favor.h"
 #include "core/kernels/linear_attention.h"
 
 namespace tapeformer {
@@ -105,6 +108,36 @@ class CausalEfficientAttention : public Function {
   kernels::LinearAttentionShape s_;
 };
 
+class FavorAttention : public Function {
+ public:
+  explicit FavorAttention(kernels::FavorShape s) : s_(s) {}
+  const char* name() const override { return "favor_attention"; }
+
+  std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
+    const Tensor a = in[0].contiguous(), b = in[1].contiguous(), v = in[2].contiguous();
+    Tensor y = Tensor::empty(v.shape());                         // (B, H, T, M)
+    Tensor L = Tensor::empty({a.dim(0), a.dim(1), a.dim(2)});  // (B, H, T)
+    kernels::favor_forward(a.data(), b.data(), v.data(), y.data(), L.data(), s_);
+    ctx.save_for_backward({a, b, v, y, L});
+    return {y};
+  }
+
+  std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
+    const auto& t = ctx.saved();
+    const Tensor dy = dout[0].contiguous();
+    Tensor da = ctx.needs_input_grad(0) ? Tensor::empty(t[0].shape()) : Tensor();
+    Tensor db = ctx.needs_input_grad(1) ? Tensor::empty(t[1].shape()) : Tensor();
+    Tensor dv = ctx.needs_input_grad(2) ? Tensor::empty(t[2].shape()) : Tensor();
+    kernels::favor_backward(t[0].data(), t[1].data(), t[2].data(), t[3].data(), t[4].data(), dy.data(),
+                            da.defined() ? da.data() : nullptr, db.defined() ? db.data() : nullptr,
+                            dv.defined() ? dv.data() : nullptr, s_);
+    return {da, db, dv};
+  }
+
+ private:
+  kernels::FavorShape s_;
+};
+
 }  // namespace
 
 Var causal_product(const Var& a, const Var& b, const Var& v) {
@@ -126,6 +159,11 @@ Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal) {
   // every feature d's softmax over positions of k, applied to v.
   const Var context = matmul(softmax(transpose(k, 2, 3)), v);  // (B, H, C, M)
   return matmul(softmax(q), context);                          // (B, H, T, M)
+}
+
+Var favor_attention(const Var& a, const Var& b, const Var& v) {
+  const kernels::LinearAttentionShape s = check_inputs("favor_attention", "a", "b", a, b, v);
+  return Function::apply<FavorAttention>({a, b, v}, kernels::FavorShape{s.BH, s.T, s.C, s.M})[0];
 }
 
 }  // namespace tapeformer
