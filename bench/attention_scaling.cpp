@@ -136,7 +136,7 @@ void step(const std::string& kind, const std::vector<Var>& in, const Tensor& ups
     const int64_t D = in[0].dim(3);
     if (!omega.defined()) {
       Rng rng(7);
-      omega = orthogonal_random_features(D, std::llround(static_cast<double>(D) * std::log(static_cast<double>(D))), rng);
+      omega = orthogonal_random_features(D, favor_features(D, 0), rng);
     }
     const auto log_features = [&](const Var& x) {
       const Var xs = mul_scalar(x, std::pow(static_cast<float>(D), -0.25f));

@@ -19,6 +19,11 @@ LinearAttention::FeatureMap parse_feature_map(const std::string& name) {
   fail("model.feature_map must be \"elu1\", \"cos\", \"efficient\" or \"favor\", got \"", name, "\"");
 }
 
+int64_t favor_features(int64_t D, int64_t requested) {
+  if (requested > 0) return requested;
+  return std::max<int64_t>(1, std::llround(static_cast<double>(D) * std::log(static_cast<double>(std::max<int64_t>(D, 2)))));
+}
+
 Tensor orthogonal_random_features(int64_t D, int64_t m, Rng& rng) {
   Tensor w = Tensor::empty({D, m});  // (D, m)
   Eigen::MatrixXf g(D, D);
@@ -67,8 +72,7 @@ LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<Positio
       feature_map(parse_feature_map(cfg.option_string("feature_map"))) {
   if (feature_map == FeatureMap::Favor) {
     const int64_t D = cfg.n_embd / std::max<int64_t>(1, cfg.n_head);
-    n_features = cfg.option_int("n_features");
-    if (n_features == 0) n_features = std::max<int64_t>(1, std::llround(static_cast<double>(D) * std::log(std::max<int64_t>(D, 2))));
+    n_features = favor_features(D, cfg.option_int("n_features"));
     feature_redraw = cfg.option_int("feature_redraw");
     feature_seed_ = rng.next_u64();  // the init stream: a replica or a resumed model draws the same
     omega = register_buffer("omega", Tensor::zeros({D, n_features}));
@@ -203,9 +207,8 @@ AttentionKind linear_attention_kind() {
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     if (cfg.option_string("feature_map") == "favor") {  // log-features of q and k, m per head
-      const int64_t D = cfg.n_embd / cfg.n_head, m = cfg.option_int("n_features");
-      const double per_head = m > 0 ? m : std::round(D * std::log(std::max<int64_t>(D, 2)));
-      return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_head) * per_head;
+      const int64_t per_head = favor_features(cfg.n_embd / cfg.n_head, cfg.option_int("n_features"));
+      return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_head) * static_cast<double>(per_head);
     }
     return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd);  // the features phi(q), phi(k)
   };

@@ -96,6 +96,10 @@ class LinearAttention : public Attention {
 // D-dim Gaussian vector (so each column is distributed as a Gaussian's).
 Tensor orthogonal_random_features(int64_t D, int64_t m, Rng& rng);
 
+// FAVOR+'s feature count for heads of D: `requested` (model.n_features) when
+// > 0, else round(D ln D) (at least 1), Performer's default.
+int64_t favor_features(int64_t D, int64_t requested);
+
 // "elu1" -> FeatureMap::Elu1; Error naming model.feature_map otherwise.
 LinearAttention::FeatureMap parse_feature_map(const std::string& name);
 
