@@ -87,7 +87,7 @@ Var LSHAttention::forward(const Var& x, Rng& rng) const {
   const Var k = div(q, add_scalar(sqrt(sum(mul(q, q), {-1}, true)), 1e-6f));  // unit keys
   const Tensor kc = k.value().contiguous();
   Rng rotations = is_training() ? Rng(rng.next_u64()) : Rng(eval_seed_);
-  const auto tiles = tile_pattern(ChunkLocal(chunk), T, T, 0, 0);
+  const auto tiles = tiles_.get({T, chunk, 0, 0, 0}, [&] { return tile_pattern(ChunkLocal(chunk), T, T, 0, 0); });
   const int64_t half = n_buckets / 2;
   std::vector<Var> ys, lses;
   std::vector<int32_t> bucket(static_cast<size_t>(T)), order(static_cast<size_t>(B * H * T)),

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "layers/attention/attention.h"
+#include "layers/attention/sparse.h"
 #include "layers/basic.h"
 
 namespace tapeformer {
@@ -50,6 +51,7 @@ class LSHAttention : public Attention {
 
  private:
   uint64_t eval_seed_;
+  TileCache tiles_;  // the chunk pattern's tiles by (length, chunk): E3d changes chunk for evaluation
 };
 
 }  // namespace tapeformer

@@ -67,6 +67,13 @@ TEST_CASE("LSH attention with small chunks: generation re-runs the window and eq
   auto state = attn.make_state(1, -1);
   check_close(attn.forward(Var(xt), *state).value(), y, "window", 1e-6);
   CHECK(state->length() == 100);
+  // A changed chunk (E3d evaluates with other chunks) is used, not the tiles of the old one.
+  attn.chunk = 128;
+  Rng same(5);
+  LSHAttention one_chunk(lsh_config(/*chunk=*/128, /*buckets=*/4, /*hashes=*/2), std::make_shared<PositionalLayer>(), same);
+  one_chunk.eval();
+  check_close(attn.forward(Var(xt), rng).value(), one_chunk.forward(Var(xt), rng).value(), "chunk changed", 0.0);
+  CHECK(attn.forward(Var(xt), rng).value().to_vector() != y.to_vector());
   CHECK_THROWS_WITH_AS(LSHAttention(lsh_config(4, 3, 1), std::make_shared<PositionalLayer>(), rng),
                        doctest::Contains("model.lsh_buckets must be even"), Error);
 }
