@@ -174,15 +174,18 @@ def field_of(result, field):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def arm_results(spec, args, arm):
-    """{seed: result} of the finished runs of an arm."""
-    out = {}
+def finished_runs(spec, args, arm):
+    """(seed, run_dir, result) of the finished runs of an arm, in seed order."""
     for seed in spec["seeds"]:
         run_dir, _ = run_command(spec, arm, seed, args, 1)
         r = read_result(run_dir)
         if r is not None:
-            out[seed] = r
-    return out
+            yield seed, run_dir, r
+
+
+def arm_results(spec, args, arm):
+    """{seed: result} of the finished runs of an arm."""
+    return {seed: r for seed, _, r in finished_runs(spec, args, arm)}
 
 
 def summarise(spec, args):
@@ -254,10 +257,7 @@ def plot_curves(spec, args, exp_dir):
         only = curve.get("arms_containing")
         for arm in (a for a in spec["arms"] if only is None or only in a["name"]):
             series = []  # one dict x -> y per seed
-            for seed in spec["seeds"]:
-                run_dir, _ = run_command(spec, arm, seed, args, 1)
-                if read_result(run_dir) is None:
-                    continue
+            for _, run_dir, _ in finished_runs(spec, args, arm):
                 points = {}
                 for row in read_metrics(run_dir, spec.get("metrics", "metrics.jsonl")):
                     if isinstance(row.get(x_key), (int, float)) and isinstance(row.get(y_key), (int, float)):
@@ -329,10 +329,7 @@ def plot_bars(spec, args, exp_dir):
         panels = []
         for arm in arms:
             per_seed = []
-            for seed in spec["seeds"]:
-                run_dir, _ = run_command(spec, arm, seed, args, 1)
-                if read_result(run_dir) is None:
-                    continue
+            for _, run_dir, _ in finished_runs(spec, args, arm):
                 last = None
                 for row in read_metrics(run_dir, spec.get("metrics", "metrics.jsonl")):
                     if isinstance(row.get(bar["field"]), dict):
