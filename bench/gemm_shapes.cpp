@@ -3,7 +3,7 @@
 // bench/gemm_vs_pytorch.sh runs this, then bench/gemm_shapes.py (torch.mm,
 // one thread) on the same shapes, and prints the ratios.
 //
-//   gemm_shapes [SECONDS_PER_SHAPE]      # default 0.5
+//   gemm_shapes [SECONDS_PER_SHAPE] [recipe|large]   # default 0.5, recipe
 //
 // The shapes are one data-parallel shard's linear-layer products in a
 // training step of the recipe (batch 12 x block 64 split in 2 shards: 384
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   }
   tapeformer::parallel::set_num_threads(1);
   Eigen::setNbThreads(1);
-  const std::vector<GemmShape> shapes = {
+  const std::vector<GemmShape> recipe = {
       {"qkv forward", 384, 128, 384, false},     {"attn proj forward", 384, 128, 128, false},
       {"mlp fc forward", 384, 128, 512, false},  {"mlp proj forward", 384, 512, 128, false},
       {"head forward", 384, 128, 65, false},     {"qkv dX", 384, 384, 128, false},
@@ -108,6 +108,23 @@ int main(int argc, char** argv) {
       {"mlp proj dW", 512, 384, 128, true},      {"attn proj dW", 128, 384, 128, true},
       {"head dX", 384, 65, 128, false},          {"head dW", 65, 384, 128, true},
   };
+  // nanoGPT's default shakespeare_char model (configs/shakespeare_char.json):
+  // batch 64 x block 256 in 2 shards = 8192 rows, width 384, MLP 1536.
+  const std::vector<GemmShape> large = {
+      {"qkv forward", 8192, 384, 1152, false},   {"attn proj forward", 8192, 384, 384, false},
+      {"mlp fc forward", 8192, 384, 1536, false}, {"mlp proj forward", 8192, 1536, 384, false},
+      {"head forward", 8192, 384, 65, false},    {"qkv dX", 8192, 1152, 384, false},
+      {"mlp fc dX", 8192, 1536, 384, false},     {"mlp proj dX", 8192, 384, 1536, false},
+      {"qkv dW", 384, 8192, 1152, true},         {"mlp fc dW", 384, 8192, 1536, true},
+      {"mlp proj dW", 1536, 8192, 384, true},    {"attn proj dW", 384, 8192, 384, true},
+      {"head dX", 8192, 65, 384, false},         {"head dW", 65, 8192, 384, true},
+  };
+  const std::string which = argc > 2 ? argv[2] : "recipe";
+  if (which != "recipe" && which != "large") {
+    std::fprintf(stderr, "gemm_shapes: the shape set must be 'recipe' or 'large', got '%s'\n", which.c_str());
+    return 2;
+  }
+  const std::vector<GemmShape>& shapes = which == "large" ? large : recipe;
   for (const GemmShape& s : shapes) tapeformer::run(s, seconds);
   return 0;
 }

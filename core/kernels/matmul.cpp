@@ -1,5 +1,7 @@
 #include "core/kernels/matmul.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "core/error.h"
 #include "core/kernels/activation_packet.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -152,7 +155,8 @@ void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   }
 }
 
-// C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous.
+// C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous, read in
+// place: for products whose operands fit the caches.
 template <class Cfg>
 void packet_gemm(Operands o, int64_t M, int64_t N) {
   int64_t j = 0;
@@ -165,6 +169,188 @@ void packet_gemm(Operands o, int64_t M, int64_t N) {
   }
   j += (N - j) / kLanes * kLanes;
   if (j < N) column_block<1, Cfg, true>(o.at(0, j), M, N - j);
+}
+
+// ---------------------------------------------------------------------------
+// Cache blocking for large products (GotoBLAS's loops).
+//
+// Read in place, a product of thousands of rows streams all of A from memory
+// once per column block of B, and B's column block (K x 64 floats at a stride
+// of N) thrashes L1, whose sets a power-of-two row stride maps onto a few:
+// on the 10.7M-parameter model's shapes (8192 rows, K and N 384..1536) the
+// in-place kernel ran at 15-27 GFLOP/s on one core against 65-87 on the small
+// recipe's. Here K is cut into blocks of kc, and for each:
+// - a panel of B (kc x nc) is copied into column blocks of kc x W contiguous
+//   floats (W = one tile's width), which stay in L1 while every row tile of
+//   an A block passes over them;
+// - A is copied mc rows at a time (an L2-sized block), each 6-row tile as
+//   kc x 6 interleaved floats, so a step of k reads one line.
+// Partial sums go to C between K blocks as float32, which is exactly what
+// the register held: every element is still summed over k in order, so the
+// bits equal the in-place kernel's, whatever the block sizes. That is why
+// the block sizes may follow the machine's caches (blocking()).
+
+struct Blocking {
+  int64_t kc, mc, nc;
+};
+
+// Block sizes from the caches of the machine we run on (sysconf; 32 KiB L1
+// and 512 KiB L2 where it does not say): a tile's B block (kc x W) and A
+// slice (6 x kc) fill at most 3/4 of L1; an A block (mc x kc) half of L2; a
+// B panel (kc x nc) at most 2 MiB.
+int64_t cache_bytes(int name, int64_t fallback) {
+  const long v = sysconf(name);
+  return v > 0 ? static_cast<int64_t>(v) : fallback;
+}
+int64_t l2_bytes() { return cache_bytes(_SC_LEVEL2_CACHE_SIZE, int64_t{512} << 10); }
+
+const Blocking& blocking() {
+  static const Blocking b = [] {
+    const int64_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, int64_t{32} << 10), l2 = l2_bytes();
+    constexpr int64_t W = kTilePackets * kLanes, bytes = sizeof(Scalar);
+    Blocking r{};
+    r.kc = std::clamp<int64_t>(l1 * 3 / 4 / ((W + kTileRows) * bytes), 32, 512) / 8 * 8;
+    r.mc = std::max<int64_t>(kTileRows, l2 / 2 / (r.kc * bytes) / kTileRows * kTileRows);
+    r.nc = std::max<int64_t>(W, (int64_t{2} << 20) / (r.kc * bytes) / W * W);
+    return r;
+  }();
+  return b;
+}
+
+// Below this many rows, copying B costs more than it saves (each B block
+// would be read by one or two row tiles).
+constexpr int64_t kPackMinRows = 4 * kTileRows;
+
+// Whether a product runs blocked and packed. In place is as fast while A
+// stays in L2 across column blocks and is read by rows (the small recipe's
+// forward and dX products: 384 rows, K <= 512); a transposed A (X^T of the
+// dW products) reads a new line per step of k, which packing turns into one,
+// and an A larger than L2 would be streamed from memory per column block.
+bool packs(int64_t M, int64_t K, bool strided_a) {
+  static const int64_t l2 = l2_bytes();
+  return M >= kPackMinRows && (strided_a || M * K * static_cast<int64_t>(sizeof(Scalar)) > 2 * l2);
+}
+
+// The column blocks of a panel of `n` columns, as packet_gemm walks them:
+// full tiles of kTilePackets packets, then one narrower block of whole
+// packets, then one partial packet. fn(j, packets, lanes of the last).
+template <class F>
+void for_each_column_block(int64_t n, F&& fn) {
+  int64_t j = 0;
+  for (; j + kTilePackets * kLanes <= n; j += kTilePackets * kLanes) fn(j, kTilePackets, kLanes);
+  if (const int64_t whole = (n - j) / kLanes; whole > 0) {
+    fn(j, whole, kLanes);
+    j += whole * kLanes;
+  }
+  if (j < n) fn(j, 1, n - j);
+}
+
+// B[k0 .. k0 + kc, j0 .. j0 + n) into `out`: each column block as kc rows of
+// its packets' width, contiguous; a partial packet is padded with zeros.
+void pack_b(const Scalar* b, int64_t ldb, int64_t kc, int64_t n, Scalar* out) {
+  for_each_column_block(n, [&](int64_t j, int64_t packets, int64_t lanes) {
+    const int64_t width = packets * kLanes, copy = (packets - 1) * kLanes + lanes;
+    for (int64_t k = 0; k < kc; ++k, out += width) {
+      const Scalar* row = b + k * ldb + j;
+      std::copy(row, row + copy, out);
+      std::fill(out + copy, out + width, 0.0f);
+    }
+  });
+}
+
+// Rows [0, mc) and columns [0, kc) of A (A(i, k) = a[i * rs + k * cs]) into
+// `out`, tile by tile: a tile of r <= 6 rows as kc x r floats, row fastest.
+void pack_a(const Scalar* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, Scalar* out) {
+  for (int64_t i = 0; i < mc; i += kTileRows) {
+    const int64_t r = std::min<int64_t>(kTileRows, mc - i);
+    const Scalar* tile = a + i * rs;
+    if (rs == 1) {  // A = X^T: a tile's rows are contiguous at each k
+      for (int64_t k = 0; k < kc; ++k, out += r) std::copy(tile + k * cs, tile + k * cs + r, out);
+    } else {
+      for (int64_t k = 0; k < kc; ++k, out += r)
+        for (int64_t x = 0; x < r; ++x) out[x] = tile[x * rs + k * cs];
+    }
+  }
+}
+
+// One packed column block (V packets) over the packed rows of an A block:
+// `o` is the block's origin in C with a and b pointing at the packed data.
+template <int V, class Cfg, bool Partial>
+void packed_column_block(Operands o, int64_t mc, int64_t lanes) {
+  const Scalar* a = o.a;
+  for (int64_t i = 0; i < mc; i += kTileRows) {
+    const int64_t r = std::min<int64_t>(kTileRows, mc - i);
+    Operands t = o.at(i, 0);
+    t.a = a + i * o.K;  // tiles before this one hold i rows of K values
+    t.a_rs = 1;
+    t.a_cs = r;
+    switch (r) {
+      case 6: tile<6, V, Cfg, Partial>(t, lanes); break;
+      case 5: tile<5, V, Cfg, Partial>(t, lanes); break;
+      case 4: tile<4, V, Cfg, Partial>(t, lanes); break;
+      case 3: tile<3, V, Cfg, Partial>(t, lanes); break;
+      case 2: tile<2, V, Cfg, Partial>(t, lanes); break;
+      default: tile<1, V, Cfg, Partial>(t, lanes); break;
+    }
+  }
+}
+static_assert(kTileRows == 6, "packed_column_block's switch covers tiles of 1 to 6 rows");
+
+// The product over one K block: packed A block (mc rows) x packed B panel.
+template <class Cfg>
+void packed_block(Operands o, int64_t mc, int64_t nc, const Scalar* packed_b) {
+  for_each_column_block(nc, [&](int64_t j, int64_t packets, int64_t lanes) {
+    Operands c = o.at(0, j);
+    c.a = o.a;  // packed: the same A block for every column block
+    c.b = packed_b;
+    c.ldb = packets * kLanes;
+    packed_b += o.K * c.ldb;
+    if (lanes < kLanes) return packed_column_block<1, Cfg, true>(c, mc, lanes);
+    if (packets == kTilePackets) return packed_column_block<kTilePackets, Cfg, false>(c, mc, lanes);
+    if (packets == 3) return packed_column_block<3, Cfg, false>(c, mc, lanes);  // 3 < kTilePackets only with AVX-512
+    if (packets == 2) return packed_column_block<2, Cfg, false>(c, mc, lanes);
+    packed_column_block<1, Cfg, false>(c, mc, lanes);
+  });
+}
+
+// The packed tiles read A through a_cs = rows of the tile: no prefetching.
+template <Epilogue::Op Op>
+using Packed = Variant<false, Op>;
+
+// C (+)= A B (+ bias), then the epilogue, with M > 0 and K > 0: in place for
+// small products, blocked and packed for large ones.
+template <bool StridedA, Epilogue::Op Op>
+void product_packet(const Operands& o, int64_t M, int64_t N) {
+  if (!packs(M, o.K, StridedA)) return packet_gemm<Variant<StridedA, Op>>(o, M, N);
+  const Blocking& bl = blocking();
+  thread_local std::vector<Scalar> packed_a, packed_b;  // grown once per thread, reused
+  const int64_t W = kTilePackets * kLanes;
+  for (int64_t k0 = 0; k0 < o.K; k0 += bl.kc) {
+    const int64_t kc = std::min(bl.kc, o.K - k0);
+    const bool first = k0 == 0, last = k0 + kc == o.K;
+    for (int64_t j0 = 0; j0 < N; j0 += bl.nc) {
+      const int64_t nc = std::min(bl.nc, N - j0);
+      const size_t b_size = static_cast<size_t>(kc * ((nc + W - 1) / W * W + W));
+      if (packed_b.size() < b_size) packed_b.resize(b_size);
+      pack_b(o.b + k0 * o.ldb + j0, o.ldb, kc, nc, packed_b.data());
+      for (int64_t i0 = 0; i0 < M; i0 += bl.mc) {
+        const int64_t mc = std::min(bl.mc, M - i0);
+        if (packed_a.size() < static_cast<size_t>(mc * kc)) packed_a.resize(static_cast<size_t>(mc * kc));
+        pack_a(o.a + i0 * o.a_rs + k0 * o.a_cs, o.a_rs, o.a_cs, mc, kc, packed_a.data());
+        Operands blk = o.at(i0, j0);
+        blk.a = packed_a.data();
+        blk.K = kc;
+        // Bias and the caller's accumulate start the sum; later K blocks add
+        // to what C holds; the epilogue sees the finished sum.
+        if (!first) blk.bias = nullptr, blk.accumulate = true;
+        if (last) {
+          packed_block<Packed<Op>>(blk, mc, nc, packed_b.data());
+        } else {
+          packed_block<Packed<Epilogue::Op::Store>>(blk, mc, nc, packed_b.data());
+        }
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -221,16 +407,24 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
     const Operands o{aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate,
                      epilogue};
     const bool strided = aa.col_stride != 1;
+    const int64_t M = aa.rows, N = bb.cols;
+    if (aa.cols == 0) {  // no K blocks: C is the bias (or kept), then the epilogue
+      switch (epilogue.op) {
+        case Epilogue::Op::Store: return packet_gemm<Variant<false, Epilogue::Op::Store>>(o, M, N);
+        case Epilogue::Op::Activate: return packet_gemm<Variant<false, Epilogue::Op::Activate>>(o, M, N);
+        case Epilogue::Op::Multiply: return packet_gemm<Variant<false, Epilogue::Op::Multiply>>(o, M, N);
+      }
+    }
     switch (epilogue.op) {
       case Epilogue::Op::Store:
-        return strided ? packet_gemm<Variant<true, Epilogue::Op::Store>>(o, aa.rows, bb.cols)
-                       : packet_gemm<Variant<false, Epilogue::Op::Store>>(o, aa.rows, bb.cols);
+        return strided ? product_packet<true, Epilogue::Op::Store>(o, M, N)
+                       : product_packet<false, Epilogue::Op::Store>(o, M, N);
       case Epilogue::Op::Activate:
-        return strided ? packet_gemm<Variant<true, Epilogue::Op::Activate>>(o, aa.rows, bb.cols)
-                       : packet_gemm<Variant<false, Epilogue::Op::Activate>>(o, aa.rows, bb.cols);
+        return strided ? product_packet<true, Epilogue::Op::Activate>(o, M, N)
+                       : product_packet<false, Epilogue::Op::Activate>(o, M, N);
       case Epilogue::Op::Multiply:
-        return strided ? packet_gemm<Variant<true, Epilogue::Op::Multiply>>(o, aa.rows, bb.cols)
-                       : packet_gemm<Variant<false, Epilogue::Op::Multiply>>(o, aa.rows, bb.cols);
+        return strided ? product_packet<true, Epilogue::Op::Multiply>(o, M, N)
+                       : product_packet<false, Epilogue::Op::Multiply>(o, M, N);
     }
     return;
   }
@@ -256,6 +450,7 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
 
 void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias,
                     const Epilogue& epilogue) {
+  const profile::Scope timed("matmul");
   const Tensor a = is_matrix_layout(a_in) ? a_in : a_in.contiguous();
   // The packet kernel reads B by rows: a transposed B is copied once here
   // (K x N floats, against M x K x N multiply-adds) rather than per row block.
