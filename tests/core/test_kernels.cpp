@@ -121,6 +121,58 @@ TEST_CASE("gemm epilogues equal the plain product followed by activate_rows or a
                     doctest::Contains("accumulate"));
 }
 
+TEST_CASE("large products (blocked and packed) give the in-place kernel's bits and the naive product") {
+  // Products of many rows with a transposed A, or an A larger than L2, run
+  // blocked over K and packed; 12-row slices of the same product run in
+  // place. Both sum each element over k in order, so they must agree bit for
+  // bit, across K blocks (K > kc), A blocks (M > mc), partial column blocks
+  // (N = 70, 130), bias, accumulate and epilogues.
+  Rng rng(13);
+  for (int64_t M : {130, 600}) {
+    for (int64_t N : {70, 130}) {
+      for (bool a_t : {true, false}) {
+        const int64_t K = 1100;
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(a_t);
+        Tensor a = random_tensor(a_t ? Shape{K, M} : Shape{M, K}, rng), b = random_tensor({K, N}, rng);
+        Tensor bias = random_tensor({N}, rng), c0 = random_tensor({M, N}, rng), factor = random_tensor({M, N}, rng);
+        const auto a_rows = [&](int64_t i0, int64_t rows) {
+          return a_t ? kernels::MatRef{a.data() + i0, rows, K, 1, M} : kernels::MatRef{a.data() + i0 * K, rows, K, K, 1};
+        };
+        const kernels::MatRef bm{b.data(), K, N, N, 1};
+        for (int mode = 0; mode < 5; ++mode) {  // plain, +bias, +=, gelu epilogue, multiply epilogue
+          CAPTURE(mode);
+          const bool accumulate = mode == 2, with_bias = mode == 1 || mode >= 3;
+          Tensor aux = Tensor::zeros({M, N});
+          const auto epilogue = [&](int64_t i0) {
+            if (mode == 3) return kernels::Epilogue::activate(Activation::Gelu, aux.data() + i0 * N);
+            if (mode == 4) return kernels::Epilogue::multiply(factor.data() + i0 * N);
+            return kernels::Epilogue{};
+          };
+          Tensor whole = c0.clone(), sliced = c0.clone();
+          kernels::gemm(a_rows(0, M), bm, whole.data(), N, accumulate, with_bias ? bias.data() : nullptr, epilogue(0));
+          const std::vector<Scalar> whole_aux = aux.to_vector();
+          for (int64_t i0 = 0; i0 < M; i0 += 12) {
+            const int64_t rows = std::min<int64_t>(12, M - i0);
+            kernels::gemm(a_rows(i0, rows), bm, sliced.data() + i0 * N, N, accumulate,
+                          with_bias ? bias.data() : nullptr, epilogue(i0));
+          }
+          CHECK(whole.to_vector() == sliced.to_vector());
+          if (mode == 3) CHECK(whole_aux == aux.to_vector());
+          if (mode > 2) continue;
+          const std::vector<double> want =
+              naive(a_rows(0, M), bm, accumulate ? c0.to_vector() : std::vector<Scalar>(), with_bias ? bias.data() : nullptr);
+          const std::vector<Scalar> got = whole.to_vector();
+          double worst = 0;
+          for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+          CHECK(worst < 1e-5 * K);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("batched_matmul epilogues: aux offsets per batch and per row block, for 1 and 3 threads") {
   // batch 2, M = 64, K = 16: with 3 threads (batch < threads) rows split into 4 blocks, so aux is
   // offset by batch and by row block; N = 70 ends in a partial packet.
