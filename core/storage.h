@@ -2,7 +2,7 @@
 //
 // Live storages and bytes are counted process-wide so tests can prove that
 // saved tensors are released (see `Storage::live_count()`). Freed buffers are
-// kept in a per-size cache (up to 1 GiB) and reused, because a training step
+// kept in a per-size cache (up to max(1 GiB, twice the peak of live bytes)) and reused, because a training step
 // allocates the same sizes every iteration; `release_cache()` frees them.
 #pragma once
 
@@ -39,9 +39,34 @@ class Storage {
   // before it, peak_bytes() is -1.
   static int64_t peak_bytes();
   static void reset_peak();
+  // Bytes of every Storage created since the process started, and of those
+  // the cache could not serve, which came from the system allocator (a
+  // training step in steady state takes none).
+  static int64_t requested_bytes();
+  static int64_t system_bytes();
   // Bytes held in the reuse cache (not counted as live), and freeing them.
   static int64_t cached_bytes();
   static void release_cache();
+
+  // Reuse arenas: while an ArenaScope(k) is alive, this thread's storages
+  // come from arena k's cached blocks, and each block returns to the arena
+  // it came from, whichever thread frees it. Data-parallel shards run each
+  // in its own arena: a shard's ops run in a fixed order, so its arena sees
+  // the same demand every step, whereas in one shared cache the shards'
+  // interleaving (which differs run to run) could ask for one more block of
+  // a size than any step before and take it from malloc. Arena 0 is the
+  // default.
+  class ArenaScope {
+   public:
+    explicit ArenaScope(int arena);
+    ~ArenaScope();
+    ArenaScope(const ArenaScope&) = delete;
+    ArenaScope& operator=(const ArenaScope&) = delete;
+
+   private:
+    int previous_;
+  };
+  static constexpr int kMaxArenas = 1024;
 
   // Raises glibc's mmap/trim thresholds so freed memory stays mapped: Eigen's
   // GEMM workspaces and other per-step temporaries then stop page-faulting
@@ -53,6 +78,7 @@ class Storage {
  private:
   Scalar* data_ = nullptr;
   int64_t size_ = 0;
+  int arena_ = 0;
 };
 
 }  // namespace tapeformer

@@ -7,6 +7,7 @@
 #include "core/eigen.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/storage.h"
 
 namespace tapeformer {
 
@@ -90,6 +91,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   parallel::parallel_for(S, 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       Shard& w = work[static_cast<size_t>(k)];
+      const Storage::ArenaScope arena(static_cast<int>(k % (Storage::kMaxArenas - 1)) + 1);
       // Each shard's mean loss weighted by its share, so the model gets the
       // gradient of the whole batch's mean (over counted targets).
       const float share = total > 0 ? static_cast<float>(w.weight) / static_cast<float>(total) : 0.0f;
