@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <streambuf>
@@ -91,12 +92,6 @@ class PayloadReader {
   cereal::BinaryInputArchive ar_;
 };
 
-std::vector<TensorRecord> to_records(const NamedTensors& tensors) {
-  std::vector<TensorRecord> out;
-  for (const auto& [name, t] : tensors) out.push_back({name, t.shape().to_vector(), t.to_vector()});
-  return out;
-}
-
 NamedTensors from_records(const std::vector<TensorRecord>& records, const std::string& path) {
   NamedTensors out;
   for (const auto& r : records) {
@@ -126,6 +121,15 @@ T get(const std::string& in, size_t at) {
   return v;
 }
 
+// Magic, version, payload length and checksum.
+std::string checkpoint_header(uint64_t length, uint64_t checksum) {
+  std::string header(kMagic, sizeof kMagic);
+  put<uint32_t>(header, kCheckpointVersion);
+  put<uint64_t>(header, length);
+  put<uint64_t>(header, checksum);
+  return header;
+}
+
 // Makes a rename durable. Best effort: some filesystems cannot open or sync
 // a directory, and the file itself is already synced.
 void fsync_directory(const std::string& dir) {
@@ -147,32 +151,110 @@ TempName temp_name(const std::string& path) {
 }
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
+namespace {
+
+// Buffered writes to a file descriptor for a std::ostream, with the FNV-1a 64
+// hash and the count of every byte that passes. Write errors are kept (with
+// errno) for the caller, which reports them once.
+class FileSink : public std::streambuf {
+ public:
+  explicit FileSink(int fd) : fd_(fd), buf_(size_t{1} << 20) { setp(buf_.data(), buf_.data() + buf_.size()); }
+  uint64_t count() const { return count_ + static_cast<uint64_t>(pptr() - pbase()); }
+  uint64_t hash() const { return hash_; }  // of what flush() has written
+  bool failed() const { return error_ != 0; }
+  int error() const { return error_; }
+  bool flush() { return drain() && error_ == 0; }
+
+ protected:
+  int_type overflow(int_type ch) override {
+    if (!drain()) return traits_type::eof();
+    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(ch);
+      pbump(1);
+    }
+    return traits_type::not_eof(ch);
+  }
+  int sync() override { return drain() ? 0 : -1; }
+
+ private:
+  bool drain() {
+    const char* p = pbase();
+    const size_t n = static_cast<size_t>(pptr() - pbase());
+    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ULL;
+    for (size_t done = 0; done < n && error_ == 0;) {
+      const ssize_t w = ::write(fd_, p + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) error_ = w == 0 ? EIO : errno;  // no progress and no error code: an I/O error
+      if (w > 0) done += static_cast<size_t>(w);
+    }
+    count_ += n;
+    setp(buf_.data(), buf_.data() + buf_.size());
+    return error_ == 0;
+  }
+
+  int fd_;
+  std::vector<char> buf_;
+  uint64_t count_ = 0;
+  uint64_t hash_ = 0xcbf29ce484222325ULL;
+  int error_ = 0;
+};
+
+// Writes `path` atomically: `fill` writes the contents to a temp file (a
+// stream, or the descriptor itself for fixed-offset patches), which is then
+// fsync'ed and renamed over `path`.
+void write_atomic(const std::string& path, const std::function<void(int fd, FileSink& sink)>& fill) {
   const TempName names = temp_name(path);
   const std::string tmp = (names.dir / (names.prefix + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
   TAPEFORMER_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
   // Any failure, including one that only shows at fsync or close (a full
   // disk, a quota, NFS), removes the temp file and leaves `path` as it was.
-  const auto give_up = [&](const std::string& what) {
-    const std::string why = std::strerror(errno);
+  const auto give_up = [&](const std::string& what, int error) {
+    const std::string why = std::strerror(error);
     if (fd >= 0) ::close(fd);
     std::remove(tmp.c_str());
     fail(what, ": ", why);
   };
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) errno = EIO;  // no progress and no error code: report it as an I/O error
-    if (n <= 0) give_up("writing '" + tmp + "' failed");
-    done += static_cast<size_t>(n);
+  FileSink sink(fd);
+  try {
+    fill(fd, sink);
+  } catch (...) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw;
   }
-  if (::fsync(fd) != 0) give_up("syncing '" + tmp + "' failed");
+  if (!sink.flush()) give_up("writing '" + tmp + "' failed", sink.error());
+  if (::fsync(fd) != 0) give_up("syncing '" + tmp + "' failed", errno);
   const int closed = ::close(fd);
   fd = -1;
-  if (closed != 0) give_up("closing '" + tmp + "' failed");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) give_up("cannot rename '" + tmp + "' to '" + path + "'");
+  if (closed != 0) give_up("closing '" + tmp + "' failed", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    give_up("cannot rename '" + tmp + "' to '" + path + "'", errno);
   fsync_directory(names.dir.string());
+}
+
+// A model's or optimizer's tensors in the payload, written from the tensors
+// themselves: the layout of a std::vector<TensorRecord> in a cereal binary
+// archive (a count, then each record's name, dims and values), with no copy
+// of the values.
+struct TensorsOut {
+  const NamedTensors& tensors;
+  template <class Archive>
+  void save(Archive& ar) const {
+    ar(cereal::make_size_tag(static_cast<cereal::size_type>(tensors.size())));
+    for (const auto& [name, t] : tensors) {
+      const Tensor c = t.contiguous();  // a view of t when it is contiguous already
+      ar(name, c.shape().to_vector());
+      ar(cereal::make_size_tag(static_cast<cereal::size_type>(c.numel())));
+      ar(cereal::binary_data(c.data(), static_cast<size_t>(c.numel()) * sizeof(Scalar)));
+    }
+  }
+};
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_atomic(path, [&](int, FileSink& sink) { sink.sputn(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
 }
 
 void remove_stale_temp_files(const std::string& path) {
@@ -195,22 +277,34 @@ void remove_stale_temp_files(const std::string& path) {
 }
 
 std::string checkpoint_file_bytes(const std::string& payload) {
-  std::string file(kMagic, sizeof kMagic);
-  put<uint32_t>(file, kCheckpointVersion);
-  put<uint64_t>(file, payload.size());
-  put<uint64_t>(file, fnv1a64(payload));
-  return file + payload;
+  return checkpoint_header(payload.size(), fnv1a64(payload)) + payload;
 }
 
+// The payload streams into the file as cereal writes it (no copy of the
+// weights in memory: a checkpoint of a large model would otherwise be held
+// several times over while it is written); the header's length and checksum
+// are written over their placeholder once the payload is through.
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
-  std::ostringstream payload_stream;
-  {
-    cereal::BinaryOutputArchive ar(payload_stream);
-    Rng rng = c.rng;
-    ar(c.config_json, c.tokenizer, to_records(c.model), to_records(c.optimizer), c.optimizer_step, c.step,
-       c.train_seconds, rng, c.sampler);
-  }
-  write_file_atomic(path, checkpoint_file_bytes(payload_stream.str()));
+  write_atomic(path, [&](int fd, FileSink& sink) {
+    const std::string placeholder(kHeaderBytes, '\0');
+    for (size_t done = 0; done < placeholder.size();) {
+      const ssize_t n = ::write(fd, placeholder.data() + done, placeholder.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      TAPEFORMER_CHECK(n > 0, "writing '", path, "' failed: ", std::strerror(n == 0 ? EIO : errno));
+      done += static_cast<size_t>(n);
+    }
+    std::ostream out(&sink);
+    {
+      cereal::BinaryOutputArchive ar(out);
+      Rng rng = c.rng;
+      ar(c.config_json, c.tokenizer, TensorsOut{c.model}, TensorsOut{c.optimizer}, c.optimizer_step, c.step,
+         c.train_seconds, rng, c.sampler);
+    }
+    TAPEFORMER_CHECK(sink.flush(), "writing '", path, "' failed: ", std::strerror(sink.error()));
+    const std::string header = checkpoint_header(sink.count(), sink.hash());
+    TAPEFORMER_CHECK(::pwrite(fd, header.data(), header.size(), 0) == static_cast<ssize_t>(header.size()),
+                     "writing '", path, "' failed: ", std::strerror(errno));
+  });
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
