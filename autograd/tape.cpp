@@ -1,6 +1,7 @@
 #include "autograd/tape.h"
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "core/kernels/elementwise.h"
 
 namespace tapeformer {
@@ -31,6 +32,7 @@ void Tape::run_backward() {
   std::vector<Entry> entries = std::move(entries_);
   entries_.clear();
   NoGradGuard no_grad;
+  const profile::BackwardPass timed_as_backward;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     (*it)();
     *it = nullptr;  // free this entry's saved tensors now

@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   t->add_option("--out", train.out, "output directory for checkpoint.bin and metrics.jsonl")->capture_default_str();
   t->add_option("--set", train.overrides, "override a config value: --set train.max_iters=500 (repeatable)");
   t->add_flag("--resume", train.resume, "continue the run saved in --out");
+  t->add_flag("--profile", train.profile,
+              "time the steps by phase and kernel, count their allocations; print the table at the end and "
+              "write it to OUT/profile.json");
 
   SampleArgs sample;
   auto* s = app.add_subcommand("sample", "generate text from a checkpoint");

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace tapeformer::parallel {
 namespace {
@@ -86,10 +87,12 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     return;
   }
   const int64_t step = (n + chunks - 1) / chunks;
+  const bool owned = profile::enabled() && profile::in_family_scope();  // the scope times the chunks
   tbb::parallel_for(
       tbb::blocked_range<int64_t>(0, chunks, 1),
       [&](const tbb::blocked_range<int64_t>& r) {
         Region region;
+        profile::ChunkOfScope chunk(owned);
         for (int64_t c = r.begin(); c != r.end(); ++c) {
           const int64_t b = c * step, e = std::min(n, b + step);
           if (b < e) fn(b, e);
@@ -119,13 +122,16 @@ void invoke(const std::function<void()>& a, const std::function<void()>& b) {
     b();
     return;
   }
+  const bool owned = profile::enabled() && profile::in_family_scope();
   tbb::parallel_invoke(
       [&] {
         Region region;
+        profile::ChunkOfScope chunk(owned);
         a();
       },
       [&] {
         Region region;
+        profile::ChunkOfScope chunk(owned);
         b();
       });
 }

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/parallel.h"
+#include "core/profile.h"
 #include "optim/clip.h"
 
 namespace tapeformer {
@@ -78,15 +79,25 @@ StepResult train_step(const TrainConfig& c, int64_t step, DataParallel& shards, 
   r.lr = schedule.lr_at(step);
   optimizer.set_lr(r.lr);
   double loss_sum = 0;
-  for (int64_t micro = 0; micro < c.train.grad_accum; ++micro)
-    loss_sum += shards.train_batch(next_batch(), 1.0f / static_cast<float>(c.train.grad_accum), dropout_rng, memory);
+  for (int64_t micro = 0; micro < c.train.grad_accum; ++micro) {
+    Batch batch;
+    {
+      const profile::Scope timed("data", profile::Kind::Phase);
+      batch = next_batch();
+    }
+    loss_sum += shards.train_batch(batch, 1.0f / static_cast<float>(c.train.grad_accum), dropout_rng, memory);
+  }
   r.loss = loss_sum / static_cast<double>(c.train.grad_accum);
   if (!std::isfinite(r.loss)) {
     r.grad_norm = std::nanf("");
     return r;
   }
-  r.grad_norm = grad_norm(params);
+  {
+    const profile::Scope timed("gradient norm", profile::Kind::Phase);
+    r.grad_norm = grad_norm(params);
+  }
   if (!std::isfinite(r.grad_norm)) return r;
+  const profile::Scope timed("optimizer", profile::Kind::Phase);
   // Clipping is folded into the update: the optimizer reads g * coef.
   optimizer.step(c.optimizer.grad_clip > 0 ? clip_coefficient(r.grad_norm, static_cast<float>(c.optimizer.grad_clip))
                                            : 1.0f);

@@ -76,6 +76,7 @@ int run_train(const TrainArgs& args) {
     if (!args.data.empty()) cfg.data.path = args.data;
     trainer = std::make_unique<Trainer>(cfg, args.out);
   }
+  trainer->set_profile(args.profile);
   const TrainResult r = trainer->run();
   std::printf("%s\n", r.to_json().c_str());
   std::fflush(stdout);

@@ -29,6 +29,7 @@ struct TrainArgs {
   std::string out = "out";             // run directory
   std::vector<std::string> overrides;  // key=value
   bool resume = false;
+  bool profile = false;  // Trainer::set_profile
 };
 
 struct SampleArgs {

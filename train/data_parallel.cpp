@@ -1,12 +1,14 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/eigen.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 #include "core/storage.h"
 
 namespace tapeformer {
@@ -49,6 +51,8 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   const auto forward = [](const TransformerLM& m, const IndexTensor& ids, SegmentMemory* mem, Rng& rng) {
     return mem != nullptr ? m.forward(ids, *mem, rng) : m.forward(ids, rng);  // (B, T, V)
   };
+  std::optional<profile::Scope> timed;
+  timed.emplace("forward + backward", profile::Kind::Phase);
   if (S == 1) {
     Var loss = cross_entropy(forward(model_, batch.inputs, memory, dropout_rng), batch.targets);
     if (grad_enabled()) backward(mul_scalar(loss, scale));
@@ -107,6 +111,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     }
   });
 
+  timed.reset();
   if (memory != nullptr) {  // the shards' rows back into the batch's memory, in row order
     NoGradGuard no_grad;
     memory->layers.assign(work[0].memory.layers.size(), Tensor());
@@ -135,6 +140,7 @@ void DataParallel::backward_auxiliary(float scale) {
 // Replica gradients into the model's, in shard order, in one parallel pass
 // over fixed blocks: the same sums for any thread count.
 void DataParallel::reduce_gradients() {
+  const profile::Scope timed("gradient reduction", profile::Kind::Phase);
   const NamedVars params = model_.named_parameters();
   std::vector<NamedVars> theirs;
   for (const auto& replica : replicas_) theirs.push_back(replica->named_parameters());

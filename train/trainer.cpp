@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/metrics.h"
+#include "train/profile_report.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
@@ -167,6 +168,7 @@ struct Trainer::State {
   double train_seconds = 0;
   double last_train_loss = 0;  // mean loss of the latest step (restored from metrics on resume)
   bool resumed = false;
+  bool profile = false;
 
   std::string checkpoint_path() const { return out_dir + "/checkpoint.bin"; }
   std::string metrics_path() const { return out_dir + "/metrics.jsonl"; }
@@ -376,6 +378,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
 }
 
 const TrainConfig& Trainer::config() const { return s_->cfg; }
+void Trainer::set_profile(bool on) { s_->profile = on; }
 
 TrainResult Trainer::run() {
   State& s = *s_;
@@ -387,12 +390,16 @@ TrainResult Trainer::run() {
   s.model->train();
   double last_loss = s.last_train_loss, last_norm = 0;
   const StopSignals stop;
+  std::unique_ptr<StepProfiler> profiler;
+  if (s.profile) profiler = std::make_unique<StepProfiler>();
 
   while (s.step < c.train.max_iters) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (profiler) profiler->begin_step();
     const StepResult step = train_step(c, s.step, *s.shards, s.model->parameters(), *s.optimizer, *s.schedule,
                                        [&] { return s.next_train_batch(); }, s.dropout_rng,
                                        s.train_streams ? &s.train_memory : nullptr);
+    if (profiler) profiler->end_step(seconds_since(t0));
     const float lr = step.lr;
     last_loss = step.loss;
     if (!std::isfinite(last_loss))
@@ -443,6 +450,11 @@ TrainResult Trainer::run() {
     }
   }
   progress.finish();
+  if (profiler) {
+    const StepProfile p = profiler->finish(parallel::num_threads(), s.shards->shards());
+    std::fprintf(stderr, "%s", p.table().c_str());
+    write_file_atomic(s.out_dir + "/profile.json", p.json());
+  }
 
   TrainResult result;
   result.steps = s.step;

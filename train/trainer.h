@@ -64,6 +64,10 @@ class Trainer {
   ~Trainer();
 
   TrainResult run();
+  // With `on`, run() times its steps by phase and kernel family and counts
+  // their allocations (train/profile_report.h), prints the table on stderr
+  // at the end and writes OUT/profile.json. Results are unchanged.
+  void set_profile(bool on);
   const TrainConfig& config() const;
 
  private:

@@ -9,6 +9,7 @@
 #include "core/kernels/copy.h"
 #include "core/kernels/matmul.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -68,6 +69,7 @@ void causal_softmax_row(Scalar* x, int64_t valid, int64_t n, Scalar scale) {
 
 void causal_attention_forward(const Scalar* qkv, Scalar* y, Scalar* probs, const Scalar* keep,
                               const AttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t C = s.H * s.D, T = s.T, D = s.D;
   const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(D));
   parallel::parallel_for(s.B * s.H, 1, [&](int64_t w0, int64_t w1) {
@@ -104,6 +106,7 @@ void causal_attention_forward(const Scalar* qkv, Scalar* y, Scalar* probs, const
 
 void causal_attention_backward(const Scalar* qkv, const Scalar* probs, const Scalar* keep,
                                const Scalar* dy, Scalar* dqkv, const AttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t C = s.H * s.D, T = s.T, D = s.D;
   const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(D));
   parallel::parallel_for(s.B * s.H, 1, [&](int64_t w0, int64_t w1) {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/eigen.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -62,6 +63,7 @@ void copy_rec(const Scalar* src, const Strides& ss, Scalar* dst, const Strides& 
 
 void strided_copy(const Scalar* src, const Strides& src_strides, Scalar* dst,
                   const Strides& dst_strides, const Shape& shape) {
+  const profile::Scope timed("copy");
   if (shape.numel() == 0) return;
   if (shape.rank() == 0) {
     *dst = *src;

@@ -1,10 +1,12 @@
 #include "core/kernels/elementwise.h"
 
 #include "core/eigen.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 
 void add_inplace(Tensor& acc, const Tensor& x_in) {
+  const profile::Scope timed("elementwise");
   TAPEFORMER_CHECK(acc.shape() == x_in.shape(), "add_inplace: shapes differ: ", acc.shape(),
                    " vs ", x_in.shape());
   TAPEFORMER_CHECK(acc.is_contiguous(), "add_inplace: accumulator must be contiguous");

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 
@@ -21,6 +22,7 @@ inline constexpr int64_t kElementwiseGrain = 1 << 15;
 // out = f(x) chunk by chunk: f(const Scalar* x, Scalar* out, int64_t n).
 template <class F>
 Tensor map(const Tensor& x_in, F&& f) {
+  const profile::Scope timed("elementwise");
   const Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape());
   const Scalar* xp = x.data();
@@ -33,6 +35,7 @@ Tensor map(const Tensor& x_in, F&& f) {
 // out = f(a, b) for same-shape inputs: f(const Scalar* a, const Scalar* b, Scalar* out, int64_t n).
 template <class F>
 Tensor map2(const Tensor& a_in, const Tensor& b_in, F&& f) {
+  const profile::Scope timed("elementwise");
   TAPEFORMER_CHECK(a_in.shape() == b_in.shape(), "map2: shapes differ: ", a_in.shape(), " vs ",
                    b_in.shape());
   const Tensor a = a_in.contiguous(), b = b_in.contiguous();
@@ -48,6 +51,7 @@ Tensor map2(const Tensor& a_in, const Tensor& b_in, F&& f) {
 // out = f(a, b, c) for same-shape inputs.
 template <class F>
 Tensor map3(const Tensor& a_in, const Tensor& b_in, const Tensor& c_in, F&& f) {
+  const profile::Scope timed("elementwise");
   TAPEFORMER_CHECK(a_in.shape() == b_in.shape() && a_in.shape() == c_in.shape(),
                    "map3: shapes differ: ", a_in.shape(), ", ", b_in.shape(), ", ", c_in.shape());
   const Tensor a = a_in.contiguous(), b = b_in.contiguous(), c = c_in.contiguous();

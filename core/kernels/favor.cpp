@@ -8,6 +8,7 @@
 #include "core/eigen.h"
 #include "core/kernels/vector_loops.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -125,6 +126,7 @@ void favor_scan(Scalar* S, Scalar* z, Scalar* c, const Scalar* a, const Scalar* 
 }
 
 void favor_forward(const Scalar* a, const Scalar* b, const Scalar* v, Scalar* y, Scalar* L, const FavorShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, R = s.R, M = s.M;
   parallel::parallel_for(s.BH, 1, [&](int64_t s0, int64_t s1) {
     std::vector<Scalar> S(static_cast<size_t>(R * M)), z(static_cast<size_t>(R)), c(static_cast<size_t>(R)),
@@ -141,6 +143,7 @@ void favor_forward(const Scalar* a, const Scalar* b, const Scalar* v, Scalar* y,
 
 void favor_backward(const Scalar* a, const Scalar* b, const Scalar* v, const Scalar* y, const Scalar* L,
                     const Scalar* dy, Scalar* da, Scalar* db, Scalar* dv, const FavorShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, R = s.R, M = s.M;
   parallel::parallel_for(s.BH, 1, [&](int64_t s0, int64_t s1) {
     std::vector<Scalar> S(static_cast<size_t>(R * M)), z(static_cast<size_t>(R)), c(static_cast<size_t>(R)),

@@ -12,6 +12,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/shape.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -641,12 +642,14 @@ void BlockSparsity::finish() {
 }
 
 void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse) {
+  const profile::Scope timed("attention");
   check_sparsity(a);
   for_each_tile(a, tiles(a.s.Tq), [&](Workspace& ws, int64_t t) { forward_tile(a, ws, t * kTile, y, lse); });
 }
 
 void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar* lse, HeadView dy, HeadOut dq,
                               HeadOut dk, HeadOut dv, const Scalar* dlse) {
+  const profile::Scope timed("attention");
   check_sparsity(a);
   const FlashAttentionShape& s = a.s;
   // delta_i = dy_i . y_i (= sum_j P_ij dP_ij, dropout included), one per query row.

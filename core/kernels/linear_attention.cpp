@@ -10,6 +10,7 @@
 #include "core/kernels/matmul.h"
 #include "core/kernels/vector_loops.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -336,6 +337,7 @@ void efficient_recurrent_head(Scalar* U, Scalar* u, Scalar* m, const Scalar* q, 
 
 void causal_product_forward(const Scalar* a, const Scalar* b, const Scalar* v, Scalar* y,
                             const LinearAttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, C = s.C, M = s.M;
   for_each_head(s, [&](int64_t w, Work& work) {
     causal_forward_head(a + w * T * C, b + w * T * C, v + w * T * M, y + w * T * M, nullptr, 0, T, C, M, work);
@@ -344,6 +346,7 @@ void causal_product_forward(const Scalar* a, const Scalar* b, const Scalar* v, S
 
 void causal_product_backward(const Scalar* a, const Scalar* b, const Scalar* v, const Scalar* dy, Scalar* da,
                              Scalar* db, Scalar* dv, const LinearAttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, C = s.C, M = s.M;
   for_each_head(s, [&](int64_t w, Work& work) {
     const int64_t x = w * T * C, o = w * T * M;
@@ -353,6 +356,7 @@ void causal_product_backward(const Scalar* a, const Scalar* b, const Scalar* v, 
 
 void linear_attention_forward(const Scalar* a, const Scalar* b, const Scalar* v, Scalar* y, Scalar* den, bool causal,
                               Scalar eps, const LinearAttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, C = s.C, M = s.M;
   for_each_head(s, [&](int64_t w, Work& work) {
     const int64_t x = w * T * C, o = w * T * M;
@@ -364,6 +368,7 @@ void linear_attention_forward(const Scalar* a, const Scalar* b, const Scalar* v,
 void linear_attention_backward(const Scalar* a, const Scalar* b, const Scalar* v, const Scalar* y, const Scalar* den,
                                const Scalar* dy, Scalar* da, Scalar* db, Scalar* dv, bool causal,
                                const LinearAttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, C = s.C, M = s.M;
   for_each_head(s, [&](int64_t w, Work& work) {
     const int64_t x = w * T * C, o = w * T * M;
@@ -374,6 +379,7 @@ void linear_attention_backward(const Scalar* a, const Scalar* b, const Scalar* v
 
 void efficient_attention_causal_forward(const Scalar* q, const Scalar* k, const Scalar* v, Scalar* y,
                                         const LinearAttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, C = s.C, M = s.M;
   parallel::parallel_for(s.BH, 1, [&](int64_t w0, int64_t w1) {
     std::vector<Scalar> U(sz(C * M)), u(sz(C)), m(sz(C)), scratch(sz(3 * C));
@@ -389,6 +395,7 @@ void efficient_attention_causal_forward(const Scalar* q, const Scalar* k, const 
 
 void efficient_attention_causal_backward(const Scalar* q, const Scalar* k, const Scalar* v, const Scalar* dy,
                                          Scalar* dq, Scalar* dk, Scalar* dv, const LinearAttentionShape& s) {
+  const profile::Scope timed("attention");
   const int64_t T = s.T, C = s.C, M = s.M;
   parallel::parallel_for(s.BH, 1, [&](int64_t w0, int64_t w1) {
     std::vector<Scalar> U(sz(C * M)), u(sz(C)), m(sz(C)), al(sz(C)), c(sz(C)), e(sz(C)), f(sz(C));

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/kernels/activation_packet.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -470,6 +471,7 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
 
 void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias,
                     const Epilogue& epilogue) {
+  const profile::Scope timed("matmul");
   const Tensor a = is_matrix_layout(a_in) ? a_in : a_in.contiguous();
   // The packet kernel reads B by rows: a transposed B is copied once here
   // (K x N floats, against M x K x N multiply-adds) rather than per row block.

@@ -6,6 +6,7 @@
 
 #include "core/eigen.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -30,6 +31,7 @@ void accumulate_rows(Scalar* acc, int64_t rows, int64_t C, Term&& term) {
 
 void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, Scalar* y,
                      Scalar* mean, Scalar* rstd, int64_t rows, int64_t C, Scalar eps) {
+  const profile::Scope timed("norm");
   parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const auto xr = eigen::array(x + r * C, C);
@@ -57,6 +59,7 @@ void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, S
 void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gamma,
                               const Scalar* mean, const Scalar* rstd, Scalar* dx, Scalar* dgamma,
                               Scalar* dbeta, int64_t rows, int64_t C) {
+  const profile::Scope timed("norm");
   // dgamma and dbeta are summed per fixed block of rows in the same pass as
   // dx, then the blocks in order: one pass over dy and x, and the same sums
   // for any thread count. Written with packets rather than Eigen array
@@ -110,6 +113,7 @@ void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* g
 
 void rms_norm_rows(const Scalar* x, const Scalar* gamma, Scalar* y, Scalar* rstd, int64_t rows,
                    int64_t C, Scalar eps) {
+  const profile::Scope timed("norm");
   parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       auto xr = eigen::array(x + r * C, C);
@@ -125,6 +129,7 @@ void rms_norm_rows(const Scalar* x, const Scalar* gamma, Scalar* y, Scalar* rstd
 void rms_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gamma,
                             const Scalar* rstd, Scalar* dx, Scalar* dgamma, int64_t rows,
                             int64_t C) {
+  const profile::Scope timed("norm");
   parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
     eigen::Array g(C), xhat(C);
     for (int64_t r = r0; r < r1; ++r) {

@@ -7,6 +7,7 @@
 #include "core/eigen.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {
@@ -31,6 +32,7 @@ Shape keep_dim(Shape s, int axis) {
 }  // namespace
 
 Tensor sum_axis(const Tensor& x_in, int axis) {
+  const profile::Scope timed("reduce");
   const Tensor x = x_in.contiguous();
   const Layout l = layout_of(x.shape(), axis);
   Tensor out = Tensor::zeros(keep_dim(x.shape(), axis));
@@ -60,6 +62,7 @@ Tensor sum_axis(const Tensor& x_in, int axis) {
 }
 
 Tensor max_axis(const Tensor& x_in, int axis, std::vector<int32_t>* argmax) {
+  const profile::Scope timed("reduce");
   const Tensor x = x_in.contiguous();
   const Layout l = layout_of(x.shape(), axis);
   TAPEFORMER_CHECK(l.n > 0, "max: cannot reduce empty axis ", axis, " of ", x.shape());
@@ -90,6 +93,7 @@ Tensor max_axis(const Tensor& x_in, int axis, std::vector<int32_t>* argmax) {
 }
 
 Tensor cumsum_axis(const Tensor& x_in, int axis, bool reverse) {
+  const profile::Scope timed("reduce");
   const Tensor x = x_in.contiguous();
   const Layout l = layout_of(x.shape(), axis);
   Tensor out = Tensor::empty(x.shape());
@@ -114,6 +118,7 @@ Tensor cumsum_axis(const Tensor& x_in, int axis, bool reverse) {
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
+  const profile::Scope timed("reduce");
   if (g.shape() == shape) return g;
   TAPEFORMER_CHECK(g.rank() >= shape.rank(), "sum_to: cannot sum ", g.shape(), " to ", shape);
   Tensor t = g;

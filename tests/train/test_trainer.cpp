@@ -344,3 +344,25 @@ TEST_CASE("a nanoGPT char-level data directory (train.bin, val.bin, meta.pkl) tr
   CHECK(from_files.val_loss == from_text.val_loss);
   CHECK(from_files.val_bpc() == from_text.val_bpc());
 }
+
+TEST_CASE("--profile: profile.json has the step's phases and kernels, and steady-state steps allocate nothing new") {
+  TempDir dir("trainer-profile");
+  std::string text;
+  while (text.size() < 4000) text += "to be or not to be, that is the question. ";
+  TrainConfig c = tiny(write_text(dir.path, text), 12);
+  c.model.dropout = 0.1;
+  Trainer t(c, (dir.path / "run").string());
+  t.set_profile(true);
+  const TrainResult r = t.run();
+  const std::string json = read_all(dir.path / "run" / "profile.json");
+  for (const char* key : {"\"forward + backward\"", "\"optimizer\"", "\"gradient norm\"", "\"matmul\"",
+                          "\"attention\"", "\"norm\"", "\"backward_ms_per_step\"", "\"peak_rss_bytes\""})
+    CHECK_MESSAGE(json.find(key) != std::string::npos, key);
+  CHECK(json.find("\"steps\": 11") != std::string::npos);  // after the warm-up step
+  // Every buffer a step needs comes from the reuse cache after the first step
+  // (evaluation and checkpoints between steps are not counted).
+  CHECK(json.find("\"new_bytes_after_warmup\": 0") != std::string::npos);
+  // Profiling changes no result.
+  Trainer plain(c, (dir.path / "plain").string());
+  CHECK(plain.run().val_loss == r.val_loss);
+}
