@@ -37,6 +37,9 @@ def load_config(path, overrides):
 
 
 GELU_FORM = "tanh"  # F.gelu's `approximate`; --gelu exact sets "none"
+# nanoGPT's attention: F.scaled_dot_product_attention where PyTorch has it
+# (2.0 and later: fused kernels, dropout inside), else the explicit softmax.
+FLASH = hasattr(F, "scaled_dot_product_attention")
 
 
 class Block(nn.Module):
@@ -51,6 +54,10 @@ class Block(nn.Module):
         self.fc = nn.Linear(C, 4 * C, bias=bias)
         self.fc_proj = nn.Linear(4 * C, C, bias=bias)
         self.act = m["activation"]
+        self.dropout = m.get("dropout", 0.0)
+        self.attn_dropout = nn.Dropout(self.dropout)
+        self.resid_dropout = nn.Dropout(self.dropout)
+        self.mlp_dropout = nn.Dropout(self.dropout)
 
     def forward(self, x):
         B, T, C = x.shape
@@ -59,14 +66,19 @@ class Block(nn.Module):
         q = q.view(B, T, H, C // H).transpose(1, 2)
         k = k.view(B, T, H, C // H).transpose(1, 2)
         v = v.view(B, T, H, C // H).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.proj(y)
+        if FLASH:  # PyTorch >= 2.0: nanoGPT's fused path
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                               is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            att = self.attn_dropout(F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1))
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.resid_dropout(self.proj(y))
         h = self.fc(self.ln_2(x))
         h = F.gelu(h, approximate=GELU_FORM) if self.act == "gelu" else F.relu(h)
-        return x + self.fc_proj(h)
+        return x + self.mlp_dropout(self.fc_proj(h))
 
 
 class GPT(nn.Module):
@@ -76,6 +88,7 @@ class GPT(nn.Module):
         self.pos_emb = nn.Embedding(m["block_size"], m["n_embd"])
         self.blocks = nn.ModuleList([Block(m) for _ in range(m["n_layer"])])
         self.ln_f = nn.LayerNorm(m["n_embd"])
+        self.drop = nn.Dropout(m.get("dropout", 0.0))
         self.lm_head = None if m["tie_weights"] else nn.Linear(m["n_embd"], vocab, bias=False)
         for mod in self.modules():  # GPT-2 init, as tapeformer's layers/transformer.cpp
             if isinstance(mod, (nn.Linear, nn.Embedding)):
@@ -92,7 +105,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.tok_emb(idx) + self.pos_emb(torch.arange(T))
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(T)))
         for blk in self.blocks:
             x = blk(x)
         x = self.ln_f(x)
@@ -228,7 +241,7 @@ def main():
         "impl": "pytorch", "torch": torch.__version__, "steps": t["max_iters"], "train_loss": loss.item(),
         "val_loss": evaluate(final_batches), "train_seconds": round(train_seconds, 3),
         "tokens_per_s": round(B * T * t["grad_accum"] * t["max_iters"] / train_seconds, 1),
-        "threads": torch.get_num_threads(), "params": sum(p.numel() for p in params),
+        "threads": torch.get_num_threads(), "flash_attention": FLASH, "params": sum(p.numel() for p in params),
     }
     print(json.dumps(result))
 
