@@ -20,6 +20,7 @@
 #include "core/parallel.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
+#include "train/process_group.h"
 #include "train/plot.h"
 #include "train/trainer.h"
 
@@ -42,6 +43,35 @@ const CLI::Validator probability_mass(
       return v > 0 && v <= 1 ? std::string() : "must be a number in (0, 1], got " + text;
     },
     "");
+
+}  // namespace
+
+namespace {
+
+// This process's rank in an mpirun job, or -1 when it is the only process.
+int job_rank() {
+  try {
+    const std::shared_ptr<tapeformer::ProcessGroup> g = tapeformer::ProcessGroup::world();
+    return g ? g->rank() : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The error line (naming the rank in a distributed run); then the whole job
+// ends, since the other ranks may be waiting for this one in a collective.
+int fail_job(const std::string& what) {
+  std::fflush(stdout);
+  const int rank = job_rank();
+  if (rank >= 0) {
+    std::fprintf(stderr, "tapeformer: error: rank %d: %s\n", rank, what.c_str());
+    std::fflush(stderr);
+    tapeformer::ProcessGroup::abort_job(1);
+  } else {
+    std::fprintf(stderr, "tapeformer: error: %s\n", what.c_str());
+  }
+  return 1;
+}
 
 }  // namespace
 
@@ -152,18 +182,14 @@ int main(int argc, char** argv) {
     if (*pl) return run_plot(plot);
     if (*x) return run_export(exp);
     if (*pr) return run_prepare(prep);
-  } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved
+  } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved (every rank stops together)
     std::fflush(stdout);
-    std::fprintf(stderr, "tapeformer: %s\n", stop.what());
+    if (job_rank() <= 0) std::fprintf(stderr, "tapeformer: %s\n", stop.what());
     return 128 + stop.signal();
   } catch (const std::bad_alloc&) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "tapeformer: error: out of memory; make the model, batch or block size smaller\n");
-    return 1;
+    return fail_job("out of memory; make the model, batch or block size smaller");
   } catch (const std::exception& err) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "tapeformer: error: %s\n", err.what());
-    return 1;
+    return fail_job(err.what());
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "data/tokenizer.h"
 #include "train/export.h"
 #include "train/checkpoint.h"
+#include "train/process_group.h"
 #include "train/trainer.h"
 
 namespace tapeformer {
@@ -78,6 +79,8 @@ int run_train(const TrainArgs& args) {
   }
   trainer->set_profile(args.profile);
   const TrainResult r = trainer->run();
+  const std::shared_ptr<ProcessGroup> group = ProcessGroup::world();
+  if (group && group->rank() != 0) return 0;  // rank 0 prints the run's result
   std::printf("%s\n", r.to_json().c_str());
   std::fflush(stdout);
   return 0;

@@ -26,7 +26,8 @@ Batch slice_rows(const Batch& batch, int64_t begin, int64_t end) {
   return {rows(batch.inputs), rows(batch.targets)};
 }
 
-DataParallel::DataParallel(TransformerLM& model, int shards) : model_(model) {
+DataParallel::DataParallel(TransformerLM& model, int shards, std::shared_ptr<ProcessGroup> group)
+    : model_(model), group_(std::move(group)) {
   TAPEFORMER_CHECK(shards >= 1, "DataParallel: shards must be >= 1, got ", shards);
   for (int k = 1; k < shards; ++k) {
     Rng unused(0);  // the replica's own init is replaced by aliasing
@@ -47,13 +48,17 @@ void DataParallel::sync_buffers() {
 double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_rng, SegmentMemory* memory) {
   const int64_t B = batch.inputs.shape.rank() == 2 ? batch.inputs.shape[0] : 0;
   TAPEFORMER_CHECK(B >= 1, "DataParallel: expected a (B, T) batch with B >= 1, got ", batch.inputs.shape);
-  const int64_t S = std::min<int64_t>(shards(), B);
+  // Shards of the whole batch: this process's, or every rank's (each rank
+  // runs shards [first, first + local)); a batch smaller than one process's
+  // shard count leaves its extra shards empty.
+  const int64_t local = group_ ? shards() : std::min<int64_t>(shards(), B);
+  const int64_t S = total_shards(B), first = group_ ? group_->rank() * local : 0;
   const auto forward = [](const TransformerLM& m, const IndexTensor& ids, SegmentMemory* mem, Rng& rng) {
     return mem != nullptr ? m.forward(ids, *mem, rng) : m.forward(ids, rng);  // (B, T, V)
   };
   std::optional<profile::Scope> timed;
   timed.emplace("forward + backward", profile::Kind::Phase);
-  if (S == 1) {
+  if (S == 1) {  // one shard in all: the caller's Rng, no replicas
     Var loss = cross_entropy(forward(model_, batch.inputs, memory, dropout_rng), batch.targets);
     if (grad_enabled()) backward(mul_scalar(loss, scale));
     backward_auxiliary(scale);
@@ -79,11 +84,18 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   std::vector<Shard> work;
   for (int64_t k = 0, row = 0; k < S; ++k) {
     const int64_t n = B / S + (k < B % S ? 1 : 0);
-    TransformerLM* m = k == 0 ? &model_ : replicas_[static_cast<size_t>(k - 1)].get();
+    // Every rank draws every shard's dropout seed, so each shard's stream is
+    // the one a single process with S shards would give it.
+    const uint64_t seed = dropout_rng.next_u64();
+    if (k < first || k >= first + local) {
+      row += n;
+      continue;
+    }
+    TransformerLM* m = k == first ? &model_ : replicas_[static_cast<size_t>(k - first - 1)].get();
     m->train(model_.is_training());
     Batch rows = slice_rows(batch, row, row + n);
     const int64_t weight = ignores ? counted(rows.targets) : n;
-    work.push_back({m, std::move(rows), Rng(dropout_rng.next_u64()), weight, 0, {}, row});
+    work.push_back({m, std::move(rows), Rng(seed), weight, 0, {}, row});
     if (memory != nullptr) {
       SegmentMemory& part = work.back().memory;
       part.limit = memory->limit;
@@ -92,7 +104,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     row += n;
   }
   const bool grad = grad_enabled();
-  parallel::parallel_for(S, 1, [&](int64_t k0, int64_t k1) {
+  parallel::parallel_for(static_cast<int64_t>(work.size()), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       Shard& w = work[static_cast<size_t>(k)];
       const Storage::ArenaScope arena(static_cast<int>(k % (Storage::kMaxArenas - 1)) + 1);
@@ -118,14 +130,155 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     for (size_t l = 0; l < memory->layers.size(); ++l) {
       std::vector<Var> parts;
       for (const Shard& w : work) parts.emplace_back(w.memory.layers[l]);
-      memory->layers[l] = concat(parts, 0).value();  // (B, M, C)
+      memory->layers[l] = concat(parts, 0).value();  // (this process's rows, M, C)
+      if (group_) memory->layers[l] = gather_rows(memory->layers[l], B);  // (B, M, C) on every rank
     }
   }
-  if (grad) reduce_gradients();
+  if (grad) {
+    if (group_) {
+      std::vector<TransformerLM*> models;
+      for (const Shard& w : work) models.push_back(w.model);
+      reduce_across_processes(models);
+    } else {
+      reduce_gradients();
+    }
+  }
   backward_auxiliary(scale);
+  // Each shard's loss times its weight, summed in shard order (every rank's).
+  std::vector<double> weighted;
+  for (const Shard& w : work) weighted.push_back(w.loss * static_cast<double>(w.weight));
+  if (group_) weighted = allgather_equal(*group_, weighted);
   double sum = 0;
-  for (const Shard& w : work) sum += w.loss * static_cast<double>(w.weight);
+  for (double x : weighted) sum += x;
   return total > 0 ? sum / static_cast<double>(total) : 0.0;
+}
+
+int64_t DataParallel::total_shards(int64_t batch_rows) const {
+  if (!group_) return std::min<int64_t>(shards(), batch_rows);
+  const int64_t all = static_cast<int64_t>(shards()) * group_->size();
+  TAPEFORMER_CHECK(all <= batch_rows, "DataParallel: ", group_->size(), " processes x ", shards(), " shards = ", all,
+                   " shards, more than the batch's ", batch_rows, " rows (lower train.shards or the process count, or "
+                   "raise train.batch_size)");
+  return all;
+}
+
+// Rows of a (rows, ...) tensor from every rank, in rank order: ranks hold
+// consecutive rows of the batch.
+Tensor DataParallel::gather_rows(const Tensor& mine, int64_t batch_rows) const {
+  const int64_t row_floats = mine.dim(0) > 0 ? mine.numel() / mine.dim(0) : 0;
+  std::vector<int64_t> counts(static_cast<size_t>(group_->size()));
+  const std::vector<int64_t> rows = allgather_equal(*group_, std::vector<int64_t>{mine.dim(0)});
+  for (size_t r = 0; r < counts.size(); ++r) counts[r] = rows[r] * row_floats * static_cast<int64_t>(sizeof(Scalar));
+  Shape shape = mine.shape();
+  shape[0] = batch_rows;
+  Tensor all = Tensor::empty(shape);
+  const Tensor c = mine.contiguous();
+  group_->allgather(c.data(), c.numel() * static_cast<int64_t>(sizeof(Scalar)), all.data(), counts);
+  return all;
+}
+
+// The gradient of every shard of every rank, summed per element in shard
+// order as reduce_gradients sums a single process's (the first shard that
+// has a gradient is taken, the later ones added), so N ranks x S shards give
+// the bits of one process with N * S shards.
+//
+// The parameters, flattened, are cut into one chunk per rank. Each rank sends
+// its shards' values of chunk q to rank q (one alltoall); rank q sums its
+// chunk over all shards; an allgather gives every rank the sums. Per step a
+// rank sends and receives S * P * (N - 1) / N floats, then P * (N - 1) / N:
+// with one shard per rank, what a ring all-reduce moves.
+void DataParallel::reduce_across_processes(const std::vector<TransformerLM*>& models) {
+  const profile::Scope timed("all-reduce", profile::Kind::Phase);
+  const NamedVars params = model_.named_parameters();
+  const size_t n_params = params.size(), S = models.size();
+  const int N = group_->size(), me = group_->rank();
+  std::vector<NamedVars> theirs;
+  for (TransformerLM* m : models) theirs.push_back(m->named_parameters());
+  std::vector<int64_t> offset(n_params + 1, 0);
+  for (size_t i = 0; i < n_params; ++i) offset[i + 1] = offset[i] + params[i].second.numel();
+  const int64_t P = offset[n_params];
+  const auto chunk = [&](int q) { return P * q / N; };  // chunk q = [chunk(q), chunk(q + 1))
+
+  // Which shards have a gradient for which parameter, every rank's in shard order.
+  std::vector<uint8_t> has(S * n_params);
+  for (size_t j = 0; j < S; ++j)
+    for (size_t i = 0; i < n_params; ++i) has[j * n_params + i] = theirs[j][i].second.has_grad() ? 1 : 0;
+  const std::vector<uint8_t> has_all = allgather_equal(*group_, has);
+  const size_t K = has_all.size() / n_params;
+
+  // Send: for each rank q, each local shard's values of chunk q (zeros where absent).
+  std::vector<Scalar> send(static_cast<size_t>(P) * S);
+  std::vector<int64_t> send_bytes(static_cast<size_t>(N)), recv_bytes(static_cast<size_t>(N));
+  Scalar* out = send.data();
+  for (int q = 0; q < N; ++q) {
+    const int64_t b = chunk(q), e = chunk(q + 1);
+    for (size_t j = 0; j < S; ++j) {
+      for (size_t i = 0; i < n_params; ++i) {
+        const int64_t lo = std::max(b, offset[i]), hi = std::min(e, offset[i + 1]);
+        if (lo >= hi) continue;
+        const Var& v = theirs[j][i].second;
+        if (v.has_grad()) {
+          const Scalar* g = v.dense_grad().data();
+          std::copy(g + (lo - offset[i]), g + (hi - offset[i]), out);
+        } else {
+          std::fill(out, out + (hi - lo), 0.0f);
+        }
+        out += hi - lo;
+      }
+    }
+    send_bytes[static_cast<size_t>(q)] = static_cast<int64_t>(S) * (e - b) * static_cast<int64_t>(sizeof(Scalar));
+  }
+  const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
+  for (int r = 0; r < N; ++r) recv_bytes[static_cast<size_t>(r)] = static_cast<int64_t>(S) * mine_n * sizeof(Scalar);
+  std::vector<Scalar> recv(static_cast<size_t>(mine_n) * K);  // shard k's values of my chunk at k * mine_n
+  group_->alltoall(send.data(), send_bytes, recv.data(), recv_bytes);
+
+  // Sum my chunk over the shards in order, parameter by parameter (their presence differs).
+  std::vector<Scalar> sums(static_cast<size_t>(mine_n), 0.0f);
+  std::vector<int64_t> segments;
+  std::vector<size_t> segment_param;
+  for (size_t i = 0; i < n_params; ++i) {
+    const int64_t lo = std::max(mine_b, offset[i]), hi = std::min(mine_b + mine_n, offset[i + 1]);
+    if (lo >= hi) continue;
+    segments.push_back(hi - lo);
+    segment_param.push_back(i);
+  }
+  std::vector<int64_t> segment_at(segments.size(), 0);
+  for (size_t s = 1; s < segments.size(); ++s) segment_at[s] = segment_at[s - 1] + segments[s - 1];
+  parallel::for_each_block(segments, kReduceBlock, [&](size_t s, int64_t b, int64_t e) {
+    const size_t i = segment_param[s];
+    const int64_t at = segment_at[s];
+    auto acc = eigen::array(sums.data() + at + b, e - b);
+    bool first = true;
+    for (size_t k = 0; k < K; ++k) {
+      if (!has_all[k * n_params + i]) continue;
+      const auto g = eigen::array(recv.data() + static_cast<int64_t>(k) * mine_n + at + b, e - b);
+      if (first) {
+        acc = g;
+      } else {
+        acc += g;
+      }
+      first = false;
+    }
+  });
+
+  // Every rank's sums, into the model's gradients.
+  std::vector<int64_t> chunk_bytes(static_cast<size_t>(N));
+  for (int q = 0; q < N; ++q) chunk_bytes[static_cast<size_t>(q)] = (chunk(q + 1) - chunk(q)) * sizeof(Scalar);
+  std::vector<Scalar> total(static_cast<size_t>(P));
+  group_->allgather(sums.data(), mine_n * static_cast<int64_t>(sizeof(Scalar)), total.data(), chunk_bytes);
+  for (size_t i = 0; i < n_params; ++i) {
+    bool any = false;
+    for (size_t k = 0; k < K; ++k) any = any || has_all[k * n_params + i];
+    const Var& p = params[i].second;
+    if (!any) continue;
+    if (!p.has_grad()) p.node()->grad = Tensor::empty(p.shape());
+    Tensor& g = p.dense_grad();
+    std::copy(total.data() + offset[i], total.data() + offset[i + 1], g.data());
+  }
+  for (size_t j = 0; j < S; ++j)
+    if (models[j] != &model_)
+      for (const auto& named : theirs[j]) named.second.zero_grad();
 }
 
 // Layers' auxiliary losses (adaptive span's penalty) once per batch, on the
@@ -173,16 +326,24 @@ void DataParallel::reduce_gradients() {
 
 std::vector<double> DataParallel::losses(const std::vector<Batch>& batches, Rng& rng) const {
   TAPEFORMER_CHECK(!model_.is_training(), "DataParallel::losses: put the model in eval mode first");
-  std::vector<double> out(batches.size());
-  parallel::parallel_for(static_cast<int64_t>(batches.size()), 1, [&](int64_t b0, int64_t b1) {
+  // With several processes, each takes a consecutive share of the batches.
+  const int64_t n = static_cast<int64_t>(batches.size()), N = group_ ? group_->size() : 1;
+  const int64_t me = group_ ? group_->rank() : 0, lo = n * me / N, hi = n * (me + 1) / N;
+  std::vector<double> out(static_cast<size_t>(hi - lo));
+  parallel::parallel_for(hi - lo, 1, [&](int64_t b0, int64_t b1) {
     NoGradGuard no_grad;  // per thread
     Rng local = rng;      // eval mode: dropout is off and draws nothing
     for (int64_t i = b0; i < b1; ++i) {
-      const Batch& b = batches[static_cast<size_t>(i)];
+      const Batch& b = batches[static_cast<size_t>(lo + i)];
       out[static_cast<size_t>(i)] = cross_entropy(model_.forward(b.inputs, local), b.targets).item();
     }
   });
-  return out;
+  if (!group_) return out;
+  std::vector<int64_t> bytes(static_cast<size_t>(N));
+  for (int64_t r = 0; r < N; ++r) bytes[static_cast<size_t>(r)] = (n * (r + 1) / N - n * r / N) * sizeof(double);
+  std::vector<double> all(static_cast<size_t>(n));
+  group_->allgather(out.data(), static_cast<int64_t>(out.size() * sizeof(double)), all.data(), bytes);
+  return all;
 }
 
 }  // namespace tapeformer

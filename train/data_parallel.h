@@ -28,6 +28,15 @@
 //   shard order), so runs are reproducible and resumable.
 // - Thread safety: the model and replicas must not be used elsewhere during
 //   a call. Tapes are per thread; each shard records and consumes its own.
+// - Several processes (a ProcessGroup of N ranks, `mpirun -np N`): the batch
+//   is cut into N * shards shards, rank r runs shards [r * shards, (r + 1) *
+//   shards) and every rank draws every shard's dropout seed. Gradients are
+//   summed across the ranks element by element in shard order, as a single
+//   process sums its shards, and every rank ends with the sum in its model:
+//   N ranks x S shards give the bits of one process with N * S shards. Every
+//   rank is given the whole batch (each uses its rows) and calls every
+//   method in the same order; evaluation batches are shared out among the
+//   ranks; a segment memory is gathered whole on every rank after each batch.
 #pragma once
 
 #include <cstdint>
@@ -37,15 +46,22 @@
 #include "core/rng.h"
 #include "data/sampler.h"
 #include "layers/transformer.h"
+#include "train/process_group.h"
 
 namespace tapeformer {
 
 class DataParallel {
  public:
-  // shards >= 1. Builds shards - 1 replicas of `model` (which must outlive this).
-  DataParallel(TransformerLM& model, int shards);
+  // shards >= 1: this process's. Builds shards - 1 replicas of `model` (which
+  // must outlive this). With a group of several processes, every rank builds
+  // one with the same shard count.
+  DataParallel(TransformerLM& model, int shards, std::shared_ptr<ProcessGroup> group = nullptr);
 
   int shards() const { return static_cast<int>(replicas_.size()) + 1; }
+  // Shards of a batch of that many rows over all processes (one process: at
+  // most one per row). Throws when the processes have more shards than rows.
+  int64_t total_shards(int64_t batch_rows) const;
+  const std::shared_ptr<ProcessGroup>& group() const { return group_; }
 
   // Forward + backward of `batch` (B, T); the gradient of scale * mean loss
   // accumulates into the model's parameters. Returns the mean loss over the
@@ -73,8 +89,11 @@ class DataParallel {
  private:
   static constexpr int64_t kReduceBlock = 1 << 14;
   void reduce_gradients();
+  void reduce_across_processes(const std::vector<TransformerLM*>& models);  // this rank's shards, in order
+  Tensor gather_rows(const Tensor& mine, int64_t batch_rows) const;
 
   TransformerLM& model_;
+  std::shared_ptr<ProcessGroup> group_;  // null: one process
   std::vector<std::unique_ptr<TransformerLM>> replicas_;
 };
 

@@ -86,9 +86,10 @@ std::string duration(double s) {
 }
 }  // namespace
 
-Progress::Progress(int64_t total) : total_(total), tty_(::isatty(STDERR_FILENO) == 1) {}
+Progress::Progress(int64_t total, bool shown) : total_(total), tty_(::isatty(STDERR_FILENO) == 1), shown_(shown) {}
 
 void Progress::update(int64_t step, double loss, double tokens_per_s, double seconds_per_step) {
+  if (!shown_) return;
   char buf[160];
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | %.0f tok/s | ETA %s",
                 static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_s,
@@ -103,6 +104,7 @@ void Progress::update(int64_t step, double loss, double tokens_per_s, double sec
 }
 
 void Progress::note(const std::string& line) {
+  if (!shown_) return;
   if (line_open_) std::fprintf(stderr, "\r\033[K");
   std::fprintf(stderr, "%s\n", line.c_str());
   line_open_ = false;

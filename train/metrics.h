@@ -53,7 +53,8 @@ class MetricsLog {
 // loss, tokens/s, ETA); otherwise a plain log line per update.
 class Progress {
  public:
-  explicit Progress(int64_t total_steps);
+  // shown = false prints nothing (the ranks other than 0 of a distributed run).
+  explicit Progress(int64_t total_steps, bool shown = true);
   ~Progress() { finish(); }  // an error message then starts on a line of its own
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -65,6 +66,7 @@ class Progress {
  private:
   int64_t total_;
   bool tty_;
+  bool shown_;
   bool line_open_ = false;
 };
 

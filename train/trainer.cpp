@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <signal.h>
@@ -26,6 +27,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/metrics.h"
+#include "train/process_group.h"
 #include "train/profile_report.h"
 
 namespace tapeformer {
@@ -156,6 +158,7 @@ struct Trainer::State {
   std::unique_ptr<TokenSource> train_tokens, val_tokens;  // the splits the samplers read
   double val_tokens_per_char = 1;                         // turns nats per token into bits per character
   std::unique_ptr<TransformerLM> model;
+  std::shared_ptr<ProcessGroup> group;  // the ranks of an mpirun job; null: one process
   std::unique_ptr<DataParallel> shards;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Schedule> schedule;
@@ -170,6 +173,9 @@ struct Trainer::State {
   bool resumed = false;
   bool profile = false;
 
+  // Rank 0 writes the run directory (metrics, checkpoints, profile) and
+  // prints; the other ranks of a distributed run only compute.
+  bool writes() const { return !group || group->rank() == 0; }
   std::string checkpoint_path() const { return out_dir + "/checkpoint.bin"; }
   std::string metrics_path() const { return out_dir + "/metrics.jsonl"; }
   // Leftovers of atomic writes cut short by a kill.
@@ -187,6 +193,7 @@ struct Trainer::State {
   void build(std::unique_ptr<Tokenizer> tok) {
     parallel::set_num_threads(static_cast<int>(cfg.train.threads));
     Storage::keep_freed_memory_mapped();
+    group = ProcessGroup::world();
     TAPEFORMER_CHECK(!cfg.data.path.empty(), "no data file: set data.path in the config or pass --data FILE");
     const fs::path dir(cfg.data.path);
     if (fs::is_directory(dir)) {
@@ -242,7 +249,8 @@ struct Trainer::State {
     Rng init(stream_seed(cfg.train.seed, kInit));
     model = std::make_unique<TransformerLM>(cfg.model, init);
     optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
-    shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards));
+    shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards), group);
+    if (group) check_same_run_on_every_rank(*tokenizer);
     schedule = make_schedule(cfg);
     const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
     if (model->mem_len() > 0) {
@@ -259,6 +267,20 @@ struct Trainer::State {
       for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     }
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
+  }
+
+  // Every rank must train the same run: the same config (with the data's
+  // vocabulary), shard count and tokenizer; a rank that differs (another
+  // config file, another data file at the same path) is named.
+  void check_same_run_on_every_rank(const Tokenizer& tok) {
+    const uint64_t mine = std::hash<std::string>()(cfg.to_json() + "\n" + save_tokenizer(tok)) ^
+                          static_cast<uint64_t>(shards->shards());
+    const std::vector<uint64_t> all = allgather_equal(*group, std::vector<uint64_t>{mine});
+    for (size_t r = 1; r < all.size(); ++r)
+      TAPEFORMER_CHECK(all[r] == all[0], "rank ", r, " of ", all.size(), " was started with another config, data "
+                       "file or shard count than rank 0 (every process of an mpirun job must run the same command "
+                       "and read the same data)");
+    shards->total_shards(cfg.train.batch_size);  // refuses more shards than rows, naming both
   }
 
   // Mean loss of the first `segments` segments of the val split's streams (at
@@ -304,6 +326,7 @@ struct Trainer::State {
   }
 
   void save() {
+    if (!writes()) return;
     Checkpoint c;
     c.config_json = cfg.to_json();
     c.tokenizer = save_tokenizer(*tokenizer);
@@ -331,7 +354,7 @@ struct Trainer::State {
       if (r->step == last_step) last_train_loss = r->train_loss;
       kept += line + "\n";
     }
-    write_file_atomic(metrics_path(), kept);
+    if (writes()) write_file_atomic(metrics_path(), kept);
   }
 };
 
@@ -340,6 +363,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
   s_->build(nullptr);  // first, so a run refused for its data or config leaves no directory behind
+  if (!s_->writes()) return;
   std::error_code ec;
   fs::create_directories(s_->out_dir, ec);
   TAPEFORMER_CHECK(fs::is_directory(s_->out_dir), "cannot create output directory '", s_->out_dir, "'",
@@ -372,7 +396,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
   s.step = c.step;
   s.train_seconds = c.train_seconds;
   s.resumed = true;
-  s.remove_stale_temp_files();
+  if (s.writes()) s.remove_stale_temp_files();
   s.trim_metrics_after(s.step);
   return t;
 }
@@ -384,8 +408,9 @@ TrainResult Trainer::run() {
   State& s = *s_;
   const TrainConfig& c = s.cfg;
   const int64_t tokens_per_step = c.train.batch_size * c.model.block_size * c.train.grad_accum;
-  MetricsLog metrics(s.metrics_path(), /*append=*/s.resumed);
-  Progress progress(c.train.max_iters);
+  std::optional<MetricsLog> metrics;
+  if (s.writes()) metrics.emplace(s.metrics_path(), /*append=*/s.resumed);
+  Progress progress(c.train.max_iters, s.writes());
   if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.checkpoint_path());
   s.model->train();
   double last_loss = s.last_train_loss, last_norm = 0;
@@ -427,7 +452,7 @@ TrainResult Trainer::run() {
         r.val_bpc = *r.val_loss / std::log(2.0) * s.val_tokens_per_char;
         r.layers = s.model->layer_metrics();
       }
-      metrics.write(r);
+      if (metrics) metrics->write(r);
       progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);
       if (r.val_loss) {
         char buf[128];
@@ -436,24 +461,29 @@ TrainResult Trainer::run() {
         progress.note(buf);
       }
     }
+    // A signal stops every rank after the same step (each may have seen it
+    // after a different one).
+    const int signal = s.group ? static_cast<int>(s.group->max(stop.received())) : stop.received();
     if (s.step % c.checkpoint.interval == 0 || last) {
       s.save();
-    } else if (stop.received() != 0) {
+    } else if (signal != 0) {
       s.save();  // nothing is lost: the next run resumes at this very step
     }
-    if (stop.received() != 0 && !last) {
+    if (signal != 0 && !last) {
       progress.finish();
-      throw Interrupted(std::string(stop.received() == SIGINT ? "interrupted (SIGINT)" : "stopped (SIGTERM)") +
+      throw Interrupted(std::string(signal == SIGINT ? "interrupted (SIGINT)" : "stopped (SIGTERM)") +
                             " at step " + std::to_string(s.step) + ": checkpoint saved to '" + s.checkpoint_path() +
                             "'; continue with: tapeformer train --out " + s.out_dir + " --resume",
-                        stop.received());
+                        signal);
     }
   }
   progress.finish();
   if (profiler) {
     const StepProfile p = profiler->finish(parallel::num_threads(), s.shards->shards());
-    std::fprintf(stderr, "%s", p.table().c_str());
-    write_file_atomic(s.out_dir + "/profile.json", p.json());
+    if (s.writes()) {
+      std::fprintf(stderr, "%s", p.table().c_str());
+      write_file_atomic(s.out_dir + "/profile.json", p.json());
+    }
   }
 
   TrainResult result;
@@ -464,7 +494,8 @@ TrainResult Trainer::run() {
   result.train_seconds = s.train_seconds;
   result.tokens_per_s = s.train_seconds > 0 ? static_cast<double>(tokens_per_step) * s.step / s.train_seconds : 0;
   result.parameters = s.model->num_parameters();
-  result.shards = s.shards->shards();
+  result.shards = static_cast<int>(s.shards->total_shards(c.train.batch_size));
+  result.ranks = s.group ? s.group->size() : 1;
   return result;
 }
 
@@ -475,9 +506,10 @@ std::string TrainResult::to_json() const {
   std::snprintf(buf, sizeof buf,
                 "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
                 "\"val_bpc\": %.6f, \"val_perplexity\": %.4f, "
-                "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"shards\": %d, \"params\": %lld}",
+                "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"ranks\": %d, \"shards\": %d, "
+                "\"params\": %lld}",
                 static_cast<long long>(steps), train_loss, val_loss, val_bpc(), std::exp(val_loss),
-                train_seconds, tokens_per_s, parallel::num_threads(), shards, static_cast<long long>(parameters));
+                train_seconds, tokens_per_s, parallel::num_threads(), ranks, shards, static_cast<long long>(parameters));
   return buf;
 }
 

@@ -38,7 +38,8 @@ struct TrainResult {
   double train_seconds = 0;  // training-loop wall time, evaluation excluded
   double tokens_per_s = 0;   // batch * block * grad_accum * steps / train_seconds
   int64_t parameters = 0;
-  int shards = 1;            // data-parallel batch shards (train.shards)
+  int shards = 1;            // data-parallel batch shards, over all processes (train.shards each)
+  int ranks = 1;             // processes of a distributed run (mpirun -np)
   std::string to_json() const;  // one line
 };
 
