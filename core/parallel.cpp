@@ -60,6 +60,8 @@ struct Region {
 
 }  // namespace
 
+bool in_parallel_region() { return t_depth > 0; }
+
 void set_num_threads(int n) {
   TAPEFORMER_CHECK(n >= 0, "set_num_threads: thread count must be >= 0, got ", n);
   State& s = state();

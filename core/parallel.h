@@ -40,6 +40,11 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 void for_each_block(const std::vector<int64_t>& sizes, int64_t block,
                     const std::function<void(size_t, int64_t, int64_t)>& fn);
 
+// True inside a parallel region (a chunk of parallel_for, or an invoke
+// branch), where parallel loops run serially: a kernel can skip splitting
+// its work (a data-parallel shard's ops all run here).
+bool in_parallel_region();
+
 // Runs a and b concurrently (serially inside a parallel region or with one
 // thread). Use it for independent pieces of work, e.g. the two GEMMs of a
 // linear layer's backward, each of which then runs unsplit.

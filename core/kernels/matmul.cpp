@@ -504,8 +504,10 @@ void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool ac
   }
 
   // Split rows so there are enough work items for all threads, but keep blocks
-  // big enough for Eigen's packing to pay off.
-  const int threads = parallel::num_threads();
+  // big enough for packing to pay off. Inside a parallel region (a shard's
+  // ops) the loop runs serially: one block per batch index then packs B once
+  // instead of once per block.
+  const int threads = parallel::in_parallel_region() ? 1 : parallel::num_threads();
   const int64_t flops = M * N * K;
   int64_t row_blocks = 1;
   if (batch < threads && flops >= (int64_t{1} << 15)) {
