@@ -3,17 +3,18 @@
 // traffic) on one core and on every core at once, and tapeformer's GEMM on a
 // large square product (n = 1536) on one core and on every core.
 //
-//   machine_peak [SECONDS]      # default 1 per measurement
+//   machine_peak [SECONDS [THREADS...]]   # default 1 s per measurement; 1 and all threads
 //
-// Prints one JSON line: {"isa", "packet_floats", "threads", "fma_gflops_1",
-// "fma_gflops_all", "gemm_gflops_1", "gemm_gflops_all"}. The FMA loop uses
-// the instruction set the build targets (Eigen's packets), as the kernels do.
+// Prints one JSON line per thread count: {"isa", "packet_floats", "threads",
+// "fma_gflops", "gemm_gflops"}. The FMA loop uses the instruction set the
+// build targets (Eigen's packets), as the kernels do.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "core/eigen.h"
 #include "core/kernels/matmul.h"
@@ -112,12 +113,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   parallel::set_num_threads(0);
-  const int all = parallel::num_threads();
-  const double fma1 = fma_gflops(1, seconds), fma_all = fma_gflops(all, seconds);
-  const double gemm1 = gemm_gflops(1, seconds), gemm_all = gemm_gflops(all, seconds);
-  std::printf(
-      "{\"isa\": \"%s\", \"packet_floats\": %d, \"threads\": %d, \"fma_gflops_1\": %.1f, \"fma_gflops_all\": %.1f, "
-      "\"gemm_gflops_1\": %.1f, \"gemm_gflops_all\": %.1f}\n",
-      isa(), eigen::kPacketSize, all, fma1, fma_all, gemm1, gemm_all);
+  std::vector<int> counts;
+  for (int i = 2; i < argc; ++i) {
+    const int t = std::atoi(argv[i]);
+    if (t < 1 || t > 1024) {
+      std::fprintf(stderr, "machine_peak: a thread count must be in [1, 1024], got '%s'\n", argv[i]);
+      return 2;
+    }
+    counts.push_back(t);
+  }
+  if (counts.empty()) counts = {1, parallel::num_threads()};
+  for (int t : counts) {
+    const double fma = fma_gflops(t, seconds), gemm = gemm_gflops(t, seconds);
+    std::printf("{\"isa\": \"%s\", \"packet_floats\": %d, \"threads\": %d, \"fma_gflops\": %.1f, \"gemm_gflops\": %.1f}\n",
+                isa(), eigen::kPacketSize, t, fma, gemm);
+    std::fflush(stdout);
+  }
   return 0;
 }

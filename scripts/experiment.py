@@ -405,7 +405,14 @@ def write_results(spec, spec_path, args, table_md, plots):
     if spec.get("notes"):
         body += [spec["notes"], ""]
     body.append(end)
-    section = "\n".join(body)
+    replace_section(path, spec["name"], "\n".join(body))
+
+
+def replace_section(path, name, section):
+    """Puts `section` (which starts and ends with NAME's markers) in place of
+    the one between <!-- results:NAME --> and <!-- /results:NAME --> in the
+    results page, or appends it; the page is replaced atomically."""
+    begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
     text = ""
     if os.path.exists(path):
         with open(path) as f:

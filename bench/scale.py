@@ -1,0 +1,203 @@
+"""tapeformer against PyTorch at every thread count, in one run: nanoGPT's CPU
+recipe (configs/shakespeare_char_cpu.json) and its default shakespeare_char
+model (configs/shakespeare_char.json, 10.7M parameters), each trained by
+`tapeformer train` and by bench/charlm_reference.py (nanoGPT's model and loop
+in PyTorch) on the same data, alternating which goes first.
+
+    python3 bench/scale.py DATA                       # threads 1, 2, 4, ... up to min(cores, 16)
+    python3 bench/scale.py DATA --threads 1,2 --large-steps 12 --small-steps 300
+    python3 bench/scale.py DATA --no-results          # print only; leave docs/results.md alone
+
+For each recipe and thread count it prints tokens/s of each, their ratio, the
+model-FLOP rate of each (nanoGPT's 6N + 12 L H Q T FLOPs per token) against the
+machine's measured peaks at that thread count (bench/machine_peak: an FMA loop
+on every core used, and the best GEMM), and the peak RSS of each. The table
+goes to docs/results.md (section "scale") with the command and the machine.
+tokens/s are over all the run's steps (the first included) and exclude
+evaluation, as the trainers report them.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import experiment  # noqa: E402  (replace_section, machine)
+
+RECIPES = [
+    {"name": "small", "label": "nanoGPT CPU recipe (0.8M)", "config": "configs/shakespeare_char_cpu.json",
+     "steps_arg": "small_steps"},
+    {"name": "large", "label": "shakespeare_char (10.7M)", "config": "configs/shakespeare_char.json",
+     "steps_arg": "large_steps"},
+]
+
+
+def fail(message):
+    print(f"scale.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run_timed(cmd, env, log_path):
+    """Runs cmd under /usr/bin/time -v; returns (last JSON line of stdout, peak RSS in MB)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as timing, open(log_path, "w") as log:
+        proc = subprocess.run(["/usr/bin/time", "-v", "-o", timing.name] + cmd, cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=log, text=True)
+        if proc.returncode != 0:
+            fail(f"{' '.join(cmd[:3])} ... failed (exit {proc.returncode}); see {log_path}")
+        rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", timing.read())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        fail(f"no result line from {' '.join(cmd[:3])} ...; see {log_path}")
+    result = json.loads(lines[-1])
+    result["peak_rss_mb"] = int(rss.group(1)) / 1024 if rss else float("nan")
+    return result
+
+
+def flops_per_token(config_path, params):
+    """nanoGPT's estimate_mfu: 6 N + 12 L H Q T, N without the position table."""
+    with open(os.path.join(ROOT, config_path)) as f:
+        m = json.load(f)["model"]
+    n = params - m["block_size"] * m["n_embd"]
+    return 6 * n + 12 * m["n_layer"] * m["n_embd"] * m["block_size"]  # H * Q = C
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data", help="a UTF-8 text file (tiny shakespeare)")
+    ap.add_argument("--threads", help="comma-separated thread counts (default 1, 2, 4, ... up to min(cores, 16))")
+    ap.add_argument("--small-steps", type=int, default=300)
+    ap.add_argument("--large-steps", type=int, default=12)
+    ap.add_argument("--recipes", default="small,large")
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "scale"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
+    ap.add_argument("--no-results", action="store_true")
+    args = ap.parse_args()
+    if not os.path.isfile(args.data):
+        fail(f"data file '{args.data}' not found")
+    cores = os.cpu_count() or 1
+    if args.threads:
+        try:
+            threads = [int(t) for t in args.threads.split(",")]
+        except ValueError:
+            fail(f"--threads must be comma-separated integers, got '{args.threads}'")
+        if any(t < 1 for t in threads):
+            fail("--threads must be positive")
+    else:
+        threads = sorted({t for t in (1, 2, 4, 8, 16) if t <= min(cores, 16)} | {min(cores, 16)})
+    recipes = [r for r in RECIPES if r["name"] in args.recipes.split(",")]
+    if not recipes:
+        fail(f"--recipes must name small and/or large, got '{args.recipes}'")
+
+    subprocess.run(["bash", "scripts/setup.sh", "python3-torch", "libopenblas0-openmp", "time"], cwd=ROOT, check=True)
+    print("scale.py: building (Release)...", file=sys.stderr)
+    subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer", "machine_peak"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    os.makedirs(args.out, exist_ok=True)
+
+    peaks = {}
+    out = subprocess.run(["build/bench/machine_peak", "1"] + [str(t) for t in threads], cwd=ROOT, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    for line in out.splitlines():
+        p = json.loads(line)
+        peaks[p["threads"]] = p
+        print(f"peak at {p['threads']} threads ({p['isa']}): FMA {p['fma_gflops']:.0f} GFLOP/s, "
+              f"GEMM {p['gemm_gflops']:.0f} GFLOP/s", file=sys.stderr)
+
+    rows = []
+    for recipe in recipes:
+        steps = getattr(args, recipe["steps_arg"])
+        sets = [f"train.max_iters={steps}", f"schedule.decay_iters={max(steps, 100)}",
+                f"eval.interval={steps}", "eval.iters=1", "eval.final_iters=20"]
+        for i, t in enumerate(threads):
+            env = dict(os.environ, OMP_NUM_THREADS=str(t), TAPEFORMER_THREADS=str(t))
+            run_dir = os.path.join(args.out, f"{recipe['name']}-{t}")
+            ours_cmd = ["build/cli/tapeformer", "train", "--config", recipe["config"], "--data", args.data,
+                        "--out", run_dir, "--threads", str(t)] + [a for s in sets for a in ("--set", s)]
+            theirs_cmd = ["/usr/bin/python3", "bench/charlm_reference.py", "--config", recipe["config"], "--data",
+                          args.data, "--threads", str(t)] + [a for s in sets for a in ("--set", s)]
+            results = {}
+            order = [("tapeformer", ours_cmd), ("pytorch", theirs_cmd)]
+            if i % 2:
+                order.reverse()  # alternate which goes first: a slow spell of a shared machine hits both
+            for name, cmd in order:
+                print(f"scale.py: {recipe['name']} recipe, {t} threads: {name}...", file=sys.stderr)
+                subprocess.run(["rm", "-rf", run_dir])
+                results[name] = run_timed(cmd, env, os.path.join(args.out, f"{recipe['name']}-{t}-{name}.log"))
+            ours, theirs = results["tapeformer"], results["pytorch"]
+            fpt = flops_per_token(recipe["config"], ours["params"])
+            row = {"recipe": recipe["label"], "threads": t, "steps": steps, "ours": ours, "theirs": theirs,
+                   "ratio": ours["tokens_per_s"] / theirs["tokens_per_s"],
+                   "ours_gflops": ours["tokens_per_s"] * fpt / 1e9, "theirs_gflops": theirs["tokens_per_s"] * fpt / 1e9,
+                   "fma_peak": peaks[t]["fma_gflops"], "gemm_peak": peaks[t]["gemm_gflops"],
+                   "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"], "torch": theirs.get("torch", "?")}
+            rows.append(row)
+            print(f"  tapeformer {ours['tokens_per_s']:.0f} tok/s, PyTorch {theirs['tokens_per_s']:.0f} tok/s: "
+                  f"{row['ratio']:.2f}x; RSS {ours['peak_rss_mb']:.0f} / {theirs['peak_rss_mb']:.0f} MB", file=sys.stderr)
+            with open(os.path.join(args.out, "scale.jsonl"), "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    header = ("| recipe | threads | tapeformer tok/s | PyTorch tok/s | ratio | tapeformer GFLOP/s (of FMA peak, "
+              "of GEMM peak) | PyTorch GFLOP/s (of FMA peak) | peak RSS MB: tapeformer / PyTorch (ratio) |")
+    lines = [header, "|" + "---|" * 8]
+    for r in rows:
+        lines.append(
+            f"| {r['recipe']} | {r['threads']} | {r['ours']['tokens_per_s']:,.0f} | {r['theirs']['tokens_per_s']:,.0f} "
+            f"| **{r['ratio']:.2f}x** | {r['ours_gflops']:.0f} ({r['ours_gflops'] / r['fma_peak']:.0%}, "
+            f"{r['ours_gflops'] / r['gemm_peak']:.0%}) | {r['theirs_gflops']:.0f} "
+            f"({r['theirs_gflops'] / r['fma_peak']:.0%}) | {r['ours']['peak_rss_mb']:,.0f} / "
+            f"{r['theirs']['peak_rss_mb']:,.0f} ({r['rss_ratio']:.2f}) |")
+    scaling = []
+    for recipe in recipes:
+        per = {r["threads"]: r for r in rows if r["recipe"] == recipe["label"]}
+        if 1 in per and len(per) > 1:
+            parts = [f"{t}: {per[t]['ours']['tokens_per_s'] / per[1]['ours']['tokens_per_s']:.2f}x "
+                     f"(PyTorch {per[t]['theirs']['tokens_per_s'] / per[1]['theirs']['tokens_per_s']:.2f}x)"
+                     for t in sorted(per) if t != 1]
+            scaling.append(f"- {recipe['label']}, tokens/s against 1 thread: " + ", ".join(parts))
+    peak_text = "; ".join(f"{t} threads: FMA {p['fma_gflops']:.0f}, GEMM {p['gemm_gflops']:.0f} GFLOP/s"
+                          for t, p in sorted(peaks.items()))
+    table = "\n".join(lines)
+    print(table)
+    print("\n".join(scaling))
+    if args.no_results:
+        return
+    cmd = "python3 bench/scale.py " + os.path.relpath(args.data, ROOT)
+    if args.threads:
+        cmd += f" --threads {args.threads}"
+    if args.small_steps != 300 or args.large_steps != 12:
+        cmd += f" --small-steps {args.small_steps} --large-steps {args.large_steps}"
+    torch_version = rows[0]["torch"] if rows else "?"
+    isa = next(iter(peaks.values()))["isa"] if peaks else "?"
+    section = "\n".join([
+        "<!-- results:scale -->",
+        "## Threads: tapeformer against PyTorch on the two recipes",
+        "",
+        "nanoGPT's CPU recipe (4 layers, width 128, block 64, batch 12; "
+        f"{args.small_steps} steps) and its default shakespeare_char model (6 layers, 6 heads, width 384, block 256, "
+        f"batch 64, dropout 0.2, 10.7M parameters; {args.large_steps} steps), fp32, trained by `tapeformer train` "
+        f"and by `bench/charlm_reference.py` (nanoGPT's model and loop; PyTorch {torch_version}) on tiny shakespeare, "
+        "one after the other at each thread count (alternating which goes first). tokens/s over all steps "
+        "(evaluation excluded); GFLOP/s are model FLOPs (nanoGPT's 6N + 12 L H Q T per token) against the "
+        f"machine's measured peaks at that thread count ({isa}; {peak_text}: `build/bench/machine_peak`); peak RSS "
+        "from `/usr/bin/time -v`.",
+        "",
+        f"Reproduce: `{cmd}` (measured {datetime.date.today().isoformat()} on {experiment.machine()}).",
+        "",
+        table,
+        "",
+        "\n".join(scaling),
+        "",
+        "<!-- /results:scale -->",
+    ])
+    experiment.replace_section(args.results, "scale", section)
+    print(f"scale.py: wrote the 'scale' section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
