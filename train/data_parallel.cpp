@@ -188,6 +188,10 @@ Tensor DataParallel::gather_rows(const Tensor& mine, int64_t batch_rows) const {
 // rank sends and receives S * P * (N - 1) / N floats, then P * (N - 1) / N:
 // with one shard per rank, what a ring all-reduce moves.
 void DataParallel::reduce_across_processes(const std::vector<TransformerLM*>& models) {
+  {  // every rank here first, so the exchange's time is the exchange's, not the slowest rank's
+    const profile::Scope timed("waiting for ranks", profile::Kind::Phase);
+    group_->max(0);
+  }
   const profile::Scope timed("all-reduce", profile::Kind::Phase);
   const NamedVars params = model_.named_parameters();
   const size_t n_params = params.size(), S = models.size();

@@ -7,12 +7,13 @@
 //   std::cerr << r.table();   // and write_file_atomic(out + "/profile.json", r.json())
 //
 // Phases are wall-clock seconds of the step's parts (data, forward +
-// backward, gradient reduction, all-reduce, gradient norm, optimizer); the
-// rest of the step is "other". Families are the kernels inside forward +
-// backward, in thread-seconds summed over the shards' threads; the forward
-// + backward phase times the shard threads gives the thread-seconds they had,
-// and what no kernel accounts for is "tape, allocation, untimed ops and
-// waiting" (including threads idle at the end of the phase).
+// backward, gradient reduction, waiting for ranks, all-reduce, gradient
+// norm, optimizer); the rest of the step is "other". Families are the
+// kernels inside forward + backward, in thread-seconds summed over the
+// shards' threads; the forward + backward phase times the shard threads
+// gives the thread-seconds they had, and what no kernel accounts for is
+// "tape, allocation, untimed ops and waiting" (including threads idle at the
+// end of the phase).
 #pragma once
 
 #include <cstdint>

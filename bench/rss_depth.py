@@ -1,0 +1,93 @@
+"""Peak RSS of whole training runs against depth: standard and reversible
+blocks at 2 and 12 layers (width 128, 4 heads, T = 512, batch 8), so what the
+process holds, not only the tensors it counts, is seen to stay flat for
+reversible blocks.
+
+    python3 bench/rss_depth.py DATA [--steps 20] [--no-results]
+
+Each run is `tapeformer train` (with its evaluations and checkpoints) under
+/usr/bin/time -v. Parameters, their gradients and AdamW's moments grow with
+depth (about 3.5 MB per layer here, one gradient per shard); the table gives
+them, and the RSS growth beyond them, apart. Writes the section "rss_depth"
+of docs/results.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import experiment  # noqa: E402
+
+
+def run(args, block, layers):
+    out = tempfile.mkdtemp(prefix="rss-depth-")
+    cmd = ["/usr/bin/time", "-v", "build/cli/tapeformer", "train", "--config", "configs/shakespeare_char_cpu.json",
+           "--data", args.data, "--out", out, "--set", f"model.block={block}", "--set", f"model.n_layer={layers}",
+           "--set", "model.block_size=512", "--set", "train.batch_size=8", "--set", f"train.max_iters={args.steps}",
+           "--set", "eval.iters=2", "--set", "eval.final_iters=2", "--set", f"checkpoint.interval={args.steps // 2}"]
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    subprocess.run(["rm", "-rf", out])
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr)
+        sys.exit(f"rss_depth.py: the {block} run with {layers} layers failed")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1)) / 1024
+    result = json.loads([l for l in proc.stdout.splitlines() if l.startswith("{")][-1])
+    return rss, result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
+    ap.add_argument("--no-results", action="store_true")
+    args = ap.parse_args()
+    if not os.path.isfile(args.data):
+        sys.exit(f"rss_depth.py: data file '{args.data}' not found")
+    subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    lines = ["| block | peak RSS MB, 2 layers | peak RSS MB, 12 layers | 12 / 2 | parameter state added, MB | "
+             "12 / 2 without it |", "|---|---|---|---|---|---|"]
+    for block in ("standard", "reversible"):
+        rss2, r2 = run(args, block, 2)
+        rss12, r12 = run(args, block, 12)
+        # Parameters, AdamW's two moments, one gradient per shard: 4 bytes each.
+        state = (r12["params"] - r2["params"]) * 4 * (3 + r12["shards"]) / 2**20
+        lines.append(f"| {block} | {rss2:.0f} | {rss12:.0f} | **{rss12 / rss2:.2f}** | {state:.0f} | "
+                     f"{(rss12 - state) / rss2:.2f} |")
+        print(lines[-1], file=sys.stderr)
+    table = "\n".join(lines)
+    print(table)
+    if args.no_results:
+        return
+    cmd = f"python3 bench/rss_depth.py {os.path.relpath(args.data, ROOT)}"
+    if args.steps != 20:
+        cmd += f" --steps {args.steps}"
+    section = "\n".join([
+        "<!-- results:rss_depth -->",
+        "## Peak RSS of training runs against depth",
+        "",
+        f"`tapeformer train` for {args.steps} steps (with its evaluations and checkpoints) on nanoGPT's CPU recipe at "
+        "width 128, 4 heads, T = 512, batch 8, with standard and reversible blocks at 2 and 12 layers; peak RSS of "
+        "the process from `/usr/bin/time -v`. The parameter state (weights, AdamW's two moments, a gradient per "
+        "shard) grows with depth for both kinds; reversible blocks keep no activations per layer, so beyond that "
+        "state their RSS does not grow.",
+        "",
+        f"Reproduce: `{cmd}` (measured {datetime.date.today().isoformat()} on {experiment.machine()}).",
+        "",
+        table,
+        "",
+        "<!-- /results:rss_depth -->",
+    ])
+    experiment.replace_section(args.results, "rss_depth", section)
+
+
+if __name__ == "__main__":
+    main()
