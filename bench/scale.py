@@ -160,7 +160,7 @@ def main():
                      f"(PyTorch {per[t]['theirs']['tokens_per_s'] / per[1]['theirs']['tokens_per_s']:.2f}x)"
                      for t in sorted(per) if t != 1]
             scaling.append(f"- {recipe['label']}, tokens/s against 1 thread: " + ", ".join(parts))
-    peak_text = "; ".join(f"{t} threads: FMA {p['fma_gflops']:.0f}, GEMM {p['gemm_gflops']:.0f} GFLOP/s"
+    peak_text = "; ".join(f"{t} thread{'s' if t > 1 else ''}: FMA {p['fma_gflops']:.0f}, GEMM {p['gemm_gflops']:.0f} GFLOP/s"
                           for t, p in sorted(peaks.items()))
     table = "\n".join(lines)
     print(table)
