@@ -24,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import experiment  # noqa: E402
 
-RECIPES = {"small": ("nanoGPT CPU recipe (0.8M)", "configs/shakespeare_char_cpu.json"),
-           "large": ("shakespeare_char (10.7M)", "configs/shakespeare_char.json")}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import recipes  # noqa: E402
 
 
 def fail(message):
@@ -35,17 +35,10 @@ def fail(message):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data")
+    recipes.add_arguments(ap, "ranks")
     ap.add_argument("--layouts", help="RANKSxTHREADS,... (default: every split of the cores)")
-    ap.add_argument("--small-steps", type=int, default=300)
-    ap.add_argument("--large-steps", type=int, default=12)
-    ap.add_argument("--recipes", default="small,large")
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "ranks"))
-    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
-    ap.add_argument("--no-results", action="store_true")
     args = ap.parse_args()
-    if not os.path.isfile(args.data):
-        fail(f"data file '{args.data}' not found")
+    chosen = recipes.selected(args, fail)
     cores = os.cpu_count() or 1
     try:
         layouts = ([tuple(int(x) for x in l.split("x")) for l in args.layouts.split(",")] if args.layouts else
@@ -61,19 +54,14 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     os.makedirs(args.out, exist_ok=True)
     rows = []
-    for name in args.recipes.split(","):
-        if name not in RECIPES:
-            fail(f"unknown recipe '{name}' (small, large)")
-        label, config = RECIPES[name]
-        steps = args.small_steps if name == "small" else args.large_steps
+    for name, recipe, steps in chosen:
+        label, config = recipe["label"], recipe["config"]
         for ranks, threads in layouts:
             run_dir = os.path.join(args.out, f"{name}-{ranks}x{threads}")
             shutil.rmtree(run_dir, ignore_errors=True)
             cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks), "build/cli/tapeformer", "train",
                    "--config", config, "--data", args.data, "--out", run_dir, "--threads", str(threads), "--profile",
-                   "--set", f"train.shards={threads}", "--set", f"train.max_iters={steps}",
-                   "--set", f"schedule.decay_iters={max(steps, 100)}", "--set", f"eval.interval={steps}",
-                   "--set", "eval.iters=1", "--set", "eval.final_iters=20"]
+                   "--set", f"train.shards={threads}"] + recipes.overrides(steps)
             print(f"ranks.py: {name} recipe, {ranks} ranks x {threads} threads...", file=sys.stderr)
             with open(run_dir + ".log", "w") as log:
                 proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True)

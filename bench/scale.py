@@ -29,12 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import experiment  # noqa: E402  (replace_section, machine)
 
-RECIPES = [
-    {"name": "small", "label": "nanoGPT CPU recipe (0.8M)", "config": "configs/shakespeare_char_cpu.json",
-     "steps_arg": "small_steps"},
-    {"name": "large", "label": "shakespeare_char (10.7M)", "config": "configs/shakespeare_char.json",
-     "steps_arg": "large_steps"},
-]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import recipes  # noqa: E402
 
 
 def fail(message):
@@ -68,17 +64,10 @@ def flops_per_token(config_path, params):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data", help="a UTF-8 text file (tiny shakespeare)")
+    recipes.add_arguments(ap, "scale")
     ap.add_argument("--threads", help="comma-separated thread counts (default 1, 2, 4, ... up to min(cores, 16))")
-    ap.add_argument("--small-steps", type=int, default=300)
-    ap.add_argument("--large-steps", type=int, default=12)
-    ap.add_argument("--recipes", default="small,large")
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "scale"))
-    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
-    ap.add_argument("--no-results", action="store_true")
     args = ap.parse_args()
-    if not os.path.isfile(args.data):
-        fail(f"data file '{args.data}' not found")
+    chosen = recipes.selected(args, fail)
     cores = os.cpu_count() or 1
     if args.threads:
         try:
@@ -89,9 +78,6 @@ def main():
             fail("--threads must be positive")
     else:
         threads = sorted({t for t in (1, 2, 4, 8, 16) if t <= min(cores, 16)} | {min(cores, 16)})
-    recipes = [r for r in RECIPES if r["name"] in args.recipes.split(",")]
-    if not recipes:
-        fail(f"--recipes must name small and/or large, got '{args.recipes}'")
 
     subprocess.run(["bash", "scripts/setup.sh", "python3-torch", "libopenblas0-openmp", "time"], cwd=ROOT, check=True)
     print("scale.py: building (Release)...", file=sys.stderr)
@@ -110,25 +96,23 @@ def main():
               f"GEMM {p['gemm_gflops']:.0f} GFLOP/s", file=sys.stderr)
 
     rows = []
-    for recipe in recipes:
-        steps = getattr(args, recipe["steps_arg"])
-        sets = [f"train.max_iters={steps}", f"schedule.decay_iters={max(steps, 100)}",
-                f"eval.interval={steps}", "eval.iters=1", "eval.final_iters=20"]
+    for name, recipe, steps in chosen:
+        sets = recipes.overrides(steps)
         for i, t in enumerate(threads):
             env = dict(os.environ, OMP_NUM_THREADS=str(t), TAPEFORMER_THREADS=str(t))
-            run_dir = os.path.join(args.out, f"{recipe['name']}-{t}")
+            run_dir = os.path.join(args.out, f"{name}-{t}")
             ours_cmd = ["build/cli/tapeformer", "train", "--config", recipe["config"], "--data", args.data,
-                        "--out", run_dir, "--threads", str(t)] + [a for s in sets for a in ("--set", s)]
+                        "--out", run_dir, "--threads", str(t)] + sets
             theirs_cmd = ["/usr/bin/python3", "bench/charlm_reference.py", "--config", recipe["config"], "--data",
-                          args.data, "--threads", str(t)] + [a for s in sets for a in ("--set", s)]
+                          args.data, "--threads", str(t)] + sets
             results = {}
             order = [("tapeformer", ours_cmd), ("pytorch", theirs_cmd)]
             if i % 2:
                 order.reverse()  # alternate which goes first: a slow spell of a shared machine hits both
-            for name, cmd in order:
-                print(f"scale.py: {recipe['name']} recipe, {t} threads: {name}...", file=sys.stderr)
+            for impl, cmd in order:
+                print(f"scale.py: {name} recipe, {t} threads: {impl}...", file=sys.stderr)
                 subprocess.run(["rm", "-rf", run_dir])
-                results[name] = run_timed(cmd, env, os.path.join(args.out, f"{recipe['name']}-{t}-{name}.log"))
+                results[impl] = run_timed(cmd, env, os.path.join(args.out, f"{name}-{t}-{impl}.log"))
             ours, theirs = results["tapeformer"], results["pytorch"]
             fpt = flops_per_token(recipe["config"], ours["params"])
             row = {"recipe": recipe["label"], "threads": t, "steps": steps, "ours": ours, "theirs": theirs,
@@ -153,7 +137,7 @@ def main():
             f"({r['theirs_gflops'] / r['fma_peak']:.0%}) | {r['ours']['peak_rss_mb']:,.0f} / "
             f"{r['theirs']['peak_rss_mb']:,.0f} ({r['rss_ratio']:.2f}) |")
     scaling = []
-    for recipe in recipes:
+    for _, recipe, _ in chosen:
         per = {r["threads"]: r for r in rows if r["recipe"] == recipe["label"]}
         if 1 in per and len(per) > 1:
             parts = [f"{t}: {per[t]['ours']['tokens_per_s'] / per[1]['ours']['tokens_per_s']:.2f}x "
