@@ -172,20 +172,42 @@ void column_block(Operands o, int64_t M, int64_t lanes = kLanes) {
   }
 }
 
+// The column blocks of `n` columns, as both paths walk them:
+// full tiles of kTilePackets packets, then one narrower block of whole
+// packets, then one partial packet. fn(j, packets, lanes of the last).
+template <class F>
+void for_each_column_block(int64_t n, F&& fn) {
+  int64_t j = 0;
+  for (; j + kTilePackets * kLanes <= n; j += kTilePackets * kLanes) fn(j, kTilePackets, kLanes);
+  if (const int64_t whole = (n - j) / kLanes; whole > 0) {
+    fn(j, whole, kLanes);
+    j += whole * kLanes;
+  }
+  if (j < n) fn(j, 1, n - j);
+}
+
+// fn(V, Partial) as std::integral_constant values, for a column block of
+// `packets` packets whose last has `lanes` lanes: the tile widths a build
+// instantiates.
+template <class F>
+void with_block_width(int64_t packets, int64_t lanes, F&& fn) {
+  using std::integral_constant;
+  if (lanes < kLanes) return fn(integral_constant<int, 1>(), std::true_type());
+  if (packets == kTilePackets) return fn(integral_constant<int, kTilePackets>(), std::false_type());
+  if (packets == 3) return fn(integral_constant<int, 3>(), std::false_type());  // 3 < kTilePackets only with AVX-512
+  if (packets == 2) return fn(integral_constant<int, 2>(), std::false_type());
+  fn(integral_constant<int, 1>(), std::false_type());
+}
+
 // C[M, N] (+)= A[M, K] B[K, N] (+ bias) with B's rows contiguous, read in
 // place: for products whose operands fit the caches.
 template <class Cfg>
 void packet_gemm(Operands o, int64_t M, int64_t N) {
-  int64_t j = 0;
-  for (; j + kTilePackets * kLanes <= N; j += kTilePackets * kLanes) column_block<kTilePackets, Cfg>(o.at(0, j), M);
-  switch ((N - j) / kLanes) {  // whole packets left: fewer than kTilePackets
-    case 3: column_block<3, Cfg>(o.at(0, j), M); break;
-    case 2: column_block<2, Cfg>(o.at(0, j), M); break;
-    case 1: column_block<1, Cfg>(o.at(0, j), M); break;
-    default: break;
-  }
-  j += (N - j) / kLanes * kLanes;
-  if (j < N) column_block<1, Cfg, true>(o.at(0, j), M, N - j);
+  for_each_column_block(N, [&](int64_t j, int64_t packets, int64_t lanes) {
+    with_block_width(packets, lanes, [&](auto v, auto partial) {
+      column_block<decltype(v)::value, Cfg, decltype(partial)::value>(o.at(0, j), M, lanes);
+    });
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -246,20 +268,6 @@ constexpr int64_t kPackMinRows = 4 * kTileRows;
 bool packs(int64_t M, int64_t K, bool strided_a) {
   static const int64_t l2 = l2_bytes();
   return M >= kPackMinRows && (strided_a || M * K * static_cast<int64_t>(sizeof(Scalar)) > 2 * l2);
-}
-
-// The column blocks of a panel of `n` columns, as packet_gemm walks them:
-// full tiles of kTilePackets packets, then one narrower block of whole
-// packets, then one partial packet. fn(j, packets, lanes of the last).
-template <class F>
-void for_each_column_block(int64_t n, F&& fn) {
-  int64_t j = 0;
-  for (; j + kTilePackets * kLanes <= n; j += kTilePackets * kLanes) fn(j, kTilePackets, kLanes);
-  if (const int64_t whole = (n - j) / kLanes; whole > 0) {
-    fn(j, whole, kLanes);
-    j += whole * kLanes;
-  }
-  if (j < n) fn(j, 1, n - j);
 }
 
 // B[k0 .. k0 + kc, j0 .. j0 + n) into `out`: each column block as kc rows of
@@ -326,11 +334,9 @@ void packed_block(Operands o, int64_t mc, int64_t nc, const Scalar* packed_b) {
     c.b = packed_b;
     c.ldb = packets * kLanes;
     packed_b += o.K * c.ldb;
-    if (lanes < kLanes) return packed_column_block<1, Cfg, true>(c, mc, lanes);
-    if (packets == kTilePackets) return packed_column_block<kTilePackets, Cfg, false>(c, mc, lanes);
-    if (packets == 3) return packed_column_block<3, Cfg, false>(c, mc, lanes);  // 3 < kTilePackets only with AVX-512
-    if (packets == 2) return packed_column_block<2, Cfg, false>(c, mc, lanes);
-    packed_column_block<1, Cfg, false>(c, mc, lanes);
+    with_block_width(packets, lanes, [&](auto v, auto partial) {
+      packed_column_block<decltype(v)::value, Cfg, decltype(partial)::value>(c, mc, lanes);
+    });
   });
 }
 
@@ -338,11 +344,11 @@ void packed_block(Operands o, int64_t mc, int64_t nc, const Scalar* packed_b) {
 template <Epilogue::Op Op>
 using Packed = Variant<false, Op, true>;
 
-// C (+)= A B (+ bias), then the epilogue, with M > 0 and K > 0: in place for
-// small products, blocked and packed for large ones.
+// C (+)= A B (+ bias), then the epilogue: in place for small products (and
+// K = 0, where C is the bias or kept), blocked and packed for large ones.
 template <bool StridedA, Epilogue::Op Op>
 void product_packet(const Operands& o, int64_t M, int64_t N) {
-  if (!packs(M, o.K, StridedA)) return packet_gemm<Variant<StridedA, Op>>(o, M, N);
+  if (o.K == 0 || !packs(M, o.K, StridedA)) return packet_gemm<Variant<StridedA, Op>>(o, M, N);
   const Blocking& bl = blocking();
   thread_local std::vector<Scalar> packed_a, packed_b;  // grown once per thread, reused
   const int64_t W = kTilePackets * kLanes;
@@ -429,13 +435,6 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
                      epilogue};
     const bool strided = aa.col_stride != 1;
     const int64_t M = aa.rows, N = bb.cols;
-    if (aa.cols == 0) {  // no K blocks: C is the bias (or kept), then the epilogue
-      switch (epilogue.op) {
-        case Epilogue::Op::Store: return packet_gemm<Variant<false, Epilogue::Op::Store>>(o, M, N);
-        case Epilogue::Op::Activate: return packet_gemm<Variant<false, Epilogue::Op::Activate>>(o, M, N);
-        case Epilogue::Op::Multiply: return packet_gemm<Variant<false, Epilogue::Op::Multiply>>(o, M, N);
-      }
-    }
     switch (epilogue.op) {
       case Epilogue::Op::Store:
         return strided ? product_packet<true, Epilogue::Op::Store>(o, M, N)
