@@ -98,6 +98,13 @@ BlockCache& cache() {
 
 thread_local int t_arena = 0;
 
+// Raises `high` to at least `value` (many threads may race).
+void raise_to(std::atomic<int64_t>& high, int64_t value) {
+  int64_t seen = high.load(std::memory_order_relaxed);
+  while (value > seen && !high.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
 size_t padded_bytes(int64_t n) {
   // aligned_alloc wants a size that is a multiple of the alignment.
   const size_t bytes = static_cast<size_t>(n) * sizeof(Scalar);
@@ -109,19 +116,14 @@ size_t padded_bytes(int64_t n) {
 Storage::Storage(int64_t n) : size_(n), arena_(t_arena) {
   TAPEFORMER_CHECK(n >= 0, "Storage: negative size ", n);
   TAPEFORMER_CHECK(n <= kMaxElements, "Storage: ", n, " elements is more than any machine can hold");
-  data_ = static_cast<Scalar*>(cache().take(padded_bytes(n), arena_));
+  const size_t padded = padded_bytes(n);
+  data_ = static_cast<Scalar*>(cache().take(padded, arena_));
   g_live_count.fetch_add(1, std::memory_order_relaxed);
-  g_requested_bytes.fetch_add(static_cast<int64_t>(padded_bytes(n)), std::memory_order_relaxed);
+  g_requested_bytes.fetch_add(static_cast<int64_t>(padded), std::memory_order_relaxed);
   const int64_t bytes = n * static_cast<int64_t>(sizeof(Scalar));
   const int64_t live = g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  int64_t high = g_high_water.load(std::memory_order_relaxed);
-  while (live > high && !g_high_water.compare_exchange_weak(high, live, std::memory_order_relaxed)) {
-  }
-  if (g_tracking_peak.load(std::memory_order_relaxed)) {
-    int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
-    while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
-    }
-  }
+  raise_to(g_high_water, live);
+  if (g_tracking_peak.load(std::memory_order_relaxed)) raise_to(g_peak_bytes, live);
 }
 
 Storage::~Storage() {
