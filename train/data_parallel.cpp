@@ -82,8 +82,10 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   const bool ignores = all_counted != batch.targets.numel();
   const int64_t total = ignores ? all_counted : B;
   std::vector<Shard> work;
+  std::vector<int64_t> rank_rows(group_ ? static_cast<size_t>(group_->size()) : 1, 0);  // batch rows per rank
   for (int64_t k = 0, row = 0; k < S; ++k) {
     const int64_t n = B / S + (k < B % S ? 1 : 0);
+    rank_rows[static_cast<size_t>(k / local)] += n;
     // Every rank draws every shard's dropout seed, so each shard's stream is
     // the one a single process with S shards would give it.
     const uint64_t seed = dropout_rng.next_u64();
@@ -131,7 +133,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
       std::vector<Var> parts;
       for (const Shard& w : work) parts.emplace_back(w.memory.layers[l]);
       memory->layers[l] = concat(parts, 0).value();  // (this process's rows, M, C)
-      if (group_) memory->layers[l] = gather_rows(memory->layers[l], B);  // (B, M, C) on every rank
+      if (group_) memory->layers[l] = gather_rows(memory->layers[l], rank_rows);  // (B, M, C) on every rank
     }
   }
   if (grad) {
@@ -163,12 +165,15 @@ int64_t DataParallel::total_shards(int64_t batch_rows) const {
 }
 
 // Rows of a (rows, ...) tensor from every rank, in rank order: ranks hold
-// consecutive rows of the batch.
-Tensor DataParallel::gather_rows(const Tensor& mine, int64_t batch_rows) const {
+// consecutive rows of the batch, rank_rows[r] of them.
+Tensor DataParallel::gather_rows(const Tensor& mine, const std::vector<int64_t>& rank_rows) const {
   const int64_t row_floats = mine.dim(0) > 0 ? mine.numel() / mine.dim(0) : 0;
-  std::vector<int64_t> counts(static_cast<size_t>(group_->size()));
-  const std::vector<int64_t> rows = allgather_equal(*group_, std::vector<int64_t>{mine.dim(0)});
-  for (size_t r = 0; r < counts.size(); ++r) counts[r] = rows[r] * row_floats * static_cast<int64_t>(sizeof(Scalar));
+  std::vector<int64_t> counts;
+  int64_t batch_rows = 0;
+  for (int64_t rows : rank_rows) {
+    counts.push_back(rows * row_floats * static_cast<int64_t>(sizeof(Scalar)));
+    batch_rows += rows;
+  }
   Shape shape = mine.shape();
   shape[0] = batch_rows;
   Tensor all = Tensor::empty(shape);

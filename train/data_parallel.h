@@ -90,7 +90,7 @@ class DataParallel {
   static constexpr int64_t kReduceBlock = 1 << 14;
   void reduce_gradients();
   void reduce_across_processes(const std::vector<TransformerLM*>& models);  // this rank's shards, in order
-  Tensor gather_rows(const Tensor& mine, int64_t batch_rows) const;
+  Tensor gather_rows(const Tensor& mine, const std::vector<int64_t>& rank_rows) const;
 
   TransformerLM& model_;
   std::shared_ptr<ProcessGroup> group_;  // null: one process
