@@ -31,11 +31,13 @@ namespace {
 constexpr char kMagic[8] = {'T', 'F', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8;
 
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+// FNV-1a 64 of n bytes, continuing from the hash h of the bytes before them.
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
+uint64_t fnv1a64(const char* p, size_t n, uint64_t h = kFnvOffset) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ULL;
   return h;
 }
+uint64_t fnv1a64(const std::string& s) { return fnv1a64(s.data(), s.size()); }
 
 // Tensors travel as (name, dims, values): the one serialisation pattern for
 // tensor maps (model state, optimizer state).
@@ -154,16 +156,23 @@ TempName temp_name(const std::string& path) {
 namespace {
 
 // Buffered writes to a file descriptor for a std::ostream, with the FNV-1a 64
-// hash and the count of every byte that passes. Write errors are kept (with
-// errno) for the caller, which reports them once.
+// hash and the count of the bytes that pass after start_payload() (or all
+// of them). Write errors are kept (with errno) for the caller, which reports
+// them once.
 class FileSink : public std::streambuf {
  public:
   explicit FileSink(int fd) : fd_(fd), buf_(size_t{1} << 20) { setp(buf_.data(), buf_.data() + buf_.size()); }
   uint64_t count() const { return count_ + static_cast<uint64_t>(pptr() - pbase()); }
   uint64_t hash() const { return hash_; }  // of what flush() has written
-  bool failed() const { return error_ != 0; }
   int error() const { return error_; }
   bool flush() { return drain() && error_ == 0; }
+  // Writes what came so far (a header), and counts and hashes only what follows.
+  bool start_payload() {
+    const bool ok = flush();
+    count_ = 0;
+    hash_ = kFnvOffset;
+    return ok;
+  }
 
  protected:
   int_type overflow(int_type ch) override {
@@ -180,7 +189,7 @@ class FileSink : public std::streambuf {
   bool drain() {
     const char* p = pbase();
     const size_t n = static_cast<size_t>(pptr() - pbase());
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ULL;
+    hash_ = fnv1a64(p, n, hash_);
     for (size_t done = 0; done < n && error_ == 0;) {
       const ssize_t w = ::write(fd_, p + done, n - done);
       if (w < 0 && errno == EINTR) continue;
@@ -195,7 +204,7 @@ class FileSink : public std::streambuf {
   int fd_;
   std::vector<char> buf_;
   uint64_t count_ = 0;
-  uint64_t hash_ = 0xcbf29ce484222325ULL;
+  uint64_t hash_ = kFnvOffset;
   int error_ = 0;
 };
 
@@ -287,12 +296,8 @@ std::string checkpoint_file_bytes(const std::string& payload) {
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   write_atomic(path, [&](int fd, FileSink& sink) {
     const std::string placeholder(kHeaderBytes, '\0');
-    for (size_t done = 0; done < placeholder.size();) {
-      const ssize_t n = ::write(fd, placeholder.data() + done, placeholder.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      TAPEFORMER_CHECK(n > 0, "writing '", path, "' failed: ", std::strerror(n == 0 ? EIO : errno));
-      done += static_cast<size_t>(n);
-    }
+    sink.sputn(placeholder.data(), static_cast<std::streamsize>(placeholder.size()));
+    TAPEFORMER_CHECK(sink.start_payload(), "writing '", path, "' failed: ", std::strerror(sink.error()));
     std::ostream out(&sink);
     {
       cereal::BinaryOutputArchive ar(out);
