@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Distributed training over MPI, through the real binary and mpirun:
 # - 2 ranks x 1 shard give metrics.jsonl and a final line bit-identical to one
-#   process with 2 shards (timing fields aside), with dropout on;
+#   process with 2 shards (timing fields aside), with dropout on; so do 2 x 2
+#   and 1 x 4 with a Transformer-XL memory and uneven rows per rank;
 # - a rank killed with SIGKILL takes the job down (mpirun exits non-zero and
 #   names the rank) without a hang, the last checkpoint stays intact, and a
 #   resume with 1 process x 2 shards continues the uninterrupted curve;
@@ -40,6 +41,17 @@ if ! diff <(strip "$work/one/metrics.jsonl") <(strip "$work/two/metrics.jsonl") 
   echo "FAIL: metrics.jsonl of 2 ranks x 1 shard differs from 1 process x 2 shards:"; head -4 "$work/diff"; fails=1
 fi
 [ "$(wc -l < "$work/two.json")" = 1 ] || { echo "FAIL: more than rank 0 printed a final line"; fails=1; }
+
+# Transformer-XL's memory crosses the ranks (gathered whole each step): 2 x 2
+# with 13 rows (7 and 6 per rank) equals 1 x 4.
+xl=(--set train.max_iters=60 --set model.positional=txl --set model.mem_len=16 --set train.batch_size=13)
+"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/xl1" "${xl[@]}" --set train.shards=4 \
+  > /dev/null 2>&1 || { echo "FAIL: the one-process memory run failed"; exit 1; }
+mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/xl2" "${xl[@]}" \
+  --set train.shards=2 > /dev/null 2> "$work/xl2.log" || { echo "FAIL: mpirun with a memory failed:"; tail -5 "$work/xl2.log"; exit 1; }
+if ! diff <(strip "$work/xl1/metrics.jsonl") <(strip "$work/xl2/metrics.jsonl") > "$work/diff"; then
+  echo "FAIL: with a segment memory, 2 ranks x 2 shards differ from 1 process x 4:"; head -4 "$work/diff"; fails=1
+fi
 
 # Kill rank 1 after the step-100 checkpoint.
 mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/killed" --set train.shards=1 \
