@@ -1,6 +1,6 @@
-#include "autograd/function.h"
+#include "tapeformer/autograd/function.h"
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

@@ -26,8 +26,8 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/tape.h"
-#include "autograd/var.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/autograd/var.h"
 
 namespace tapeformer {
 

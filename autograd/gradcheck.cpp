@@ -1,11 +1,11 @@
-#include "autograd/gradcheck.h"
+#include "tapeformer/autograd/gradcheck.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "core/rng.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/rng.h"
 
 namespace tapeformer {
 namespace {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/var.h"
+#include "tapeformer/autograd/var.h"
 
 namespace tapeformer {
 

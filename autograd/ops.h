@@ -13,11 +13,11 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/tape.h"
-#include "autograd/var.h"
-#include "core/kernels/activation.h"
-#include "core/kernels/flash_attention.h"
-#include "core/rng.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/autograd/var.h"
+#include "tapeformer/core/kernels/activation.h"
+#include "tapeformer/core/kernels/flash_attention.h"
+#include "tapeformer/core/rng.h"
 
 namespace tapeformer {
 

@@ -1,8 +1,8 @@
-#include "autograd/tape.h"
+#include "tapeformer/autograd/tape.h"
 
-#include "core/error.h"
-#include "core/profile.h"
-#include "core/kernels/elementwise.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/profile.h"
+#include "tapeformer/core/kernels/elementwise.h"
 
 namespace tapeformer {
 namespace {

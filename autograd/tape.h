@@ -21,7 +21,7 @@
 #include <functional>
 #include <vector>
 
-#include "autograd/var.h"
+#include "tapeformer/autograd/var.h"
 
 namespace tapeformer {
 

@@ -45,16 +45,16 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
+#include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "layers/attention/adaptive_span.h"
-#include "layers/attention/attention.h"
-#include "layers/attention/linear.h"
-#include "layers/attention/sparse.h"
-#include "layers/positional/positional.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "train/metrics.h"
+#include "tapeformer/layers/attention/adaptive_span.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/linear.h"
+#include "tapeformer/layers/attention/sparse.h"
+#include "tapeformer/layers/positional/positional.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/train/metrics.h"
 
 using namespace tapeformer;
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer::bench {
 

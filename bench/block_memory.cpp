@@ -22,13 +22,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
+#include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/storage.h"
-#include "layers/transformer.h"
-#include "train/metrics.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/storage.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/metrics.h"
 
 using namespace tapeformer;
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
+#include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "core/error.h"
-#include "layers/transformer.h"
-#include "train/commands.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/commands.h"
 
 using namespace tapeformer;
 

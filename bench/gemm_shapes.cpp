@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "core/eigen.h"
-#include "core/kernels/matmul.h"
-#include "core/parallel.h"
-#include "core/rng.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
 
 namespace tapeformer {
 namespace {

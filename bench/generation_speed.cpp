@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "layers/transformer.h"
-#include "train/metrics.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/metrics.h"
 
 using namespace tapeformer;
 

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "data/corpus.h"
-#include "data/sampler.h"
-#include "train/build.h"
-#include "train/config.h"
-#include "train/data_parallel.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/sampler.h"
+#include "tapeformer/train/build.h"
+#include "tapeformer/train/config.h"
+#include "tapeformer/train/data_parallel.h"
 
 namespace tapeformer {
 namespace {

@@ -14,16 +14,16 @@
 #include <cstdio>
 #include <string>
 
-#include "autograd/ops.h"
+#include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "core/error.h"
-#include "data/corpus.h"
-#include "data/sampler.h"
-#include "data/tokenizer.h"
-#include "layers/transformer.h"
-#include "train/commands.h"
-#include "train/config.h"
-#include "train/metrics.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/sampler.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/commands.h"
+#include "tapeformer/train/config.h"
+#include "tapeformer/train/metrics.h"
 
 using namespace tapeformer;
 

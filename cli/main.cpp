@@ -16,13 +16,13 @@
 #include <iostream>
 #include <new>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "train/checkpoint.h"
-#include "train/commands.h"
-#include "train/process_group.h"
-#include "train/plot.h"
-#include "train/trainer.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/commands.h"
+#include "tapeformer/train/process_group.h"
+#include "tapeformer/train/plot.h"
+#include "tapeformer/train/trainer.h"
 
 using namespace tapeformer;
 

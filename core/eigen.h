@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer::eigen {
 

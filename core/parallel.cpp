@@ -1,4 +1,4 @@
-#include "core/parallel.h"
+#include "tapeformer/core/parallel.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
@@ -13,8 +13,8 @@
 #include <mutex>
 #include <string>
 
-#include "core/error.h"
-#include "core/profile.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::parallel {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/profile.h"
+#include "tapeformer/core/profile.h"
 
 #include <algorithm>
 #include <chrono>

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

@@ -1,8 +1,8 @@
-#include "core/rng.h"
+#include "tapeformer/core/rng.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

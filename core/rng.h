@@ -14,8 +14,8 @@
 #include <array>
 #include <cstdint>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/tensor.h"
 
 namespace tapeformer {
 

@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

@@ -1,10 +1,10 @@
-#include "core/shape.h"
+#include "tapeformer/core/shape.h"
 
 #include <algorithm>
 #include <ostream>
 #include <sstream>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

@@ -1,4 +1,4 @@
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 #include <malloc.h>
 
@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

@@ -1,11 +1,11 @@
-#include "core/tensor.h"
+#include "tapeformer/core/tensor.h"
 
 #include <algorithm>
 #include <cstring>
 #include <ostream>
 
-#include "core/error.h"
-#include "core/kernels/copy.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/copy.h"
 
 namespace tapeformer {
 

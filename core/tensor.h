@@ -15,8 +15,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/shape.h"
-#include "core/storage.h"
+#include "tapeformer/core/shape.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer {
 

@@ -1,4 +1,4 @@
-#include "data/corpus.h"
+#include "tapeformer/data/corpus.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tapeformer/data/tokenizer.h"
 
 namespace tapeformer {
 

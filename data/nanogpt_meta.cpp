@@ -1,4 +1,4 @@
-#include "data/nanogpt_meta.h"
+#include "tapeformer/data/nanogpt_meta.h"
 
 #include <cstring>
 #include <fstream>
@@ -7,8 +7,8 @@
 #include <variant>
 #include <vector>
 
-#include "core/error.h"
-#include "data/utf8.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/utf8.h"
 
 namespace tapeformer {
 namespace {

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "data/tokenizer.h"
+#include "tapeformer/data/tokenizer.h"
 
 namespace tapeformer {
 

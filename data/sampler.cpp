@@ -1,8 +1,8 @@
-#include "data/sampler.h"
+#include "tapeformer/data/sampler.h"
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
-#include "core/tensor.h"
-#include "data/token_file.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/core/tensor.h"
+#include "tapeformer/data/token_file.h"
 
 namespace tapeformer {
 

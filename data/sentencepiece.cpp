@@ -1,4 +1,4 @@
-#include "data/sentencepiece.h"
+#include "tapeformer/data/sentencepiece.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -7,10 +7,10 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/rng.h"
-#include "data/utf8.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/data/utf8.h"
 
 namespace tapeformer {
 namespace {

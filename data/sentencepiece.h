@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tapeformer/data/tokenizer.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;

@@ -1,9 +1,9 @@
-#include "data/tasks.h"
+#include "tapeformer/data/tasks.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

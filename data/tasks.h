@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/rng.h"
-#include "data/sampler.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/data/sampler.h"
 
 namespace tapeformer {
 

@@ -1,4 +1,4 @@
-#include "data/token_file.h"
+#include "tapeformer/data/token_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,9 +11,9 @@
 #include <fstream>
 #include <set>
 
-#include "core/error.h"
-#include "data/tokenizer.h"
-#include "data/utf8.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/data/utf8.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;

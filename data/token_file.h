@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tapeformer/data/tokenizer.h"
 
 namespace tapeformer {
 

@@ -1,9 +1,9 @@
-#include "data/tokenizer.h"
+#include "tapeformer/data/tokenizer.h"
 
 #include <algorithm>
 #include <set>
 
-#include "data/sentencepiece.h"
+#include "tapeformer/data/sentencepiece.h"
 
 namespace tapeformer {
 namespace {

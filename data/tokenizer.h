@@ -35,10 +35,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/serialize.h"
-#include "data/utf8.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/registry.h"
+#include "tapeformer/core/serialize.h"
+#include "tapeformer/data/utf8.h"
 
 namespace tapeformer {
 

@@ -1,8 +1,8 @@
-#include "data/utf8.h"
+#include "tapeformer/data/utf8.h"
 
 #include <cstdio>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

@@ -26,13 +26,13 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "data/tasks.h"
-#include "layers/attention/lsh.h"
-#include "train/build.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/data/tasks.h"
+#include "tapeformer/layers/attention/lsh.h"
+#include "tapeformer/train/build.h"
 #include "examples/task_loop.h"
-#include "train/metrics.h"
+#include "tapeformer/train/metrics.h"
 
 using namespace tapeformer;
 

@@ -6,11 +6,11 @@
 //   ./build/examples/custom_op        # prints the gradcheck verdict, exits 1 on failure
 #include <cstdio>
 
-#include "autograd/function.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/eigen.h"
-#include "core/kernels/elementwise.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/elementwise.h"
 
 using namespace tapeformer;
 

@@ -20,15 +20,15 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
+#include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "layers/attention/linformer.h"
-#include "layers/basic.h"
-#include "layers/block/standard.h"
-#include "optim/clip.h"
-#include "train/build.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/layers/attention/linformer.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/block/standard.h"
+#include "tapeformer/optim/clip.h"
+#include "tapeformer/train/build.h"
 
 using namespace tapeformer;
 

@@ -16,10 +16,10 @@
 #include <memory>
 #include <string>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "train/build.h"
-#include "train/metrics.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/train/build.h"
+#include "tapeformer/train/metrics.h"
 
 namespace tapeformer {
 

@@ -1,4 +1,4 @@
-#include "layers/activations.h"
+#include "tapeformer/layers/activations.h"
 
 namespace tapeformer {
 

@@ -14,8 +14,8 @@
 #include <optional>
 #include <string>
 
-#include "autograd/ops.h"
-#include "core/registry.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/registry.h"
 
 namespace tapeformer {
 

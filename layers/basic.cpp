@@ -1,6 +1,6 @@
-#include "layers/basic.h"
+#include "tapeformer/layers/basic.h"
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

@@ -9,8 +9,8 @@
 // transpose when comparing with PyTorch's [out, in].
 #pragma once
 
-#include "autograd/ops.h"
-#include "layers/module.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/layers/module.h"
 
 namespace tapeformer {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

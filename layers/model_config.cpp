@@ -1,14 +1,14 @@
-#include "layers/model_config.h"
+#include "tapeformer/layers/model_config.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "core/error.h"
-#include "layers/activations.h"
-#include "layers/attention/attention.h"
-#include "layers/basic.h"
-#include "layers/block/block.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/activations.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 

@@ -23,7 +23,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/kernels/activation.h"
+#include "tapeformer/core/kernels/activation.h"
 
 namespace tapeformer {
 

@@ -1,10 +1,10 @@
-#include "layers/module.h"
+#include "tapeformer/layers/module.h"
 
 #include <algorithm>
 #include <set>
 
-#include "autograd/ops.h"
-#include "core/error.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

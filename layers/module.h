@@ -25,7 +25,7 @@
 #include <functional>
 #include <vector>
 
-#include "autograd/var.h"
+#include "tapeformer/autograd/var.h"
 
 namespace tapeformer {
 

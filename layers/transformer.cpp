@@ -1,8 +1,8 @@
-#include "layers/transformer.h"
+#include "tapeformer/layers/transformer.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

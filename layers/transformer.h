@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "layers/attention/attention.h"
-#include "layers/basic.h"
-#include "layers/block/block.h"
-#include "layers/block/standard.h"
-#include "layers/model_config.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/block/standard.h"
+#include "tapeformer/layers/model_config.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 

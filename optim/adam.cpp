@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/eigen.h"
-#include "core/error.h"
-#include "optim/optimizer.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/optim/optimizer.h"
 
 namespace tapeformer {
 

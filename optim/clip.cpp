@@ -1,10 +1,10 @@
-#include "optim/clip.h"
+#include "tapeformer/optim/clip.h"
 
 #include <cmath>
 
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/parallel.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
 namespace {

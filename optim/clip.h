@@ -27,7 +27,7 @@
 
 #include <vector>
 
-#include "autograd/var.h"
+#include "tapeformer/autograd/var.h"
 
 namespace tapeformer {
 

@@ -1,14 +1,14 @@
 // Optimizer base: groups, validation, the blocked parallel step, and state
 // save/restore. The update rules live in sgd.cpp and adam.cpp.
-#include "optim/optimizer.h"
+#include "tapeformer/optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 
-#include "core/error.h"
-#include "core/parallel.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
 

@@ -1,8 +1,8 @@
-#include "optim/schedule.h"
+#include "tapeformer/optim/schedule.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

@@ -1,9 +1,9 @@
 // SGD update rule (torch.optim.SGD, single-tensor path).
 #include <cmath>
 
-#include "core/eigen.h"
-#include "core/error.h"
-#include "optim/optimizer.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/optim/optimizer.h"
 
 namespace tapeformer {
 

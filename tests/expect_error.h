@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace {
 

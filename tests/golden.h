@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "tapeformer/core/tensor.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <functional>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/rng.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/core/rng.h"
 
 namespace tapeformer {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "autograd/function.h"
+#include "tapeformer/autograd/function.h"
 
 namespace tapeformer {
 

@@ -1,12 +1,12 @@
-#include "train/build.h"
+#include "tapeformer/train/build.h"
 
 #include <algorithm>
 #include <cmath>
 #include <tuple>
 
-#include "core/parallel.h"
-#include "core/profile.h"
-#include "optim/clip.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
+#include "tapeformer/optim/clip.h"
 
 namespace tapeformer {
 

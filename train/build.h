@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "core/registry.h"
-#include "optim/optimizer.h"
-#include "optim/schedule.h"
-#include "train/config.h"
-#include "train/data_parallel.h"
+#include "tapeformer/core/registry.h"
+#include "tapeformer/optim/optimizer.h"
+#include "tapeformer/optim/schedule.h"
+#include "tapeformer/train/config.h"
+#include "tapeformer/train/data_parallel.h"
 
 namespace tapeformer {
 

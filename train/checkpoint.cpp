@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "tapeformer/train/checkpoint.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -21,9 +21,9 @@
 #include <streambuf>
 #include <type_traits>
 
-#include "core/error.h"
-#include "core/serialize.h"
-#include "optim/optimizer.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/serialize.h"
+#include "tapeformer/optim/optimizer.h"
 
 namespace tapeformer {
 namespace {

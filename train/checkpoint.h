@@ -14,8 +14,8 @@
 
 #include <string>
 
-#include "core/rng.h"
-#include "layers/module.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/layers/module.h"
 
 namespace tapeformer {
 

@@ -1,4 +1,4 @@
-#include "train/commands.h"
+#include "tapeformer/train/commands.h"
 
 #include <unistd.h>
 
@@ -6,14 +6,14 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "core/error.h"
-#include "data/corpus.h"
-#include "data/token_file.h"
-#include "data/tokenizer.h"
-#include "train/export.h"
-#include "train/checkpoint.h"
-#include "train/process_group.h"
-#include "train/trainer.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/token_file.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/train/export.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/process_group.h"
+#include "tapeformer/train/trainer.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;

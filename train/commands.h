@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
-#include "layers/transformer.h"
-#include "train/config.h"
-#include "train/sample.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/config.h"
+#include "tapeformer/train/sample.h"
 
 namespace tapeformer {
 

@@ -1,4 +1,4 @@
-#include "train/config.h"
+#include "tapeformer/train/config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
-#include "data/utf8.h"
-#include "optim/optimizer.h"
-#include "train/build.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/utf8.h"
+#include "tapeformer/optim/optimizer.h"
+#include "tapeformer/train/build.h"
 
 namespace tapeformer {
 namespace {

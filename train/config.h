@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
-#include "layers/transformer.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/layers/transformer.h"
 
 namespace tapeformer {
 

@@ -1,15 +1,15 @@
-#include "train/data_parallel.h"
+#include "tapeformer/train/data_parallel.h"
 
 #include <algorithm>
 #include <optional>
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/profile.h"
-#include "core/storage.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer {
 

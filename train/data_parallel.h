@@ -43,10 +43,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/rng.h"
-#include "data/sampler.h"
-#include "layers/transformer.h"
-#include "train/process_group.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/data/sampler.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/process_group.h"
 
 namespace tapeformer {
 

@@ -1,4 +1,4 @@
-#include "train/export.h"
+#include "tapeformer/train/export.h"
 
 #include <cstring>
 #include <fstream>
@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "train/checkpoint.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/train/checkpoint.h"
 
 namespace tapeformer {
 namespace {

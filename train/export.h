@@ -18,7 +18,7 @@
 
 #include <string>
 
-#include "layers/transformer.h"
+#include "tapeformer/layers/transformer.h"
 
 namespace tapeformer {
 

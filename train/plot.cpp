@@ -1,4 +1,4 @@
-#include "train/plot.h"
+#include "tapeformer/train/plot.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 
 #include <unistd.h>
 
-#include "core/error.h"
-#include "train/metrics.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/train/metrics.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;

@@ -1,10 +1,10 @@
 // ProcessGroup over MPI (TAPEFORMER_MPI), or the refusal without it.
-#include "train/process_group.h"
+#include "tapeformer/train/process_group.h"
 
 #include <cstdlib>
 #include <mutex>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 #ifdef TAPEFORMER_HAVE_MPI
 #include <mpi.h>

@@ -1,11 +1,11 @@
-#include "train/profile_report.h"
+#include "tapeformer/train/profile_report.h"
 
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer {
 namespace {

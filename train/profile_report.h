@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "core/profile.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer {
 

@@ -1,10 +1,10 @@
-#include "train/sample.h"
+#include "tapeformer/train/sample.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

@@ -24,7 +24,7 @@
 #include <functional>
 #include <vector>
 
-#include "layers/transformer.h"
+#include "tapeformer/layers/transformer.h"
 
 namespace tapeformer {
 

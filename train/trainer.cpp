@@ -1,4 +1,4 @@
-#include "train/trainer.h"
+#include "tapeformer/train/trainer.h"
 
 #include <cereal/types/array.hpp>
 #include <cereal/types/vector.hpp>
@@ -15,20 +15,20 @@
 
 #include <csignal>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/serialize.h"
-#include "data/corpus.h"
-#include "data/nanogpt_meta.h"
-#include "data/token_file.h"
-#include "data/sampler.h"
-#include "data/tokenizer.h"
-#include "train/build.h"
-#include "train/checkpoint.h"
-#include "train/data_parallel.h"
-#include "train/metrics.h"
-#include "train/process_group.h"
-#include "train/profile_report.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/serialize.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/nanogpt_meta.h"
+#include "tapeformer/data/token_file.h"
+#include "tapeformer/data/sampler.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/train/build.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/data_parallel.h"
+#include "tapeformer/train/metrics.h"
+#include "tapeformer/train/process_group.h"
+#include "tapeformer/train/profile_report.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;

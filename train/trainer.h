@@ -23,8 +23,8 @@
 #include <memory>
 #include <string>
 
-#include "core/error.h"
-#include "train/config.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/train/config.h"
 
 namespace tapeformer {
 

@@ -1,8 +1,8 @@
 // Fused causal self-attention, written with the public Function API.
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/kernels/attention.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/attention.h"
 
 namespace tapeformer {
 namespace {

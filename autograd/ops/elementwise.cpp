@@ -3,13 +3,13 @@
 #include <cmath>
 #include <tuple>
 
-#include "autograd/ops.h"
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/kernels/activation.h"
-#include "core/kernels/elementwise.h"
-#include "core/kernels/reduce.h"
-#include "core/parallel.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/activation.h"
+#include "tapeformer/core/kernels/elementwise.h"
+#include "tapeformer/core/kernels/reduce.h"
+#include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
 namespace {

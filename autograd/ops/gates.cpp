@@ -1,9 +1,9 @@
 // GTrXL's GRU-type gate (Parisotto et al. 2020 §3.2, SPEC §5.2) as one op with
 // the hand-derived backward of SPEC §5.2: one tape entry instead of the
 // fifteen a composition records, and no intermediate kept but r, z and h.
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "core/error.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

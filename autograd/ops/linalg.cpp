@@ -1,10 +1,10 @@
 // Batched matrix product.
-#include "autograd/ops.h"
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/kernels/matmul.h"
-#include "core/kernels/reduce.h"
-#include "core/parallel.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/reduce.h"
+#include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
 namespace {

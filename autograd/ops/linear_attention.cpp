@@ -6,11 +6,11 @@
 // attention is composed of ops.
 #include <cmath>
 
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/kernels/favor.h"
-#include "core/kernels/linear_attention.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/favor.h"
+#include "tapeformer/core/kernels/linear_attention.h"
 
 namespace tapeformer {
 namespace {

@@ -1,11 +1,11 @@
 // Neural-network ops with fused kernels: softmax family, norms, cross-entropy, embedding.
 #include <cstring>
 
-#include "autograd/ops.h"
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/kernels/norm.h"
-#include "core/kernels/softmax.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/norm.h"
+#include "tapeformer/core/kernels/softmax.h"
 
 namespace tapeformer {
 namespace {

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/parallel.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
 namespace {

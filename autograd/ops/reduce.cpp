@@ -1,9 +1,9 @@
 // Reductions: sum, mean, max over axes; cumsum.
 #include <algorithm>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/kernels/reduce.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/reduce.h"
 
 namespace tapeformer {
 namespace {

@@ -1,9 +1,9 @@
 // Shape ops: views and copies that move elements without arithmetic.
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/parallel.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
 

@@ -2,10 +2,10 @@
 // tape keeps q, k, v, y and the row log-sum-exp, never the T x T probabilities.
 #include <unordered_map>
 
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/kernels/flash_attention.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/flash_attention.h"
 
 namespace tapeformer {
 namespace {

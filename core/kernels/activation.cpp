@@ -1,4 +1,4 @@
-#include "core/kernels/activation_packet.h"
+#include "tapeformer/core/kernels/activation_packet.h"
 
 #include <algorithm>
 

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer {
 

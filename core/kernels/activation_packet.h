@@ -2,8 +2,8 @@
 // GEMM epilogue. Internal to core/kernels.
 #pragma once
 
-#include "core/eigen.h"
-#include "core/kernels/activation.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/activation.h"
 
 namespace tapeformer::kernels {
 

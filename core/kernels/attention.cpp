@@ -1,15 +1,15 @@
-#include "core/kernels/attention.h"
+#include "tapeformer/core/kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "core/eigen.h"
-#include "core/kernels/copy.h"
-#include "core/kernels/matmul.h"
-#include "core/parallel.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/copy.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
 

@@ -1,9 +1,9 @@
-#include "core/kernels/copy.h"
+#include "tapeformer/core/kernels/copy.h"
 
 #include <cstring>
 
-#include "core/eigen.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

@@ -1,8 +1,8 @@
 // Strided copy: the one routine that turns any view into a dense array.
 #pragma once
 
-#include "core/shape.h"
-#include "core/storage.h"
+#include "tapeformer/core/shape.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
 

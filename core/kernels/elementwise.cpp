@@ -1,7 +1,7 @@
-#include "core/kernels/elementwise.h"
+#include "tapeformer/core/kernels/elementwise.h"
 
-#include "core/eigen.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 

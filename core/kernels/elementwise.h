@@ -10,10 +10,10 @@
 
 #include <utility>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/tensor.h"
-#include "core/profile.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/tensor.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 

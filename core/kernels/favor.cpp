@@ -1,14 +1,14 @@
-#include "core/kernels/favor.h"
+#include "tapeformer/core/kernels/favor.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "core/eigen.h"
-#include "core/kernels/vector_loops.h"
-#include "core/parallel.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/vector_loops.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

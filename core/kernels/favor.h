@@ -25,7 +25,7 @@
 
 #include <cstdint>
 
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
 

@@ -1,18 +1,18 @@
-#include "core/kernels/flash_attention.h"
+#include "tapeformer/core/kernels/flash_attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/kernels/copy.h"
-#include "core/kernels/matmul.h"
-#include "core/parallel.h"
-#include "core/rng.h"
-#include "core/shape.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/copy.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/core/shape.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
 

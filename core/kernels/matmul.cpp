@@ -1,4 +1,4 @@
-#include "core/kernels/matmul.h"
+#include "tapeformer/core/kernels/matmul.h"
 
 #include <unistd.h>
 
@@ -6,11 +6,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/kernels/activation_packet.h"
-#include "core/parallel.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/activation_packet.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

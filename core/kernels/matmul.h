@@ -2,8 +2,8 @@
 // case), Eigen's GEMM otherwise; parallelised over batch x row blocks.
 #pragma once
 
-#include "core/kernels/activation.h"
-#include "core/tensor.h"
+#include "tapeformer/core/kernels/activation.h"
+#include "tapeformer/core/tensor.h"
 
 namespace tapeformer::kernels {
 

@@ -1,12 +1,12 @@
-#include "core/kernels/norm.h"
+#include "tapeformer/core/kernels/norm.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/eigen.h"
-#include "core/parallel.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

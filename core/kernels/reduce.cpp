@@ -1,13 +1,13 @@
-#include "core/kernels/reduce.h"
+#include "tapeformer/core/kernels/reduce.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/eigen.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "core/tensor.h"
+#include "tapeformer/core/tensor.h"
 
 namespace tapeformer::kernels {
 

@@ -1,13 +1,13 @@
-#include "core/kernels/softmax.h"
+#include "tapeformer/core/kernels/softmax.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/eigen.h"
-#include "core/kernels/vector_loops.h"
-#include "core/parallel.h"
-#include "core/profile.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/vector_loops.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
 
 namespace tapeformer::kernels {
 namespace {

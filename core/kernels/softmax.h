@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/storage.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
 

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "core/eigen.h"
+#include "tapeformer/core/eigen.h"
 
 namespace tapeformer::kernels::vec {
 

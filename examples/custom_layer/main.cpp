@@ -13,13 +13,13 @@
 
 #include <unistd.h>
 
-#include "autograd/function.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "layers/block/sequential.h"
-#include "layers/block/standard.h"
-#include "layers/transformer.h"
-#include "train/trainer.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/layers/block/sequential.h"
+#include "tapeformer/layers/block/standard.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/trainer.h"
 
 using namespace tapeformer;
 namespace fs = std::filesystem;

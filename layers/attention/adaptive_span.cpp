@@ -1,12 +1,12 @@
-#include "layers/attention/adaptive_span.h"
+#include "tapeformer/layers/attention/adaptive_span.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/error.h"
-#include "layers/attention/softmax.h"
-#include "layers/attention/sparse.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/attention/softmax.h"
+#include "tapeformer/layers/attention/sparse.h"
 
 namespace tapeformer {
 

@@ -1,13 +1,13 @@
-#include "layers/attention/linear.h"
+#include "tapeformer/layers/attention/linear.h"
 
 #include <cmath>
 #include <limits>
 
 #include <Eigen/QR>
 
-#include "core/error.h"
-#include "core/kernels/favor.h"
-#include "core/kernels/linear_attention.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/favor.h"
+#include "tapeformer/core/kernels/linear_attention.h"
 
 namespace tapeformer {
 

@@ -37,8 +37,8 @@
 #include <memory>
 #include <string>
 
-#include "layers/attention/attention.h"
-#include "layers/basic.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
 

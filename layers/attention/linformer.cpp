@@ -1,8 +1,8 @@
-#include "layers/attention/linformer.h"
+#include "tapeformer/layers/attention/linformer.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

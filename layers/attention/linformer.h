@@ -22,8 +22,8 @@
 #include <memory>
 #include <string>
 
-#include "layers/attention/attention.h"
-#include "layers/basic.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
 

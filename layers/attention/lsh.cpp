@@ -1,13 +1,13 @@
-#include "layers/attention/lsh.h"
+#include "tapeformer/layers/attention/lsh.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "core/error.h"
-#include "core/kernels/matmul.h"
-#include "core/parallel.h"
-#include "layers/attention/sparse.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/layers/attention/sparse.h"
 
 namespace tapeformer {
 namespace {

@@ -28,9 +28,9 @@
 #include <memory>
 #include <string>
 
-#include "layers/attention/attention.h"
-#include "layers/attention/sparse.h"
-#include "layers/basic.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/sparse.h"
+#include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
 

@@ -1,10 +1,10 @@
 // The table of attention kinds, and what every kind shares: the Attention
 // base and the head merge.
-#include "layers/attention/attention.h"
+#include "tapeformer/layers/attention/attention.h"
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "layers/attention/sparse.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/layers/attention/sparse.h"
 
 namespace tapeformer {
 

@@ -1,11 +1,11 @@
-#include "layers/attention/softmax.h"
+#include "tapeformer/layers/attention/softmax.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
-#include "layers/attention/sparse.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/attention/sparse.h"
 
 namespace tapeformer {
 namespace {

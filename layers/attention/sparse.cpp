@@ -1,12 +1,12 @@
-#include "layers/attention/sparse.h"
+#include "tapeformer/layers/attention/sparse.h"
 
 #include <algorithm>
 #include <mutex>
 #include <set>
 
-#include "core/error.h"
-#include "core/rng.h"
-#include "layers/attention/softmax.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/layers/attention/softmax.h"
 
 namespace tapeformer {
 

@@ -42,9 +42,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/kernels/flash_attention.h"
-#include "core/registry.h"
-#include "layers/attention/attention.h"
+#include "tapeformer/core/kernels/flash_attention.h"
+#include "tapeformer/core/registry.h"
+#include "tapeformer/layers/attention/attention.h"
 
 namespace tapeformer {
 

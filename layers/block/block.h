@@ -30,12 +30,12 @@
 #include <string>
 #include <vector>
 
-#include "core/registry.h"
-#include "core/rng.h"
-#include "layers/inference_state.h"
-#include "layers/model_config.h"
-#include "layers/module.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/core/registry.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/layers/inference_state.h"
+#include "tapeformer/layers/model_config.h"
+#include "tapeformer/layers/module.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 

@@ -1,7 +1,7 @@
-#include "layers/block/gates.h"
+#include "tapeformer/layers/block/gates.h"
 
-#include "autograd/ops.h"
-#include "layers/basic.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
 namespace {

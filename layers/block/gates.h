@@ -21,9 +21,9 @@
 #include <memory>
 #include <string>
 
-#include "core/registry.h"
-#include "core/rng.h"
-#include "layers/module.h"
+#include "tapeformer/core/registry.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/layers/module.h"
 
 namespace tapeformer {
 

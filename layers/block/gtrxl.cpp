@@ -1,9 +1,9 @@
-#include "layers/block/gtrxl.h"
+#include "tapeformer/layers/block/gtrxl.h"
 
 #include <cmath>
 #include <string>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

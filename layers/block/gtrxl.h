@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
-#include "layers/block/gates.h"
-#include "layers/block/standard.h"
+#include "tapeformer/layers/block/gates.h"
+#include "tapeformer/layers/block/standard.h"
 
 namespace tapeformer {
 

@@ -6,7 +6,7 @@
 // The same layers (and checkpoint keys) as the standard stack; only the
 // place of the norms differs, so no identity path runs from the embeddings
 // to the output.
-#include "layers/block/standard.h"
+#include "tapeformer/layers/block/standard.h"
 
 namespace tapeformer {
 namespace {

@@ -1,8 +1,8 @@
 // The table of block kinds.
-#include "layers/block/block.h"
+#include "tapeformer/layers/block/block.h"
 
-#include "autograd/ops.h"
-#include "core/error.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

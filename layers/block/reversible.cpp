@@ -1,11 +1,11 @@
-#include "layers/block/reversible.h"
+#include "tapeformer/layers/block/reversible.h"
 
 #include <algorithm>
 #include <string>
 
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "core/error.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 namespace {

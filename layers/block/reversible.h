@@ -26,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "layers/block/standard.h"
+#include "tapeformer/layers/block/standard.h"
 
 namespace tapeformer {
 

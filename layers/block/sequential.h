@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "layers/block/block.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/block/block.h"
 
 namespace tapeformer {
 

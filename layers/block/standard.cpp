@@ -1,8 +1,8 @@
-#include "layers/block/standard.h"
+#include "tapeformer/layers/block/standard.h"
 
 #include <string>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 namespace tapeformer {
 

@@ -12,11 +12,11 @@
 #include <memory>
 #include <vector>
 
-#include "layers/activations.h"
-#include "layers/attention/attention.h"
-#include "layers/basic.h"
-#include "layers/block/block.h"
-#include "layers/block/sequential.h"
+#include "tapeformer/layers/activations.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/block/sequential.h"
 
 namespace tapeformer {
 

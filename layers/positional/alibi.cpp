@@ -3,8 +3,8 @@
 // j; nothing is added to the embeddings and nothing is learned.
 #include <cmath>
 
-#include "core/error.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 

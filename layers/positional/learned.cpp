@@ -1,9 +1,9 @@
 // "learned": a table of block_size learned position vectors added to the
 // token embeddings (GPT-2 / nanoGPT), N(0, 0.02) at init.
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "layers/basic.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 namespace {

@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
-#include "core/registry.h"
-#include "core/rng.h"
-#include "layers/model_config.h"
-#include "layers/module.h"
+#include "tapeformer/core/registry.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/layers/model_config.h"
+#include "tapeformer/layers/module.h"
 
 namespace tapeformer {
 

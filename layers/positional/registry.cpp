@@ -1,5 +1,5 @@
 // The table of positional schemes.
-#include "layers/positional/positional.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 

@@ -2,8 +2,8 @@
 // rotates the pairs (2k, 2k+1) of q and k at position p by p * 10000^(-2k/D),
 // so q_m . k_n depends on m - n only. Values are not rotated; nothing is added
 // to the embeddings.
-#include "autograd/ops.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 namespace {

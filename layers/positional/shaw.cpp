@@ -5,10 +5,10 @@
 //   e_ij = q_i . (k_j + a^K_o) / sqrt(D),  z_i = sum_j alpha_ij (v_j + a^V_o).
 // Computed as q a^K^T for the 2K + 1 offsets, gathered by offset, and the
 // probabilities summed into 2K + 1 bins times a^V (SPEC §6's efficient form).
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "layers/basic.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 namespace {

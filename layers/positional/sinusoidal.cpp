@@ -5,9 +5,9 @@
 // C^-1/2 play against a unit-amplitude table.
 #include <cmath>
 
-#include "autograd/ops.h"
-#include "layers/basic.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 namespace {

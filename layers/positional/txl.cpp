@@ -19,10 +19,10 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "layers/basic.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/basic.h"
+#include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 namespace {

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/function.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/parallel.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
 #include "expect_error.h"
 
 using namespace tapeformer;

@@ -8,12 +8,12 @@
 #include <cstring>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/kernels/favor.h"
-#include "core/parallel.h"
-#include "core/rng.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/kernels/favor.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
 #include "golden.h"
-#include "layers/attention/linear.h"
+#include "tapeformer/layers/attention/linear.h"
 
 using namespace tapeformer;
 

@@ -2,11 +2,11 @@
 // gradcheck catches a wrong backward.
 #include <doctest/doctest.h>
 
-#include "autograd/function.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/eigen.h"
-#include "core/kernels/elementwise.h"
+#include "tapeformer/autograd/function.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/elementwise.h"
 
 using namespace tapeformer;
 

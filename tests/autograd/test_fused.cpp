@@ -7,8 +7,8 @@
 #include <cmath>
 #include <functional>
 
-#include "autograd/ops.h"
-#include "core/rng.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/rng.h"
 #include "golden.h"
 
 using namespace tapeformer;

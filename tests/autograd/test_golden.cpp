@@ -36,11 +36,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/error.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/attention/sparse.h"
+#include "tapeformer/layers/attention/sparse.h"
 
 using namespace tapeformer;
 

@@ -11,9 +11,9 @@
 #include <set>
 #include <sstream>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "layers/attention/sparse.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/layers/attention/sparse.h"
 #include "scale_gradient.h"
 
 using namespace tapeformer;

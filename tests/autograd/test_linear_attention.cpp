@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/kernels/linear_attention.h"
-#include "core/parallel.h"
-#include "core/rng.h"
-#include "core/storage.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/linear_attention.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/core/storage.h"
 #include "expect_error.h"
 #include "golden.h"
 #include "op_runs.h"

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/rng.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
 #include "golden.h"
 #include "op_runs.h"
-#include "layers/attention/sparse.h"
+#include "tapeformer/layers/attention/sparse.h"
 
 using namespace tapeformer;
 

@@ -6,13 +6,13 @@
 #include <cmath>
 #include <vector>
 
-#include "core/kernels/activation.h"
-#include "core/kernels/attention.h"
-#include "core/kernels/matmul.h"
-#include "core/kernels/norm.h"
-#include "core/parallel.h"
-#include "core/rng.h"
-#include "core/tensor.h"
+#include "tapeformer/core/kernels/activation.h"
+#include "tapeformer/core/kernels/attention.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/norm.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/core/tensor.h"
 
 using namespace tapeformer;
 

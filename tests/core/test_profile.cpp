@@ -6,8 +6,8 @@
 #include <chrono>
 #include <thread>
 
-#include "core/parallel.h"
-#include "core/profile.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
 
 using namespace tapeformer;
 

@@ -7,9 +7,9 @@
 #include <mutex>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/rng.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
 #include "sampling_stats.h"
 
 using namespace tapeformer;

@@ -2,8 +2,8 @@
 
 #include <sstream>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/tensor.h"
 
 using namespace tapeformer;
 

@@ -10,13 +10,13 @@
 #include <sstream>
 #include <tuple>
 
-#include "core/error.h"
-#include "core/serialize.h"
-#include "data/corpus.h"
-#include "data/sampler.h"
-#include "data/tasks.h"
-#include "data/token_file.h"
-#include "data/tokenizer.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/serialize.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/sampler.h"
+#include "tapeformer/data/tasks.h"
+#include "tapeformer/data/token_file.h"
+#include "tapeformer/data/tokenizer.h"
 #include "temp_dir.h"
 
 using namespace tapeformer;

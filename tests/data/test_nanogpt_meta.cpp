@@ -5,10 +5,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
-#include "data/corpus.h"
-#include "data/nanogpt_meta.h"
-#include "data/token_file.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/nanogpt_meta.h"
+#include "tapeformer/data/token_file.h"
 #include "temp_dir.h"
 
 using namespace tapeformer;

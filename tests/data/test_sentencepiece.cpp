@@ -7,13 +7,13 @@
 #include <set>
 #include <vector>
 
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/rng.h"
-#include "data/corpus.h"
-#include "data/sentencepiece.h"
-#include "data/token_file.h"
-#include "data/tokenizer.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/core/rng.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/sentencepiece.h"
+#include "tapeformer/data/token_file.h"
+#include "tapeformer/data/tokenizer.h"
 #include "temp_dir.h"
 
 using namespace tapeformer;

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tapeformer/data/tokenizer.h"
 #include "fuzz.h"
 #include "temp_dir.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/config.h"
 
 namespace {
 

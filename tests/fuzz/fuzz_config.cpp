@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fuzz.h"
-#include "train/config.h"
+#include "tapeformer/train/config.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.h"
-#include "data/utf8.h"
+#include "tapeformer/data/tokenizer.h"
+#include "tapeformer/data/utf8.h"
 #include "fuzz.h"
 
 namespace {

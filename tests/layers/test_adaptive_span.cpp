@@ -3,10 +3,10 @@
 // loss, logged, and far keys are not computed.
 #include <doctest/doctest.h>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/attention/adaptive_span.h"
-#include "layers/attention/softmax.h"
+#include "tapeformer/layers/attention/adaptive_span.h"
+#include "tapeformer/layers/attention/softmax.h"
 
 using namespace tapeformer;
 

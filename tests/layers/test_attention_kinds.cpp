@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.h"
-#include "core/error.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/attention/attention.h"
-#include "layers/block/block.h"
-#include "layers/transformer.h"
-#include "train/sample.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/sample.h"
 
 using namespace tapeformer;
 

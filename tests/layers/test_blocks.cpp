@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/error.h"
-#include "core/storage.h"
-#include "autograd/gradcheck.h"
-#include "layers/block/gtrxl.h"
-#include "layers/block/reversible.h"
-#include "layers/transformer.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/storage.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/layers/block/gtrxl.h"
+#include "tapeformer/layers/block/reversible.h"
+#include "tapeformer/layers/transformer.h"
 
 using namespace tapeformer;
 

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
-#include "autograd/gradcheck.h"
-#include "core/error.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/attention/softmax.h"
-#include "layers/transformer.h"
+#include "tapeformer/layers/attention/softmax.h"
+#include "tapeformer/layers/transformer.h"
 #include "sampling_stats.h"
 #include "scale_gradient.h"
 

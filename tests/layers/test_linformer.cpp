@@ -5,11 +5,11 @@
 
 #include <cmath>
 
-#include "autograd/gradcheck.h"
-#include "core/error.h"
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/attention/linformer.h"
-#include "layers/attention/softmax.h"
+#include "tapeformer/layers/attention/linformer.h"
+#include "tapeformer/layers/attention/softmax.h"
 
 using namespace tapeformer;
 

@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/attention/lsh.h"
+#include "tapeformer/layers/attention/lsh.h"
 
 using namespace tapeformer;
 

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/error.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/attention/softmax.h"
-#include "layers/transformer.h"
+#include "tapeformer/layers/attention/softmax.h"
+#include "tapeformer/layers/transformer.h"
 
 using namespace tapeformer;
 

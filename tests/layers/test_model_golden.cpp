@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "golden.h"
-#include "layers/transformer.h"
+#include "tapeformer/layers/transformer.h"
 
 TEST_CASE("golden: a 2-layer GPT's loss and every parameter gradient match PyTorch") {
   const Golden g = load_golden_file(std::string(TAPEFORMER_FIXTURE_DIR) + "/golden_model.txt");

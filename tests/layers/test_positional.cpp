@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/error.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
 #include "golden.h"
-#include "layers/positional/positional.h"
+#include "tapeformer/layers/positional/positional.h"
 
 using namespace tapeformer;
 

@@ -12,13 +12,13 @@
 #include <limits>
 #include <memory>
 
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "core/parallel.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
 #include "golden.h"
-#include "optim/clip.h"
-#include "optim/optimizer.h"
-#include "optim/schedule.h"
+#include "tapeformer/optim/clip.h"
+#include "tapeformer/optim/optimizer.h"
+#include "tapeformer/optim/schedule.h"
 
 namespace {
 

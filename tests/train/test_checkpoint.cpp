@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 #include "temp_dir.h"
-#include "train/checkpoint.h"
-#include "train/metrics.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/metrics.h"
 
 using namespace tapeformer;
 namespace fs = std::filesystem;

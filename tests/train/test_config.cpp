@@ -1,8 +1,8 @@
 #include <doctest/doctest.h>
 
-#include "core/error.h"
-#include "train/build.h"
-#include "train/config.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/train/build.h"
+#include "tapeformer/train/config.h"
 
 using namespace tapeformer;
 

@@ -4,11 +4,11 @@
 
 #include <cmath>
 
-#include "autograd/ops.h"
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "train/data_parallel.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/train/data_parallel.h"
 
 using namespace tapeformer;
 

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 #include "temp_dir.h"
-#include "train/export.h"
+#include "tapeformer/train/export.h"
 
 using namespace tapeformer;
 

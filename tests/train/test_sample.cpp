@@ -5,9 +5,9 @@
 #include <limits>
 #include <map>
 
-#include "core/error.h"
+#include "tapeformer/core/error.h"
 #include "sampling_stats.h"
-#include "train/sample.h"
+#include "tapeformer/train/sample.h"
 
 using namespace tapeformer;
 

@@ -10,13 +10,13 @@
 #include <functional>
 #include <sstream>
 
-#include "core/error.h"
-#include "data/corpus.h"
-#include "data/token_file.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/token_file.h"
 #include "temp_dir.h"
-#include "train/checkpoint.h"
-#include "train/commands.h"
-#include "train/trainer.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/commands.h"
+#include "tapeformer/train/trainer.h"
 
 using namespace tapeformer;
 namespace fs = std::filesystem;
