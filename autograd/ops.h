@@ -39,6 +39,7 @@ Var relu(const Var& x);                     // max(x, 0)        dx = g [x > 0]
 // 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi) (GPT-2's tanh approximation)
 //                                           dx = g (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2))
 Var gelu(const Var& x);
+Var silu(const Var& x);                     // x sigmoid(x) (swish)   dx = g s (1 + x (1 - s)), s = sigmoid(x)
 Var elu(const Var& x, Scalar alpha = 1);    // x > 0 ? x : a (e^x - 1)   dx = g (x > 0 ? 1 : y + a)
 // cond != 0 ? a : b (cond, a, b broadcast together)   da = g cond, db = g (1 - cond)
 Var where(const Tensor& cond, const Var& a, const Var& b);
@@ -106,8 +107,8 @@ Var matmul(const Var& a, const Var& b);
 //   dx = g W^T, dW = x^T g, db = sum over rows of g
 Var linear(const Var& x, const Var& weight, const Var& bias);
 // A two-layer MLP as one op: h W2 [F, N] + b2 -> [..., N] with h = act(z), z = x [..., C] W1 [C, F] + b1;
-// biases may be undefined. act (GELU or ReLU) runs in the first GEMM's epilogue, which also keeps act'(z);
-// the same numbers as linear(gelu-or-relu(linear(x, W1, b1)), W2, b2).
+// biases may be undefined. act (GELU, ReLU or SiLU) runs in the first GEMM's epilogue, which also keeps
+// act'(z); the same numbers as linear(act(linear(x, W1, b1)), W2, b2) with the gelu, relu or silu op.
 //   dz = (g W2^T) act'(z) (in that GEMM's epilogue), dx = dz W1^T, dW1 = x^T dz, db1 = sum dz,
 //   dW2 = h^T g, db2 = sum g
 Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2, Activation act);

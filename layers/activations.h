@@ -2,12 +2,12 @@
 //
 //   activation_kinds().add({"squared_relu", "relu(x)^2", std::nullopt,
 //                           [](const Var& x) { const Var r = relu(x); return mul(r, r); }});
-//   cfg.activation = "squared_relu";   // every FeedForward of the model uses it
+//   cfg.activation = "squared_relu";   // the standard MLP of every layer uses it (layers/mlp.h)
 //
 // A kind with a `fused` counterpart runs inside the fused feed_forward op
 // (one GEMM epilogue, autograd/ops.h); the others compose `apply` from ops
 // between the two Linear layers (the same math, more memory).
-// Built in: "gelu" (tanh form, fused), "relu" (fused), "silu" (x sigmoid(x)).
+// Built in: "gelu" (tanh form), "relu", "silu" (x sigmoid(x)), all fused.
 #pragma once
 
 #include <functional>

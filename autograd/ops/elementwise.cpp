@@ -221,6 +221,8 @@ Var relu(const Var& x) { return activation(x, Activation::Relu, "relu"); }
 
 Var gelu(const Var& x) { return activation(x, Activation::Gelu, "gelu"); }
 
+Var silu(const Var& x) { return activation(x, Activation::Silu, "silu"); }
+
 Var elu(const Var& x, Scalar alpha) {
   Tensor y = map(x.value(), [alpha](const Scalar* v, Scalar* o, int64_t n) {
     // max(x, 0) + a (e^min(x, 0) - 1): the same values as the two-branch

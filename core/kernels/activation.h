@@ -1,4 +1,4 @@
-// Activations with their derivatives: the gelu/relu ops and the GEMM
+// Activations with their derivatives: the gelu/relu/silu ops and the GEMM
 // epilogue that fuses an activation into a linear layer (feed_forward) share
 // one packet implementation (activation_packet.h).
 //
@@ -15,7 +15,7 @@
 
 namespace tapeformer {
 
-enum class Activation { Gelu, Relu };
+enum class Activation { Gelu, Relu, Silu };
 
 namespace kernels {
 

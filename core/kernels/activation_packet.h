@@ -10,6 +10,7 @@ namespace tapeformer::kernels {
 // GELU in GPT-2's tanh form, t = tanh(k (z + c z^3)) with k = sqrt(2 / pi), c = 0.044715:
 //   y = z (1 + t) / 2,   dy/dz = (1 + t) / 2 + z (1 - t^2) k (1 + 3 c z^2) / 2.
 // ReLU: y = max(z, 0), dy/dz = [z > 0].
+// SiLU (swish): s = 1 / (1 + e^-z),  y = z s,  dy/dz = s (1 + z (1 - s)).
 // y and dydx may alias z.
 inline void activate(Activation act, const eigen::Packet& z_in, eigen::Packet& y, eigen::Packet& dydx) {
   using namespace Eigen::internal;
@@ -19,6 +20,13 @@ inline void activate(Activation act, const eigen::Packet& z_in, eigen::Packet& y
     const P zero = pset1<P>(0.0f);
     dydx = pand(pcmp_lt(zero, z), pset1<P>(1.0f));
     y = pmax(z, zero);
+    return;
+  }
+  if (act == Activation::Silu) {
+    const P one = pset1<P>(1.0f);
+    const P s = pdiv(one, padd(one, pexp(pnegate(z))));  // e^-z = inf for z < -88: s = 0, y = -0
+    dydx = pmul(s, pmadd(z, psub(one, s), one));
+    y = pmul(z, s);
     return;
   }
   // Every multiply-add is an explicit pmadd and no product feeds an add:

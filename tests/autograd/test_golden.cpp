@@ -224,6 +224,10 @@ TEST_CASE("golden: gelu (tanh approximation) [3,4,5] and [5,37]") {
     run_golden(name, {"x"}, [](const Golden&, const Vars& v) { return gelu(in(v, "x")); });
 }
 
+TEST_CASE("golden: silu [5,37]") {
+  run_golden("silu_wide", {"x"}, [](const Golden&, const Vars& v) { return silu(in(v, "x")); });
+}
+
 TEST_CASE("golden: embedding [7,5] with repeated ids [3,4]") {
   run_golden("embedding", {"weight"},
              [](const Golden& g, const Vars& v) { return embedding(in(v, "weight"), g.index("ids")); });

@@ -116,6 +116,7 @@ const std::vector<Row>& table() {
       {"sigmoid", {transposed({3, 4, 5})}, [](V v) { return sigmoid(mul_scalar(v[0], 3.0f)); }},
       {"relu", {away({3, 4, 5})}, [](V v) { return relu(v[0]); }},
       {"gelu", {any({3, 4, 5})}, [](V v) { return gelu(mul_scalar(v[0], 3.0f)); }},
+      {"silu", {sliced({3, 4, 5})}, [](V v) { return silu(mul_scalar(v[0], 4.0f)); }},
       {"elu alpha=1", {away({3, 4, 5})}, [](V v) { return elu(mul_scalar(v[0], 2.0f)); }},
       {"elu alpha=0.5", {away({3, 4})}, [](V v) { return elu(v[0], 0.5f); }},
       {"where broadcast cond [4,5]", {any({3, 4, 5}), any({5})}, [](V v) { return where(mask_345(), v[0], v[1]); }},
@@ -168,6 +169,8 @@ const std::vector<Row>& table() {
        [](V v) { return feed_forward(v[0], v[1], v[2], v[3], v[4], Activation::Gelu); }},
       {"feed_forward relu no bias, transposed weights", {sliced({3, 5}), transposed({5, 7}), transposed({7, 4})},
        [](V v) { return feed_forward(v[0], v[1], Var(), v[2], Var(), Activation::Relu); }},
+      {"feed_forward silu with biases", {any({2, 3, 5}), any({5, 20}), any({20}), any({20, 6}), any({6})},
+       [](V v) { return feed_forward(v[0], v[1], v[2], v[3], v[4], Activation::Silu); }},
       {"matmul 2-D x 3-D", {sliced({3, 4}), any({2, 4, 5})}, [](V v) { return matmul(v[0], v[1]); }},
       // ---- gates ----
       {"gru_gate (B, T, C) with its weights", {any({2, 3, 4}), any({2, 3, 4}), any({4, 12}), any({4, 8}), any({4, 4}), any({4})},

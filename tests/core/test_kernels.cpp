@@ -98,7 +98,7 @@ TEST_CASE("gemm epilogues equal the plain product followed by activate_rows or a
         const kernels::MatRef bm = b_t ? kernels::MatRef{b.data(), K, N, 1, K} : kernels::MatRef{b.data(), K, N, N, 1};
         Tensor plain = Tensor::empty({M, N});
         kernels::gemm(am, bm, plain.data(), N, false, bias.data());
-        for (Activation act : {Activation::Gelu, Activation::Relu}) {
+        for (Activation act : {Activation::Gelu, Activation::Relu, Activation::Silu}) {
           Tensor want = plain.clone(), want_d = Tensor::empty({M, N});
           kernels::activate_rows(act, want.data(), want_d.data(), M * N);
           Tensor got = Tensor::empty({M, N}), got_d = Tensor::empty({M, N}), got_nod = Tensor::empty({M, N});
@@ -215,17 +215,19 @@ TEST_CASE("batched_matmul epilogues: aux offsets per batch and per row block, fo
   }
 }
 
-TEST_CASE("activate_rows: GELU (tanh form) and ReLU with their derivatives against double-precision formulas") {
+TEST_CASE("activate_rows: GELU (tanh form), ReLU and SiLU with their derivatives against double-precision formulas") {
   std::vector<Scalar> z;
   for (int i = -300; i <= 300; ++i) z.push_back(static_cast<Scalar>(i) / 50.0f);  // [-6, 6], 601: a partial packet
-  for (Activation act : {Activation::Gelu, Activation::Relu}) {
+  for (Activation act : {Activation::Gelu, Activation::Relu, Activation::Silu}) {
     std::vector<Scalar> y = z, d(z.size());
     kernels::activate_rows(act, y.data(), d.data(), static_cast<int64_t>(z.size()));
     for (size_t i = 0; i < z.size(); ++i) {
       const double x = z[i], k = std::sqrt(2.0 / M_PI), c = 0.044715, t = std::tanh(k * (x + c * x * x * x));
-      const double want_y = act == Activation::Gelu ? 0.5 * x * (1 + t) : std::max(x, 0.0);
-      const double want_d = act == Activation::Gelu ? 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x)
-                                                    : (x > 0 ? 1.0 : 0.0);
+      const double s = 1 / (1 + std::exp(-x));  // SiLU: y = x s, y' = s (1 + x (1 - s))
+      const double want_y = act == Activation::Gelu ? 0.5 * x * (1 + t) : act == Activation::Silu ? x * s : std::max(x, 0.0);
+      const double want_d = act == Activation::Gelu   ? 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x)
+                            : act == Activation::Silu ? s * (1 + x * (1 - s))
+                                                      : (x > 0 ? 1.0 : 0.0);
       CAPTURE(x);
       CHECK(y[i] == doctest::Approx(want_y).epsilon(1e-6).scale(1));
       // In float32, 1 - t^2 loses digits as t nears -1 or 1: allow 4 ulps of
@@ -233,7 +235,10 @@ TEST_CASE("activate_rows: GELU (tanh form) and ReLU with their derivatives again
       // |k (x + c x^3)| ~ 7.9 (|x| > 4.8) Eigen's tanh is exactly -1 or 1 and
       // the derivative 0 where the true one is at most 4e-6.
       const double rounding = 2.4e-7 * std::abs(0.5 * x * k * (1 + 3 * c * x * x));
-      const double tol = act == Activation::Relu ? 0.0 : std::abs(x) > 4.8 ? 4e-6 : 1e-6 * (1 + std::abs(want_d)) + rounding;
+      const double tol = act == Activation::Relu   ? 0.0
+                         : act == Activation::Silu ? 1e-6 * (1 + std::abs(x))  // s and 1 - s to float rounding, times x
+                         : std::abs(x) > 4.8       ? 4e-6
+                                                   : 1e-6 * (1 + std::abs(want_d)) + rounding;
       CHECK(std::abs(d[i] - want_d) <= tol);
     }
   }

@@ -353,7 +353,7 @@ TEST_CASE("gtrxl: parameters per gate kind, and a bad gate is refused naming mod
                        Error);
 }
 
-TEST_CASE("activations: a kind without a fused form composes its function; a program can register one by name") {
+TEST_CASE("activations: silu (fused) and a kind without a fused form equal their formula; a program registers one") {
   if (activation_kinds().find("squared_relu") == nullptr)
     activation_kinds().add({"squared_relu", "relu(x)^2", std::nullopt, [](const Var& x) {
                               const Var r = relu(x);
@@ -374,6 +374,7 @@ TEST_CASE("activations: a kind without a fused form composes its function; a pro
   }
   // Built-in fused kinds still take the fused op; a whole model of a composed kind trains by name.
   CHECK(activation_kinds().get("gelu").fused == Activation::Gelu);
+  CHECK(activation_kinds().get("silu").fused == Activation::Silu);
   ModelConfig c = stack_config("softmax", "learned", 2, 1, 0.0f);
   c.block = "standard";
   c.activation = "squared_relu";
