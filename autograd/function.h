@@ -21,6 +21,14 @@
 // in reversible blocks), open a TapeScope and call backward() on it.
 // The built-in fused attention, linear attention and reversible layers use
 // this same API.
+//
+// Memory layout. An input (and a gradient passed to backward) may be a
+// strided view: x.transpose(0, 1), a slice, a broadcast (stride 0). Its
+// data() then is not a row-major array of numel() values. Either call
+// t.contiguous() first (no copy when t already is contiguous; a row-major
+// copy otherwise) and index data() row-major, or walk t.strides(). Outputs
+// and returned gradients may be any tensor of the right shape; never write
+// into an input, it may share storage with a caller's tensor.
 #pragma once
 
 #include <memory>

@@ -308,6 +308,58 @@ TEST_CASE("gradcheck can fail: a gradient 5% off, NaN or infinite, in any input 
   }
 }
 
+TEST_CASE("extrapolate mode: every row passes, and a gradient 5% off in any input still fails") {
+  GradcheckOptions opt;
+  opt.extrapolate = true;
+  for (const Row& row : table()) {
+    Rng rng(2024);
+    std::vector<Tensor> inputs;
+    for (const In& in : row.inputs) inputs.push_back(make(in, rng));
+    opt.label = row.name;
+    const GradcheckResult r = gradcheck(row.f, inputs, opt);
+    INFO(row.name);
+    CHECK_MESSAGE(r.ok, r.message);
+    for (size_t which = 0; which < row.inputs.size(); ++which) {
+      for (Scalar k : {0.95f, 1.05f}) {
+        const GradcheckFn wrong = [&row, which, k](V v) {
+          std::vector<Var> w = v;
+          w[which] = scale_gradient(v[which], k);
+          return row.f(w);
+        };
+        INFO("input ", which, ", gradient scaled by ", k);
+        CHECK_FALSE(gradcheck(wrong, inputs, opt).ok);
+      }
+    }
+  }
+}
+
+TEST_CASE("a large scalar output: sum(x * x) over 1024 values near 10") {
+  // L is near 1e5, where float32 resolves steps of about 0.008: the fixed
+  // step's difference quotient is off by several units of the true 2x.
+  Rng rng(7);
+  std::vector<Scalar> v(1024);
+  for (auto& x : v) x = 8.0f + 4.0f * rng.uniform();  // [8, 12)
+  const Tensor x = Tensor::from({1024}, v);
+  const GradcheckFn square_sum = [](V in) { return sum(mul(in[0], in[0])); };
+  CHECK_FALSE(gradcheck(square_sum, {x.clone()}).ok);  // the false failure extrapolate mode exists for
+
+  GradcheckOptions opt;
+  opt.extrapolate = true;
+  const GradcheckResult r = gradcheck(square_sum, {x.clone()}, opt);
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(r.checked == 1024);
+  CHECK(r.max_abs_error < 0.2);  // of derivatives near 20
+  MESSAGE("sum(x * x), extrapolate: max |analytic - numeric| ", r.max_abs_error, ", float noise in L ", r.noise);
+  for (Scalar k : {0.95f, 1.05f}) {
+    const GradcheckFn wrong = [k](V in) {
+      const Var y = scale_gradient(in[0], k);
+      return sum(mul(y, y));
+    };
+    INFO("gradient scaled by ", k);
+    CHECK_FALSE(gradcheck(wrong, {x.clone()}, opt).ok);
+  }
+}
+
 TEST_CASE("gradcheck fails where the function overflows (an infinite numeric gradient is no pass)") {
   // exp(88.722) is finite in float, exp(88.723) is not: numeric = inf.
   const GradcheckResult r = gradcheck([](V v) { return exp(v[0]); }, {Tensor::full({1}, 88.722f)});
