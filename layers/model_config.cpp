@@ -8,6 +8,7 @@
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/basic.h"
 #include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/mlp.h"
 #include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
@@ -55,6 +56,7 @@ std::vector<DeclaredOption> model_options() {
   for (const AttentionKind& k : attention_kinds().kinds()) take(k.options, "model.attention \"" + k.name + "\"");
   for (const PositionalKind& k : positional_kinds().kinds()) take(k.options, "model.positional \"" + k.name + "\"");
   for (const BlockKind& k : block_kinds().kinds()) take(k.options, "model.block \"" + k.name + "\"");
+  for (const MlpKind& k : mlp_kinds().kinds()) take(k.options, "model.mlp \"" + k.name + "\"");
   return out;
 }
 
@@ -99,7 +101,10 @@ void ModelConfig::validate_kinds() const {
   const AttentionKind& attn = attention_kinds().get(attention);
   const PositionalKind& pos = positional_kinds().get(positional);
   const BlockKind& blk = block_kinds().get(block);
+  const MlpKind& ffn = mlp_kinds().get(mlp);
   activation_kinds().get(activation);  // Error naming model.activation and the known ones
+  TAPEFORMER_CHECK(ffn.reads_activation || activation == ModelConfig().activation, "model.activation = \"",
+                   activation, "\" does not apply to model.mlp \"", mlp, "\", whose activation is fixed");
   // An option only the unselected kinds read must keep its default: a value
   // set for nothing is refused, not silently ignored.
   for (const DeclaredOption& d : model_options()) {
@@ -112,12 +117,14 @@ void ModelConfig::validate_kinds() const {
         if (o.name == d.option.name) return true;
       return false;
     };
-    if (it->second == d.option.default_value || reads(attn.options) || reads(pos.options) || reads(blk.options)) continue;
+    if (it->second == d.option.default_value || reads(attn.options) || reads(pos.options) || reads(blk.options) ||
+        reads(ffn.options))
+      continue;
     std::string readers;
     for (const std::string& r : d.readers) readers += (readers.empty() ? "" : " or ") + r;
     fail("model.", d.option.name, " = ", option_to_string(it->second), " applies to ", readers,
          " only; this config selects model.attention \"", attention, "\", model.positional \"", positional,
-         "\" and model.block \"", block, "\"");
+         "\", model.block \"", block, "\" and model.mlp \"", mlp, "\"");
   }
   for (const auto& [name, value] : options) {
     bool declared = false;

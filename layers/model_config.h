@@ -46,7 +46,8 @@ struct ModelConfig {
   float dropout = 0.0f;     // on attention weights, residual branches and embeddings
   bool bias = true;         // biases in Linear and LayerNorm layers
   bool tie_weights = true;  // output head shares the token embedding matrix
-  std::string activation = "gelu";  // MLP: "gelu" (tanh form) | "relu" | "silu" (layers/activations.h)
+  std::string activation = "gelu";  // standard MLP: "gelu" (tanh form) | "relu" | "silu" (layers/activations.h)
+  std::string mlp = "standard";     // feed-forward kind: "standard" | "swiglu" | "geglu" (layers/mlp.h)
   std::string attention = "softmax";  // attention kind: "softmax" | "linear" (layers/attention/attention.h)
   std::string positional = "learned";  // "learned" | "sinusoidal" | "rope" | "alibi" | "shaw" | "txl" (layers/positional/positional.h)
   std::string block = "standard";  // how the layers are wired: "standard" | "reversible" | "post_ln" | "gtrxl" (layers/block/block.h)
@@ -64,8 +65,8 @@ struct ModelConfig {
 
   // Throws Error naming the first invalid field (vocab_size included).
   void validate() const;
-  // The attention, positional and block kinds, their options and whether
-  // they combine (everything but the sizes); Error naming the key.
+  // The attention, positional, block and MLP kinds, their options and
+  // whether they combine (everything but the sizes); Error naming the key.
   void validate_kinds() const;
 };
 

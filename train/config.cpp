@@ -45,6 +45,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("model.attention", c.model.attention);
   v("model.positional", c.model.positional);
   v("model.block", c.model.block);
+  v("model.mlp", c.model.mlp);
   // The kind-specific keys the registered kinds declare (model.feature_map, ...).
   for (const DeclaredOption& d : model_options()) {
     OptionSlot slot{&c.model.options, d.option};

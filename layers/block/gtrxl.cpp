@@ -14,8 +14,7 @@ GatedBlock::GatedBlock(const ModelConfig& cfg, const Positional& positional, Rng
   attn = register_module("attn", attention_kinds().get(cfg.attention).make(cfg, positional.make_layer(rng), rng));
   gate_1 = register_module("gate_1", gate.make(cfg.n_embd, bias, rng));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
-  mlp = register_module("mlp", std::make_shared<FeedForward>(cfg.n_embd, 4 * cfg.n_embd, cfg.bias, cfg.dropout,
-                                                             cfg.activation, residual_init_std(cfg), rng));
+  mlp = register_module("mlp", make_mlp(cfg, rng));
   gate_2 = register_module("gate_2", gate.make(cfg.n_embd, bias, rng));
 }
 

@@ -31,7 +31,7 @@ class GatedBlock : public Module {
   Var forward(const Var& x, const Tensor& memory, Rng& rng) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;
-  std::shared_ptr<FeedForward> mlp;
+  std::shared_ptr<Mlp> mlp;
   std::shared_ptr<Gate> gate_1, gate_2;
 };
 

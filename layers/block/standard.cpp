@@ -6,29 +6,12 @@
 
 namespace tapeformer {
 
-FeedForward::FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, const std::string& act,
-                         float proj_init_std, Rng& rng)
-    : activation(activation_kinds().get(act)) {
-  fc = register_module("fc", std::make_shared<Linear>(n_embd, hidden, bias, rng));
-  proj = register_module("proj", std::make_shared<Linear>(hidden, n_embd, bias, rng, proj_init_std));
-  drop = register_module("drop", std::make_shared<Dropout>(dropout));
-}
-
-Var FeedForward::forward(const Var& x, Rng& rng) const {
-  // proj(act(fc(x))) as one fused op (see feed_forward in autograd/ops.h) where the activation has one.
-  if (activation.fused)
-    return drop->forward(feed_forward(x, fc->weight, fc->bias, proj->weight, proj->bias, *activation.fused), rng);
-  return drop->forward(proj->forward(activation.apply(fc->forward(x))), rng);  // (B, T, C)
-}
-
 TransformerBlock::TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
   std::shared_ptr<PositionalLayer> pos = positional.make_layer(rng);
   attn = register_module("attn", attention_kinds().get(cfg.attention).make(cfg, std::move(pos), rng));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
-  mlp = register_module("mlp", std::make_shared<FeedForward>(cfg.n_embd, 4 * cfg.n_embd, cfg.bias,
-                                                             cfg.dropout, cfg.activation,
-                                                             residual_init_std(cfg), rng));
+  mlp = register_module("mlp", make_mlp(cfg, rng));
 }
 
 Var attend_normalised(const Attention& attn, const LayerNorm& ln, const Var& x, const Tensor& memory, Rng& rng) {
@@ -56,13 +39,13 @@ Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
 double transformer_block_parameters(const ModelConfig& cfg) {
   const double C = static_cast<double>(cfg.n_embd), b = cfg.bias ? 1 : 0;
   const double norm = C + b * C;                   // a LayerNorm's gain and bias
-  const double mlp = 8 * C * C + b * (4 * C + C);  // fc [C, 4C] and proj [4C, C]
-  return 2 * norm + attention_kinds().get(cfg.attention).parameters(cfg) + mlp;
+  return 2 * norm + attention_kinds().get(cfg.attention).parameters(cfg) + mlp_kinds().get(cfg.mlp).parameters(cfg);
 }
 
 double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T) {
   return 4.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd) +
-         attention_kinds().get(cfg.attention).activation_floats(cfg, T);
+         attention_kinds().get(cfg.attention).activation_floats(cfg, T) +
+         mlp_kinds().get(cfg.mlp).activation_floats(cfg, T);
 }
 
 double transformer_stack_parameters(const ModelConfig& cfg) {

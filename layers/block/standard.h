@@ -1,5 +1,5 @@
 // The standard stack: nanoGPT's pre-LN residual blocks, and the pieces every
-// block kind shares (FeedForward, the block's two branches).
+// block kind shares (the block's two branches).
 //
 //   per layer:  x = x + F(x),  F = attn(ln_1(.))     (B, T, C)
 //               x = x + G(x),  G = mlp(ln_2(.))      (B, T, C)
@@ -12,33 +12,20 @@
 #include <memory>
 #include <vector>
 
-#include "tapeformer/layers/activations.h"
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/basic.h"
 #include "tapeformer/layers/block/block.h"
 #include "tapeformer/layers/block/sequential.h"
+#include "tapeformer/layers/mlp.h"
 
 namespace tapeformer {
-
-// FFN(x) = drop(act(x W1 + b1) W2 + b2), hidden = 4 C; one fused op when the
-// activation has a fused form, composed from ops otherwise.
-class FeedForward : public Module {
- public:
-  // activation: a name in activation_kinds() (layers/activations.h).
-  FeedForward(int64_t n_embd, int64_t hidden, bool bias, float dropout, const std::string& activation,
-              float proj_init_std, Rng& rng);
-  Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
-  const ActivationKind& activation;
-  std::shared_ptr<Linear> fc, proj;
-  std::shared_ptr<Dropout> drop;
-};
 
 // attn(ln(x)) attending also to ln(memory) (B, M, C) when memory holds rows:
 // the pre-LN attention branch of the standard and gated blocks.
 Var attend_normalised(const Attention& attn, const LayerNorm& ln, const Var& x, const Tensor& memory, Rng& rng);
 
 // One layer's parameters: ln_1, attn (cfg.attention's kind, `positional`'s
-// part inside), ln_2, mlp; keys "ln_1.weight", "attn.qkv.weight", ...
+// part inside), ln_2, mlp (cfg.mlp's kind, layers/mlp.h); keys "ln_1.weight", "attn.qkv.weight", ...
 class TransformerBlock : public Module {
  public:
   TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng);
@@ -58,13 +45,13 @@ class TransformerBlock : public Module {
   Var forward(const Var& x, const Tensor& memory, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;
-  std::shared_ptr<FeedForward> mlp;
+  std::shared_ptr<Mlp> mlp;
 };
 
 // Parameters of one TransformerBlock, its positional part excluded.
 double transformer_block_parameters(const ModelConfig& cfg);
 // Floats one TransformerBlock keeps for the backward of T tokens (its
-// (T, C) tensors, about four, and the attention's own).
+// (T, C) tensors, about four, and the attention's and the MLP's own).
 double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
 // The same for n_layer of them (the standard and post-LN stacks).
 double transformer_stack_parameters(const ModelConfig& cfg);

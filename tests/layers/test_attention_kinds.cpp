@@ -274,10 +274,10 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           "its two softmaxes is not a rotation of a kernel's features (use elu1 or cos with it)");
   refused({"softmax", "learned", "cos"},
           "model.feature_map = \"cos\" applies to model.attention \"linear\" only; this config selects "
-          "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"");
+          "model.attention \"softmax\", model.positional \"learned\", model.block \"standard\" and model.mlp \"standard\"");
   refused({"softmax", "rope", ""},
           "model.rel_clip = 8 applies to model.positional \"shaw\" only; this config selects model.attention "
-          "\"softmax\", model.positional \"rope\" and model.block \"standard\"",
+          "\"softmax\", model.positional \"rope\", model.block \"standard\" and model.mlp \"standard\"",
           {{"rel_clip", int64_t{8}}});
   refused({"linear", "learned", "relu1"}, "model.feature_map must be \"elu1\", \"cos\", \"efficient\" or \"favor\", got \"relu1\"");
   refused({"softmax", "shaw", ""}, "model.rel_clip must be in [1, 2^20], got 0", {{"rel_clip", int64_t{0}}});
@@ -286,8 +286,8 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           {{"widow", int64_t{3}}});
   refused({"softmax", "learned", ""},
           "model.window = 3 applies to model.attention \"window\" or model.attention \"longformer\" or model.attention "
-          "\"bigbird\" only; this config selects model.attention \"softmax\", model.positional \"learned\" and "
-          "model.block \"standard\"",
+          "\"bigbird\" only; this config selects model.attention \"softmax\", model.positional \"learned\", "
+          "model.block \"standard\" and model.mlp \"standard\"",
           {{"window", int64_t{3}}});
   refused({"flash", "learned", ""},
           "model.attention: unknown kind \"flash\" (known: softmax, linear, linformer, adaptive_span, lsh, window, strided, fixed, longformer, bigbird)");

@@ -14,7 +14,9 @@
 #include "tapeformer/autograd/gradcheck.h"
 #include "tapeformer/layers/block/gtrxl.h"
 #include "tapeformer/layers/block/reversible.h"
+#include "tapeformer/layers/mlp.h"
 #include "tapeformer/layers/transformer.h"
+#include "tapeformer/optim/optimizer.h"
 
 using namespace tapeformer;
 
@@ -231,7 +233,7 @@ TEST_CASE("block kinds: parameters equal the standard stack's; unknown kinds and
   bad.options["ff_chunks"] = int64_t{4};
   CHECK_THROWS_WITH_AS(bad.validate_kinds(),
                        "model.ff_chunks = 4 applies to model.block \"reversible\" only; this config selects "
-                       "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"",
+                       "model.attention \"softmax\", model.positional \"learned\", model.block \"standard\" and model.mlp \"standard\"",
                        Error);
 }
 
@@ -349,7 +351,7 @@ TEST_CASE("gtrxl: parameters per gate kind, and a bad gate is refused naming mod
   bad.options.erase("gate_bias");
   CHECK_THROWS_WITH_AS(bad.validate_kinds(),
                        "model.gate = \"lstm\" applies to model.block \"gtrxl\" only; this config selects "
-                       "model.attention \"softmax\", model.positional \"learned\" and model.block \"standard\"",
+                       "model.attention \"softmax\", model.positional \"learned\", model.block \"standard\" and model.mlp \"standard\"",
                        Error);
 }
 
@@ -384,4 +386,93 @@ TEST_CASE("activations: silu (fused) and a kind without a fused form equal their
   c.activation = "swish";
   CHECK_THROWS_WITH_AS(c.validate_kinds(), "model.activation: unknown kind \"swish\" (known: gelu, relu, silu, squared_relu)",
                        Error);
+}
+
+TEST_CASE("mlp kinds: gated MLPs equal their formula in values and gradients") {
+  for (const char* kind : {"swiglu", "geglu"}) {
+    CAPTURE(kind);
+    ModelConfig c = stack_config("softmax", "learned", 2, 1, 0.0f);
+    c.mlp = kind;
+    Rng rng(80);
+    const auto mlp = std::dynamic_pointer_cast<GatedFeedForward>(make_mlp(c, rng));
+    REQUIRE(mlp != nullptr);
+    CHECK(mlp->gate->weight.value().shape() == Shape{16, 48});  // 8 * 16 / 3 = 42.7, up to a multiple of 8
+    for (auto& [n, p] : mlp->named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.5f);
+    const Tensor x = random({2, 3, 16}, 81), r = random({2, 3, 16}, 82);
+    const auto run = [&](bool formula) {
+      for (const Var& p : mlp->parameters()) p.zero_grad();
+      Var xv(x.clone(), true);
+      Rng unused(0);
+      Var y;
+      if (formula) {
+        const Var g = add(matmul(xv, mlp->gate->weight), mlp->gate->bias);
+        const Var act = std::string(kind) == "swiglu" ? mul(g, sigmoid(g)) : gelu(g);
+        const Var h = mul(act, add(matmul(xv, mlp->up->weight), mlp->up->bias));
+        y = add(matmul(h, mlp->proj->weight), mlp->proj->bias);
+      } else {
+        y = mlp->forward(xv, unused);
+      }
+      backward(sum(mul(y, Var(r))));
+      std::vector<Tensor> out{y.value().clone(), xv.grad().clone()};
+      for (const Var& p : mlp->parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    const std::vector<Tensor> got = run(false), want = run(true);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(relative_error(got[i], want[i]) < 1e-5);
+  }
+}
+
+TEST_CASE("mlp kinds: parameter counts from the kinds, every block kind; mlp_hidden; misplaced keys refused") {
+  for (const MlpKind& m : mlp_kinds().kinds()) {
+    for (const char* block : {"standard", "reversible", "post_ln", "gtrxl"}) {
+      CAPTURE(m.name);
+      CAPTURE(block);
+      ModelConfig c = stack_config("softmax", "learned", 2, 1, 0.0f);
+      c.block = block;
+      c.mlp = m.name;
+      Rng rng(83);
+      TransformerLM model(c, rng);
+      CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(model.num_parameters()));
+      c.options["mlp_hidden"] = int64_t{24};
+      TransformerLM wide(c, rng);
+      CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(wide.num_parameters()));
+    }
+  }
+  ModelConfig c = stack_config("softmax", "learned", 2, 1, 0.0f);
+  c.block = "standard";
+  c.mlp = "swiglu";
+  c.activation = "relu";
+  CHECK_THROWS_WITH_AS(c.validate_kinds(),
+                       "model.activation = \"relu\" does not apply to model.mlp \"swiglu\", whose activation is fixed",
+                       Error);
+  c.activation = "gelu";
+  c.mlp = "swish_glu";
+  CHECK_THROWS_WITH_AS(c.validate_kinds(), "model.mlp: unknown kind \"swish_glu\" (known: standard, swiglu, geglu)",
+                       Error);
+}
+
+TEST_CASE("mlp kinds: a swiglu model learns a repeated sequence") {
+  ModelConfig c = stack_config("softmax", "learned", 2, 1, 0.0f);
+  c.block = "standard";
+  c.mlp = "swiglu";
+  Rng rng(84);
+  TransformerLM model(c, rng);
+  AdamW opt(decay_groups(model.named_parameters(), 1e-2f, 0.0f), 0.9f, 0.99f, 1e-8f);
+  std::vector<int32_t> ids(2 * 16);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7) % 11);
+  const IndexTensor x({2, 16}, ids);
+  std::vector<int32_t> next(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) next[i] = static_cast<int32_t>(((i + 1) * 7) % 11);
+  const IndexTensor y({2, 16}, next);
+  double first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    const Var loss = cross_entropy(model.forward(x, rng), y);
+    (step == 0 ? first : last) = loss.value().item();
+    backward(loss);
+    opt.step();
+    opt.zero_grad();
+  }
+  CHECK(first > 2.0);  // about ln 11 = 2.4 at the start
+  CHECK(last < 0.5);
 }

@@ -65,7 +65,7 @@ TEST_CASE("Module: GPT-2 init statistics") {
   };
   const auto& blocks = std::dynamic_pointer_cast<StandardStack>(model.stack)->blocks;
   const Tensor& qkv = std::dynamic_pointer_cast<MultiHeadAttention>(blocks[0]->attn)->qkv->weight.value();
-  const Tensor& proj = blocks[0]->mlp->proj->weight.value();  // residual projection: 0.02 / sqrt(2 * 8)
+  const Tensor& proj = std::dynamic_pointer_cast<FeedForward>(blocks[0]->mlp)->proj->weight.value();  // residual projection: 0.02 / sqrt(2 * 8)
   CHECK(stdev_z(stdev(qkv), 0.02, qkv.numel()) < kZ);
   CHECK(stdev_z(stdev(proj), 0.02 / std::sqrt(16.0), proj.numel()) < kZ);
   CHECK(blocks[0]->ln_1->weight.value().to_vector() == std::vector<Scalar>(64, 1.0f));
