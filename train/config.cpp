@@ -32,6 +32,22 @@ struct OptionSlot {
   }
 };
 
+// Every option some optimizer kind declares, once; two kinds may share a
+// name only with the same default.
+std::vector<ModelOption> optimizer_options() {
+  std::vector<ModelOption> out;
+  for (const OptimizerKind& k : optimizer_kinds().kinds()) {
+    for (const ModelOption& o : k.options) {
+      const auto same = std::find_if(out.begin(), out.end(), [&](const ModelOption& d) { return d.name == o.name; });
+      if (same == out.end()) out.push_back(o);
+      else
+        TAPEFORMER_CHECK(same->default_value == o.default_value, "optimizer.", o.name,
+                         " is declared by two optimizer kinds with different defaults");
+    }
+  }
+  return out;
+}
+
 template <class Cfg, class Visitor>
 void visit_fields(Cfg& c, Visitor&& v) {
   v("model.n_layer", c.model.n_layer);
@@ -71,6 +87,11 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("optimizer.momentum", c.optimizer.momentum);
   v("optimizer.nesterov", c.optimizer.nesterov);
   v("optimizer.grad_clip", c.optimizer.grad_clip);
+  // The keys optimizer kinds declare themselves (optimizer.lion_beta2, ...).
+  for (const ModelOption& o : optimizer_options()) {
+    OptionSlot slot{&c.optimizer.options, o};
+    v("optimizer." + o.name, slot);
+  }
   v("schedule.name", c.schedule.name);
   v("schedule.warmup_iters", c.schedule.warmup_iters);
   v("schedule.decay_iters", c.schedule.decay_iters);
@@ -229,6 +250,38 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
   return cfg;
 }
 
+namespace {
+
+// optimizer.NAME of the selected kind, read as variant index `type`.
+OptionValue optimizer_option(const OptimizerConfig& c, const std::string& name, size_t type) {
+  for (const ModelOption& o : optimizer_kinds().get(c.name).options) {
+    if (o.name != name) continue;
+    TAPEFORMER_CHECK(o.default_value.index() == type, "optimizer.", name, " is declared as ",
+                     option_type_name(o.default_value), " but read as another type");
+    const auto it = c.options.find(name);
+    const OptionValue v = it == c.options.end() ? o.default_value : it->second;
+    TAPEFORMER_CHECK(v.index() == type, "optimizer.", name, " must be ", option_type_name(o.default_value),
+                     ", got ", option_to_string(v));
+    return v;
+  }
+  fail("optimizer.", name, ": optimizer.name \"", c.name, "\" declares no such option");
+}
+
+}  // namespace
+
+double OptimizerConfig::option_number(const std::string& name) const {
+  return std::get<double>(optimizer_option(*this, name, 2));
+}
+int64_t OptimizerConfig::option_int(const std::string& name) const {
+  return std::get<int64_t>(optimizer_option(*this, name, 1));
+}
+bool OptimizerConfig::option_bool(const std::string& name) const {
+  return std::get<bool>(optimizer_option(*this, name, 0));
+}
+std::string OptimizerConfig::option_string(const std::string& name) const {
+  return std::get<std::string>(optimizer_option(*this, name, 3));
+}
+
 TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
   TAPEFORMER_CHECK(!std::filesystem::is_directory(path, ec), "config: '", path, "' is a directory, not a JSON file");
@@ -298,6 +351,15 @@ void TrainConfig::validate() const {
                    train.shards);
   TAPEFORMER_CHECK(optimizer_kinds().find(optimizer.name) != nullptr, "config: 'optimizer.name' must be one of ",
                    optimizer_kinds().names(), ", got \"", optimizer.name, "\"");
+  // An optimizer kind's own key, set for a kind this config does not select, is refused.
+  for (const auto& [name, value] : optimizer.options) {
+    const std::vector<ModelOption>& mine = optimizer_kinds().get(optimizer.name).options;
+    const bool reads = std::any_of(mine.begin(), mine.end(), [&](const ModelOption& o) { return o.name == name; });
+    bool is_default = false;
+    for (const ModelOption& o : optimizer_options()) is_default = is_default || (o.name == name && o.default_value == value);
+    TAPEFORMER_CHECK(reads || is_default, "config: 'optimizer.", name, "' = ", option_to_string(value),
+                     " does not apply to optimizer.name \"", optimizer.name, "\"");
+  }
   // Optimizers compute in float: check the values as they will be used
   // (lr 1e-50 would become 0, a beta of 0.99999999 would become 1).
   const auto as_float = [](double v) { return static_cast<double>(static_cast<float>(v)); };

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,15 @@ struct OptimizerConfig {
   double momentum = 0.9;  // sgd only
   bool nesterov = false;  // sgd only
   double grad_clip = 1.0;  // 0 = no clipping
+  // Keys an optimizer kind declares itself (OptimizerKind::options, train/build.h), by name.
+  std::map<std::string, OptionValue> options;
+
+  // The value of an option the selected kind declares: set, else its
+  // default. Error if that kind declares no such option of this type.
+  double option_number(const std::string& name) const;
+  int64_t option_int(const std::string& name) const;
+  bool option_bool(const std::string& name) const;
+  std::string option_string(const std::string& name) const;
 };
 
 struct ScheduleConfig {
