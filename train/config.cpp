@@ -190,8 +190,12 @@ std::vector<std::string> known_keys() {
     const size_t d = edit_distance(key, k);
     if (d < best_d) best_d = d, best = k;
   }
-  fail(where, ": unknown key '", key, "'",
-       best.empty() ? std::string() : " (did you mean '" + best + "'?)");
+  std::string hint;
+  if (!best.empty()) hint = " (did you mean '" + best + "'?)";
+  else if (key.rfind("model.", 0) == 0 || key.rfind("optimizer.", 0) == 0)
+    hint = " (no registered kind declares it: a kind's own key is known only to a program that registers the kind, "
+           "see docs/custom-layers.md)";
+  fail(where, ": unknown key '", key, "'", hint);
 }
 
 // Nesting deeper than any config needs is refused while parsing: copying or

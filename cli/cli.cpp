@@ -1,0 +1,207 @@
+// The `tapeformer` command as a library entry: cli/main.cpp is only
+// `return tapeformer::cli_main(argc, argv);`, and a program that registers
+// kinds of its own calls the same function (see cli/cli.h).
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <new>
+
+#include "tapeformer/cli/cli.h"
+#include "tapeformer/cli/kinds.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/commands.h"
+#include "tapeformer/train/process_group.h"
+#include "tapeformer/train/plot.h"
+#include "tapeformer/train/trainer.h"
+
+namespace tapeformer {
+
+namespace {
+
+// Flag-value checks: a bad value is a command-line mistake (exit status 2).
+// CLI11's NonNegativeNumber would print DBL_MAX in its message.
+double number(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  return end != text.c_str() && *end == '\0' ? v : std::nan("");
+}
+const CLI::Validator at_least_zero(
+    [](std::string& text) { return number(text) >= 0 ? std::string() : "must be a number >= 0, got " + text; }, "");
+const CLI::Validator probability_mass(
+    [](std::string& text) {
+      const double v = number(text);
+      return v > 0 && v <= 1 ? std::string() : "must be a number in (0, 1], got " + text;
+    },
+    "");
+
+// A kind that a config or checkpoint names but this program lacks was most
+// likely registered by another program (a user's, built on cli_main).
+std::string with_registration_hint(const std::string& what) {
+  if (what.find(": unknown kind \"") == std::string::npos) return what;
+  return what + "; a kind of your own is known only to a program that registers it before calling "
+                "tapeformer::cli_main (docs/custom-layers.md): run that program instead of the stock command";
+}
+
+}  // namespace
+
+namespace {
+
+// This process's rank in an mpirun job, or -1 when it is the only process.
+int job_rank() {
+  try {
+    const std::shared_ptr<ProcessGroup> g = ProcessGroup::world();
+    return g ? g->rank() : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The error line (naming the rank in a distributed run); then the whole job
+// ends, since the other ranks may be waiting for this one in a collective.
+int fail_job(const std::string& what) {
+  std::fflush(stdout);
+  const int rank = job_rank();
+  if (rank >= 0) {
+    std::fprintf(stderr, "tapeformer: error: rank %d: %s\n", rank, what.c_str());
+    std::fflush(stderr);
+    ProcessGroup::abort_job(1);
+  } else {
+    std::fprintf(stderr, "tapeformer: error: %s\n", what.c_str());
+  }
+  return 1;
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tapeformer ") + TAPEFORMER_VERSION + " (checkpoint format " +
+                                        std::to_string(kCheckpointVersion) + ")");
+  app.fallthrough();  // --threads works before or after the subcommand
+  // Command-line mistakes get one line, like every other error.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("tapeformer: error: ") + e.what() + " (see --help)\n";
+  });
+
+  TrainArgs train;
+  auto* t = app.add_subcommand("train", "train a model from a JSON config");
+  t->add_option("--config", train.config, "JSON config (configs/*.json); optional with --resume");
+  t->add_option("--data", train.data, "text file to train on (overrides data.path)");
+  t->add_option("--out", train.out, "output directory for checkpoint.bin and metrics.jsonl")->capture_default_str();
+  t->add_option("--set", train.overrides, "override a config value: --set train.max_iters=500 (repeatable)");
+  t->add_flag("--resume", train.resume, "continue the run saved in --out");
+  t->add_flag("--profile", train.profile,
+              "time the steps by phase and kernel, count their allocations; print the table at the end and "
+              "write it to OUT/profile.json");
+
+  SampleArgs sample;
+  auto* s = app.add_subcommand("sample", "generate text from a checkpoint");
+  s->add_option("--checkpoint", sample.checkpoint, "run directory (or checkpoint.bin)")->required();
+  s->add_option("--prompt", sample.prompt, "text to continue")->default_str("\\n");
+  s->add_option("--weights", sample.weights, "safetensors file replacing the checkpoint's weights");
+  s->add_option("--tokens", sample.options.tokens, "tokens to generate (0: print the prompt only)")
+      ->check(at_least_zero)
+      ->capture_default_str();
+  s->add_option("--temperature", sample.options.temperature, "softmax temperature (0 = greedy)")
+      ->check(at_least_zero)
+      ->capture_default_str();
+  s->add_option("--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)")
+      ->check(at_least_zero)
+      ->capture_default_str();
+  s->add_option("--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)")
+      ->check(probability_mass)
+      ->capture_default_str();
+  s->add_option("--seed", sample.options.seed, "random seed")->check(at_least_zero)->capture_default_str();
+  s->add_option("--context", sample.options.context,
+                "positions softmax layers keep (0 = block size; past block size needs a scheme without a table)")
+      ->check(at_least_zero)
+      ->capture_default_str();
+
+  EvalArgs eval;
+  auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");
+  e->add_option("--checkpoint", eval.checkpoint, "run directory (or checkpoint.bin)")->required();
+  e->add_option("--data", eval.data, "text file to evaluate on")->required();
+  e->add_option("--weights", eval.weights, "safetensors file replacing the checkpoint's weights");
+  e->add_option("--context", eval.context,
+                "window length in tokens (0 = block size; past block size needs a scheme without a table)")
+      ->check(at_least_zero)
+      ->capture_default_str();
+
+  PrepareArgs prep;
+  auto* pr = app.add_subcommand("prepare", "write a text file as token files (train.bin, val.bin) to train on");
+  pr->add_option("--data", prep.data, "the text file")->required();
+  pr->add_option("--out", prep.out, "directory for train.bin, val.bin and tokenizer.bin")->required();
+  pr->add_option("--tokenizer", prep.tokenizer.kind, "char | byte | sentencepiece")->capture_default_str();
+  pr->add_option("--vocab-size", prep.tokenizer.vocab_size, "sentencepiece: pieces to learn from the train split");
+  pr->add_option("--sp-type", prep.tokenizer.sp_type, "sentencepiece: bpe | unigram")->capture_default_str();
+  pr->add_option("--sp-model", prep.tokenizer.sp_model, "sentencepiece: an existing .model file instead of learning one");
+  pr->add_option("--val-fraction", prep.val_fraction, "the last fraction of the text is validation")
+      ->capture_default_str();
+
+  ExportArgs exp;
+  auto* x = app.add_subcommand("export", "write a checkpoint's weights as safetensors (nanoGPT's names for a GPT)");
+  x->add_option("--checkpoint", exp.checkpoint, "run directory (or checkpoint.bin)")->required();
+  x->add_option("-o,--output", exp.output, "the file to write")->required();
+  x->add_option("--format", exp.format, "safetensors")->capture_default_str();
+
+  PlotArgs plot;
+  auto* pl = app.add_subcommand("plot", "train and val loss curves of runs on shared axes, as a PNG (gnuplot)");
+  pl->add_option("runs", plot.runs, "run directories (each with metrics.jsonl)")->required();
+  pl->add_option("-o,--output", plot.output, "the PNG to write")->required();
+  pl->add_flag("--log-y", plot.log_y, "logarithmic loss axis");
+  pl->add_flag("!--no-train", plot.train, "validation curves only");
+
+  bool markdown = false;
+  auto* k = app.add_subcommand("kinds", "list every family of kinds, each kind's summary and the keys it declares");
+  k->add_flag("--markdown", markdown, "as Markdown (docs/kinds.md)");
+
+  int threads = -1;
+  app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")
+      ->check(CLI::Range(0, 1024));
+
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&
+      first != "plot" && first != "export" && first != "prepare" && first != "kinds") {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, prepare, plot, export or kinds; see --help)\n",
+                 argv[1]);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    const int code = app.exit(err);  // prints help, or the one-line failure message
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (threads >= 0) {
+      parallel::set_num_threads(threads);
+      train.overrides.push_back("train.threads=" + std::to_string(threads));
+    }
+    if (*t) return run_train(train);
+    if (*s) return run_sample(sample);
+    if (*e) return run_eval(eval);
+    if (*pl) return run_plot(plot);
+    if (*x) return run_export(exp);
+    if (*pr) return run_prepare(prep);
+    if (*k) {
+      std::fputs(kinds_listing(markdown).c_str(), stdout);
+      return 0;
+    }
+  } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved (every rank stops together)
+    std::fflush(stdout);
+    if (job_rank() <= 0) std::fprintf(stderr, "tapeformer: %s\n", stop.what());
+    return 128 + stop.signal();
+  } catch (const std::bad_alloc&) {
+    return fail_job("out of memory; make the model, batch or block size smaller");
+  } catch (const std::exception& err) {
+    return fail_job(with_registration_hint(err.what()));
+  }
+  return 0;
+}
+
+}  // namespace tapeformer
