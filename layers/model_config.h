@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -31,10 +32,14 @@ namespace tapeformer {
 using OptionValue = std::variant<bool, int64_t, double, std::string>;
 
 // A `model.NAME` key that a kind reads, with its default and a one-line doc.
+// `small`: the value the whole-model tests use on sequences of 12 tokens
+// (tests/layers/test_attention_kinds.cpp), where the default would leave
+// the key's code path idle (a window of 64 over 12 tokens is no window).
 struct ModelOption {
   std::string name;  // without "model.": "feature_map"
   OptionValue default_value;
   std::string doc;
+  std::optional<OptionValue> small = std::nullopt;
 };
 
 struct ModelConfig {

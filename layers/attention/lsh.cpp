@@ -152,9 +152,10 @@ AttentionKind lsh_attention_kind() {
   AttentionKind kind;
   kind.name = "lsh";
   kind.summary = "Reformer's LSH attention: shared-QK, hashed into buckets, chunked, rounds combined";
-  kind.options = {{"lsh_buckets", int64_t{8}, "lsh: buckets per round (even)"},
+  kind.options = {{"lsh_buckets", int64_t{8}, "lsh: buckets per round (even)", int64_t{2}},
                   {"lsh_hashes", int64_t{2}, "lsh: hashing rounds"},
-                  {"lsh_chunk", int64_t{64}, "lsh: chunk of sorted rows (each sees its chunk and the one before)"}};
+                  {"lsh_chunk", int64_t{64}, "lsh: chunk of sorted rows (each sees its chunk and the one before)",
+                   int64_t{4}}};
   kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
     return std::make_shared<LSHAttention>(cfg, std::move(pos), rng);
   };

@@ -208,13 +208,13 @@ class BigBird : public SparsePattern {
   mutable std::vector<std::vector<int64_t>> memo_;  // random_blocks(qb) for qb < size
 };
 
-const ModelOption kWindow{"window", int64_t{64}, "keys a query sees back, itself included (window, longformer, bigbird)"};
-const ModelOption kStride{"stride", int64_t{64}, "strided: l, the window of one half of the heads and the stride of the other"};
-const ModelOption kBlock{"sparse_block", int64_t{64}, "block length l (fixed's blocks, bigbird's random blocks)"};
-const ModelOption kSummary{"summary", int64_t{8}, "fixed: the last c positions of each block every later query sees"};
-const ModelOption kDilation{"dilation", int64_t{1}, "longformer: the window's stride"};
-const ModelOption kGlobal{"global_tokens", int64_t{8}, "longformer, bigbird: the first positions, seen by and seeing all"};
-const ModelOption kRandom{"random_blocks", int64_t{2}, "bigbird: random earlier key blocks per query block"};
+const ModelOption kWindow{"window", int64_t{64}, "keys a query sees back, itself included (window, longformer, bigbird)", int64_t{3}};
+const ModelOption kStride{"stride", int64_t{64}, "strided: l, the window of one half of the heads and the stride of the other", int64_t{3}};
+const ModelOption kBlock{"sparse_block", int64_t{64}, "block length l (fixed's blocks, bigbird's random blocks)", int64_t{4}};
+const ModelOption kSummary{"summary", int64_t{8}, "fixed: the last c positions of each block every later query sees", int64_t{1}};
+const ModelOption kDilation{"dilation", int64_t{1}, "longformer: the window's stride", int64_t{2}};
+const ModelOption kGlobal{"global_tokens", int64_t{8}, "longformer, bigbird: the first positions, seen by and seeing all", int64_t{2}};
+const ModelOption kRandom{"random_blocks", int64_t{2}, "bigbird: random earlier key blocks per query block", int64_t{1}};
 const ModelOption kSeed{"sparse_seed", int64_t{0}, "bigbird: seed of the random blocks"};
 
 }  // namespace

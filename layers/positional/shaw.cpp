@@ -56,7 +56,8 @@ PositionalKind shaw_positional_kind() {
   kind.name = "shaw";
   kind.summary = "learned relative keys and values per clipped offset, per layer (Shaw et al.)";
   kind.needs = kShawNeeds;
-  kind.options = {{"rel_clip", int64_t{16}, "Shaw's positions: offsets are clipped to [-K, K], K = model.rel_clip"}};
+  kind.options = {
+      {"rel_clip", int64_t{16}, "Shaw's positions: offsets are clipped to [-K, K], K = model.rel_clip", int64_t{3}}};
   kind.make = [](const ModelConfig& cfg, Rng&) {
     return std::make_shared<ShawPositional>(cfg.option_int("rel_clip"), cfg.n_embd / cfg.n_head);
   };
