@@ -132,7 +132,10 @@ void ModelConfig::validate_kinds() const {
     TAPEFORMER_CHECK(declared, "model.", name, ": no registered kind declares this option");
   }
   pos.check(*this);
-  attn.check(*this, pos);
+  attn.check(*this, pos);  // a kind may explain its causality first (linformer)
+  TAPEFORMER_CHECK(serves(attn.causality, causal), "model.attention \"", attention, "\" is ",
+                   causality_name(attn.causality), ": it cannot serve a ", causal ? "causal" : "bidirectional",
+                   " model (ModelConfig::causal = ", causal ? "true" : "false", ")");
   blk.check(*this);
 }
 

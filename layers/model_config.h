@@ -59,6 +59,8 @@ struct ModelConfig {
   std::map<std::string, OptionValue> options;  // kind-specific keys by name (without "model.")
   // Causal self-attention (every language model). A non-causal model (an
   // encoder, examples/linformer_encoder) sets it false in C++; configs cannot.
+  // The attention kind's `causality` must serve it (validate_kinds refuses
+  // otherwise): softmax serves both, linformer only false, the rest only true.
   bool causal = true;
 
   // The value of a declared option: set in `options`, else its default.

@@ -11,15 +11,18 @@
 //   y = attn->forward(x_prompt, *state);                 // (1, t, C)
 //   y = attn->forward(x_next, *state);                   // (1, 1, C): the past is not recomputed
 //
-// Every kind is causal self-attention over its input's positions, with the
+// Every kind is self-attention over its input's positions, with the
 // projections, heads and output projection of a Transformer layer inside
 // (x -> y, both (B, T, C)), and carries a PositionalLayer for the scheme's
-// part (rotations, score biases, relative terms). Its inference state holds
-// what it needs to continue a sequence (softmax: a KV cache of the last
-// `window` positions; linear: the running sums S, z, O(1) in the length).
+// part (rotations, score biases, relative terms). What it may read is its
+// kind's `causality` (below): causal for language models, bidirectional for
+// encoders (ModelConfig::causal = false). Its inference state holds what it
+// needs to continue a sequence (softmax: a KV cache of the last `window`
+// positions; linear: the running sums S, z, O(1) in the length).
 //
-// Kinds: "softmax" (layers/attention/softmax.h), "linear" (layers/attention/linear.h).
-// Adding one: docs/adding-an-attention-kind.md.
+// Kinds: the table in layers/attention/registry.cpp (`tapeformer kinds`
+// lists them): softmax, linear, the sparse patterns (sparse.h), adaptive
+// span, LSH, Linformer. Adding one: docs/adding-an-attention-kind.md.
 #pragma once
 
 #include <functional>
@@ -33,6 +36,19 @@
 #include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
+
+// What an attention kind's output at position i reads.
+enum class Causality {
+  strict,           // inputs at positions <= i only (causal models)
+  chunk_dependent,  // no later value, but where later tokens fall moves which keys i is compared with
+                    // (LSH's buckets and chunks; causal models, its tests say what holds instead)
+  bidirectional,    // every position (encoders: ModelConfig::causal = false; no language model)
+  either,           // strict, or bidirectional when ModelConfig::causal is false
+};
+// "strict", "chunk-dependent", ...: for errors and docs.
+const char* causality_name(Causality c);
+// Whether a kind of causality `c` serves a model with ModelConfig::causal = `causal`.
+bool serves(Causality c, bool causal);
 
 class Attention : public Module {
  public:
@@ -86,10 +102,8 @@ struct AttentionKind {
   std::function<void(const ModelConfig&, const PositionalKind&)> check;
   // Whether forward(x, memory, rng) is implemented (Transformer-XL memory).
   bool segment_memory = false;
-  // Whether an output depends only on the inputs at or before its position.
-  // False for LSH attention: no later value is read, but where later tokens
-  // hash moves a query between chunks (its tests say what holds instead).
-  bool strictly_causal = true;
+  // What an output may read, and so which ModelConfig::causal it serves.
+  Causality causality = Causality::strict;
 };
 
 // The table of attention kinds (layers/attention/registry.cpp). A program may

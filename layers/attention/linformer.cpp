@@ -106,6 +106,7 @@ AttentionKind linformer_attention_kind() {
                      "\" does not combine with model.attention \"linformer\": its terms are per (query, key) pair, and "
                      "linformer's keys are mixtures of positions");
   };
+  kind.causality = Causality::bidirectional;
   return kind;
 }
 

@@ -176,7 +176,7 @@ AttentionKind lsh_attention_kind() {
                      "\" does not combine with model.attention \"lsh\": its score terms follow positions, and LSH "
                      "attention runs its rows in bucket order");
   };
-  kind.strictly_causal = false;
+  kind.causality = Causality::chunk_dependent;
   return kind;
 }
 

@@ -17,7 +17,7 @@
 // Not strictly causal, as in Reformer: no value after a query's position is
 // ever read, but which chunk a query lands in depends on where later tokens
 // hash, so an output can move when a later token changes
-// (AttentionKind::strictly_causal is false). That dependence goes through
+// (AttentionKind::causality is chunk_dependent). That dependence goes through
 // the discrete bucket choice only: the gradient of y_i with respect to every
 // later input is exactly zero (tests/layers/test_lsh.cpp), so training
 // cannot learn to use it. For generation it keeps the layer inputs of the

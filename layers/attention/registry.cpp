@@ -26,6 +26,21 @@ Registry<AttentionKind>& attention_kinds() {
   return kinds;
 }
 
+const char* causality_name(Causality c) {
+  switch (c) {
+    case Causality::strict: return "strictly causal";
+    case Causality::chunk_dependent: return "causal, chunk-dependent";
+    case Causality::bidirectional: return "bidirectional";
+    case Causality::either: return "causal or bidirectional";
+  }
+  return "?";
+}
+
+bool serves(Causality c, bool causal) {
+  if (c == Causality::either) return true;
+  return causal ? c != Causality::bidirectional : c == Causality::bidirectional;
+}
+
 Attention::Attention(std::shared_ptr<PositionalLayer> pos) : pos_(std::move(pos)) {
   TAPEFORMER_CHECK(pos_ != nullptr, "Attention: the positional layer is null");
   register_module("pos", pos_);

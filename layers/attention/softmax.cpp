@@ -106,10 +106,16 @@ KVCache::Window KVCache::append(const Tensor& k, const Tensor& v) {
 
 MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
                                        float proj_init_std, Rng& rng, std::shared_ptr<PositionalLayer> pos,
-                                       std::shared_ptr<const SparsePattern> pattern)
-    : Attention(std::move(pos)), n_embd(n_embd_), n_head(n_head_), dropout_p(dropout), pattern_(std::move(pattern)) {
+                                       std::shared_ptr<const SparsePattern> pattern, bool causal)
+    : Attention(std::move(pos)),
+      n_embd(n_embd_),
+      n_head(n_head_),
+      dropout_p(dropout),
+      pattern_(std::move(pattern)),
+      causal_(causal) {
   TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "MultiHeadAttention: n_embd ", n_embd,
                    " is not divisible by n_head ", n_head);
+  TAPEFORMER_CHECK(causal_ || pattern_ == nullptr, "MultiHeadAttention: a sparse pattern is causal");
   qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, bias, rng));
   proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, bias, rng, proj_init_std));
   resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout));
@@ -136,12 +142,12 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
     return sparse_attention(*pattern_, q, k, v, bias, q0, k0, p, rng,
                             [&](int64_t group, const SparsePattern& pg) { return tiles(group, pg, Tq, Tk, q0, k0); });
   }
-  if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, /*causal=*/true, p, rng);
+  if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, causal_, p, rng);
   // Learned per-(i, j) terms: the scores exist as a tensor, so compose.
   const float scale = 1.0f / std::sqrt(static_cast<float>(q.dim(3)));
   Var scores = mul_scalar(add(matmul(q, transpose(k, 2, 3)), pos.score_terms(q, k, q0, k0)), scale);  // (B, H, Tq, Tk)
   for (const Tensor& b : bias) scores = add(scores, Var(b));
-  scores = masked_fill(scores, causal_mask(Tq, Tk), -INFINITY);
+  if (causal_) scores = masked_fill(scores, causal_mask(Tq, Tk), -INFINITY);
   Var att = softmax(scores);  // (B, H, Tq, Tk)
   if (p > 0.0f) {
     TAPEFORMER_CHECK(rng != nullptr, "MultiHeadAttention: dropout needs an Rng");
@@ -152,7 +158,7 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
 }
 
 Var MultiHeadAttention::self_attention(const Var& qkv_x, float p, Rng* rng) const {
-  if (plain() && qkv_x.dim(1) <= kFusedMaxT) return causal_attention(qkv_x, n_head, p, rng);  // fused, (B, T, C)
+  if (plain() && causal_ && qkv_x.dim(1) <= kFusedMaxT) return causal_attention(qkv_x, n_head, p, rng);  // fused, (B, T, C)
   const std::vector<Var> h = split_heads(qkv_x, n_head);  // q, k, v (B, H, T, D)
   const Var &q = h[0], &k = h[1], &v = h[2];
   const PositionalLayer& pos = positional();
@@ -168,6 +174,7 @@ Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
 
 Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const {
   if (!memory.defined() || memory.dim(1) == 0) return forward(x, rng);
+  TAPEFORMER_CHECK(causal_, "MultiHeadAttention: a Transformer-XL memory needs causal attention");
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd && memory.rank() == 3 && memory.dim(0) == x.dim(0) &&
                        memory.dim(2) == n_embd,
                    "MultiHeadAttention: input ", x.shape(), " and memory ", memory.shape(), " must be (B, T, ", n_embd,
@@ -188,6 +195,7 @@ Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const
 }
 
 std::unique_ptr<InferenceState> MultiHeadAttention::make_state(int64_t batch, int64_t window) const {
+  TAPEFORMER_CHECK(causal_, "MultiHeadAttention: a bidirectional layer has no incremental form (no inference state)");
   return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, window);
 }
 
@@ -217,7 +225,7 @@ AttentionKind softmax_attention_kind() {
   kind.summary = "multi-head scaled dot-product attention, causal (SPEC §1)";
   kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
     return std::make_shared<MultiHeadAttention>(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout,
-                                                residual_init_std(cfg), rng, std::move(pos));
+                                                residual_init_std(cfg), rng, std::move(pos), nullptr, cfg.causal);
   };
   kind.parameters = [](const ModelConfig& cfg) {
     const double C = static_cast<double>(cfg.n_embd);
@@ -233,6 +241,7 @@ AttentionKind softmax_attention_kind() {
   };
   kind.check = [](const ModelConfig&, const PositionalKind&) {};  // every scheme's math is softmax attention's
   kind.segment_memory = true;
+  kind.causality = Causality::either;
   return kind;
 }
 

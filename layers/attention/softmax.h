@@ -76,10 +76,12 @@ class MultiHeadAttention : public Attention {
   static constexpr int64_t kFusedMaxT = 256;
 
   // With a `pattern`, query i sees only the keys it lists (the sparse kinds,
-  // layers/attention/sparse.h), through the block-sparse kernel.
+  // layers/attention/sparse.h), through the block-sparse kernel. With
+  // causal false (dense only) every query sees every key: an encoder's
+  // layer, with no inference state and no Transformer-XL memory.
   MultiHeadAttention(int64_t n_embd, int64_t n_head, bool bias, float dropout, float proj_init_std, Rng& rng,
                      std::shared_ptr<PositionalLayer> pos = std::make_shared<PositionalLayer>(),
-                     std::shared_ptr<const SparsePattern> pattern = nullptr);
+                     std::shared_ptr<const SparsePattern> pattern = nullptr, bool causal = true);
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
 
   // Inference: a KVCache of the last `window` positions. From an empty cache
@@ -100,7 +102,8 @@ class MultiHeadAttention : public Attention {
  private:
   // Self-attention of a whole sequence from its packed projection, (B, T, 3C) -> (B, T, C).
   Var self_attention(const Var& qkv_x, float p, Rng* rng) const;
-  // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at k0.., causal, -> (B, H, Tq, D).
+  // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at k0.. (causal unless causal_ is false),
+  // -> (B, H, Tq, D).
   Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
   bool plain() const;  // no positional terms inside the layer, dense
   // A head group's tiles for queries at q0.. over keys at k0.., built once per shape and kept.
@@ -108,6 +111,7 @@ class MultiHeadAttention : public Attention {
                                                       int64_t q0, int64_t k0) const;
 
   std::shared_ptr<const SparsePattern> pattern_;  // null: dense
+  bool causal_;
   TileCache tiles_;  // by (head group, Tq, Tk, q0, k0)
 };
 

@@ -74,6 +74,7 @@ void check_memory(const ModelConfig& cfg) {
   TAPEFORMER_CHECK(e >= 0 && e <= cfg.block_size, "model.ext_len must be in [0, model.block_size = ", cfg.block_size,
                    "], got ", e);
   TAPEFORMER_CHECK(e == 0 || m > 0, "model.ext_len = ", e, " needs a memory: set model.mem_len > 0");
+  TAPEFORMER_CHECK(m == 0 || cfg.causal, "model.mem_len = ", m, " needs a causal model (ModelConfig::causal)");
 }
 
 BlockKind standard_block_kind() {

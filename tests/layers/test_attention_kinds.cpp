@@ -114,7 +114,7 @@ TEST_CASE("the registries allow the expected combinations") {
 
 TEST_CASE("causality probe: changing token t leaves every output before t bit-identical (every combination)") {
   for (const Arch& a : allowed()) {
-    if (!attention_kinds().get(a.attention).strictly_causal) continue;  // LSH: tests/layers/test_lsh.cpp
+    if (attention_kinds().get(a.attention).causality == Causality::chunk_dependent) continue;  // LSH: tests/layers/test_lsh.cpp
     CAPTURE(a.label());
     const ModelConfig c = config_of(a);
     const auto model = random_model(c, 1);
@@ -135,7 +135,7 @@ TEST_CASE("causality probe: changing token t leaves every output before t bit-id
 
 TEST_CASE("inference states (KV cache, running sums) equal the full forward, piece by piece (every combination)") {
   for (const Arch& a : allowed()) {
-    if (!attention_kinds().get(a.attention).strictly_causal) continue;  // LSH: tests/layers/test_lsh.cpp
+    if (attention_kinds().get(a.attention).causality == Causality::chunk_dependent) continue;  // LSH: tests/layers/test_lsh.cpp
     CAPTURE(a.label());
     const ModelConfig c = config_of(a);
     const auto model = random_model(c, 3);
@@ -228,7 +228,7 @@ TEST_CASE("gradients of whole models check against finite differences (every com
     for (auto& [name, p] : model.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.5f);
     // LSH attention draws fresh hash rotations from the Rng in training, by design; its math is checked
     // with eval's fixed rotations (the same buckets at every evaluation of the finite differences).
-    if (!attention_kinds().get(a.attention).strictly_causal) model.eval();
+    if (attention_kinds().get(a.attention).causality == Causality::chunk_dependent) model.eval();
     const IndexTensor x = random_ids(2, 5, 7, 10), y = random_ids(2, 5, 7, 11);
     Rng unused(0);
     GradcheckOptions opt;
