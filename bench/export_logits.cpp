@@ -31,7 +31,7 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   Loaded l = load_model(checkpoint, weights);
-  TransformerLM& model = *l.model;
+  LanguageModel& model = *l.model;
   Rng rng(0);
   std::vector<int32_t> ids;
   for (const int64_t id : bench::parse_list(ids_text)) ids.push_back(static_cast<int32_t>(id));

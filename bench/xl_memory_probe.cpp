@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
   }
   Loaded l = load_model(checkpoint);
   const TrainConfig& cfg = l.cfg;
-  TransformerLM& model = *l.model;
+  LanguageModel& model = *l.model;
   const std::string path = checkpoint;
   Rng rng(0);
   TAPEFORMER_CHECK(model.mem_len() > 0, "xl_memory_probe: the model in '", path, "' has no memory (model.mem_len)");

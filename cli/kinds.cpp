@@ -9,6 +9,7 @@
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/block/block.h"
 #include "tapeformer/layers/block/gates.h"
+#include "tapeformer/layers/language_model.h"
 #include "tapeformer/layers/mlp.h"
 #include "tapeformer/layers/positional/positional.h"
 #include "tapeformer/train/build.h"
@@ -34,7 +35,7 @@ Family family(const Registry<Kind>& registry, const std::string& prefix) {
     Entry e{k.name, k.summary, {}};
     if constexpr (std::is_same_v<Kind, AttentionKind> || std::is_same_v<Kind, PositionalKind> ||
                   std::is_same_v<Kind, BlockKind> || std::is_same_v<Kind, MlpKind> ||
-                  std::is_same_v<Kind, OptimizerKind>)
+                  std::is_same_v<Kind, OptimizerKind> || std::is_same_v<Kind, ModelKind>)
       e.options = k.options;
     f.kinds.push_back(std::move(e));
   }
@@ -42,7 +43,7 @@ Family family(const Registry<Kind>& registry, const std::string& prefix) {
 }
 
 std::vector<Family> families() {
-  return {family(attention_kinds(), "model."), family(positional_kinds(), "model."), family(block_kinds(), "model."),
+  return {family(model_kinds(), "model."),     family(attention_kinds(), "model."), family(positional_kinds(), "model."), family(block_kinds(), "model."),
           family(mlp_kinds(), "model."),       family(activation_kinds(), "model."), family(gate_kinds(), "model."),
           family(optimizer_kinds(), "optimizer."), family(schedule_kinds(), ""), family(tokenizer_kinds(), "")};
 }

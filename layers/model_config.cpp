@@ -8,6 +8,7 @@
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/basic.h"
 #include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/language_model.h"
 #include "tapeformer/layers/mlp.h"
 #include "tapeformer/layers/positional/positional.h"
 
@@ -57,6 +58,7 @@ std::vector<DeclaredOption> model_options() {
   for (const PositionalKind& k : positional_kinds().kinds()) take(k.options, "model.positional \"" + k.name + "\"");
   for (const BlockKind& k : block_kinds().kinds()) take(k.options, "model.block \"" + k.name + "\"");
   for (const MlpKind& k : mlp_kinds().kinds()) take(k.options, "model.mlp \"" + k.name + "\"");
+  for (const ModelKind& k : model_kinds().kinds()) take(k.options, "model.arch \"" + k.name + "\"");
   return out;
 }
 
@@ -102,6 +104,7 @@ void ModelConfig::validate_kinds() const {
   const PositionalKind& pos = positional_kinds().get(positional);
   const BlockKind& blk = block_kinds().get(block);
   const MlpKind& ffn = mlp_kinds().get(mlp);
+  const ModelKind& model = model_kinds().get(arch);
   activation_kinds().get(activation);  // Error naming model.activation and the known ones
   TAPEFORMER_CHECK(ffn.reads_activation || activation == ModelConfig().activation, "model.activation = \"",
                    activation, "\" does not apply to model.mlp \"", mlp, "\", whose activation is fixed");
@@ -118,7 +121,7 @@ void ModelConfig::validate_kinds() const {
       return false;
     };
     if (it->second == d.option.default_value || reads(attn.options) || reads(pos.options) || reads(blk.options) ||
-        reads(ffn.options))
+        reads(ffn.options) || reads(model.options))
       continue;
     std::string readers;
     for (const std::string& r : d.readers) readers += (readers.empty() ? "" : " or ") + r;

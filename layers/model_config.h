@@ -55,6 +55,7 @@ struct ModelConfig {
   std::string mlp = "standard";     // feed-forward kind: "standard" | "swiglu" | "geglu" (layers/mlp.h)
   std::string attention = "softmax";  // attention kind: "softmax" | "linear" (layers/attention/attention.h)
   std::string positional = "learned";  // "learned" | "sinusoidal" | "rope" | "alibi" | "shaw" | "txl" (layers/positional/positional.h)
+  std::string arch = "transformer";  // the model kind (layers/language_model.h); the keys above are its
   std::string block = "standard";  // how the layers are wired: "standard" | "reversible" | "post_ln" | "gtrxl" (layers/block/block.h)
   std::map<std::string, OptionValue> options;  // kind-specific keys by name (without "model.")
   // Causal self-attention (every language model). A non-causal model (an

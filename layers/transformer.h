@@ -28,25 +28,19 @@
 #include "tapeformer/layers/basic.h"
 #include "tapeformer/layers/block/block.h"
 #include "tapeformer/layers/block/standard.h"
+#include "tapeformer/layers/language_model.h"
 #include "tapeformer/layers/model_config.h"
 #include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 
-// What a model of a config costs, computed from its kinds before anything is
-// allocated (the trainer's memory check); parameters equals the built
-// model's num_parameters() for every registered kind (tested).
-struct ModelFootprint {
-  double parameters = 0;  // exact up to 2^53; double so that absurd configs are measured, not overflowed
-  double activation_floats = 0;  // kept for the backward of one sequence of block_size tokens
-};
-
-class TransformerLM : public Module {
+// The model kind "transformer" (model.arch), the default LanguageModel.
+class TransformerLM : public LanguageModel {
  public:
   TransformerLM(const ModelConfig& cfg, Rng& rng);
   // ids (B, T) -> logits (B, T, V); T is at most max_positions() when the
   // positional scheme has a table (learned: block_size), any length otherwise.
-  Var forward(const IndexTensor& ids, Rng& rng) const;
+  Var forward(const IndexTensor& ids, Rng& rng) const override;
 
   // Reading a sequence piece by piece (sampling): make_state(B, window)
   // holds every block's state, and forward(ids, state) takes the next T
@@ -60,21 +54,21 @@ class TransformerLM : public Module {
   // max_positions(); past that, reset() and feed the last tokens again.
   // Needs NoGradGuard and eval(). A state belongs to the model that made it;
   // after an error it is reset.
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const;
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
 
   // Transformer-XL training and evaluation (model.mem_len > 0): ids (B, T)
   // is the segment after those `memory` holds (empty: the first); every
   // layer attends to its memory, which then moves on to hold each layer's
   // inputs at the last mem_len positions. Positions restart at 0 in each
   // segment for the schemes that add them to the embeddings.
-  Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const;
+  Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const override;
   // model.mem_len and model.ext_len: 0 when the model keeps no segment memory.
-  int64_t mem_len() const;
-  int64_t ext_len() const;
-  Var forward(const IndexTensor& ids, InferenceState& state) const;
-  const ModelConfig& config() const { return cfg_; }
+  int64_t mem_len() const override;
+  int64_t ext_len() const override;
+  Var forward(const IndexTensor& ids, InferenceState& state) const override;
+  const ModelConfig& config() const override { return cfg_; }
   // Positions the model can represent: the learned table's rows, or -1 for any.
-  int64_t max_positions() const { return pos_emb->max_positions(); }
+  int64_t max_positions() const override { return pos_emb->max_positions(); }
   // Parameters and activation memory of a model of `cfg`, from its kinds.
   static ModelFootprint footprint(const ModelConfig& cfg);
 

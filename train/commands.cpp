@@ -33,7 +33,7 @@ Loaded load_model(const std::string& checkpoint, const std::string& weights) {
   l.tokenizer = load_tokenizer(c.tokenizer);
   l.cfg.model.vocab_size = l.tokenizer->vocab_size();
   Rng unused(0);
-  l.model = std::make_unique<TransformerLM>(l.cfg.model, unused);
+  l.model = make_model(l.cfg.model, unused);
   try {
     l.model->load_state(c.model);
   } catch (const Error& e) {

@@ -19,7 +19,7 @@ namespace tapeformer {
 struct Loaded {
   TrainConfig cfg;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<LanguageModel> model;
 };
 Loaded load_model(const std::string& checkpoint, const std::string& weights = "");
 

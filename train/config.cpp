@@ -60,6 +60,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("model.activation", c.model.activation);
   v("model.attention", c.model.attention);
   v("model.positional", c.model.positional);
+  v("model.arch", c.model.arch);
   v("model.block", c.model.block);
   v("model.mlp", c.model.mlp);
   // The kind-specific keys the registered kinds declare (model.feature_map, ...).

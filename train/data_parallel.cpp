@@ -26,12 +26,12 @@ Batch slice_rows(const Batch& batch, int64_t begin, int64_t end) {
   return {rows(batch.inputs), rows(batch.targets)};
 }
 
-DataParallel::DataParallel(TransformerLM& model, int shards, std::shared_ptr<ProcessGroup> group)
+DataParallel::DataParallel(LanguageModel& model, int shards, std::shared_ptr<ProcessGroup> group)
     : model_(model), group_(std::move(group)) {
   TAPEFORMER_CHECK(shards >= 1, "DataParallel: shards must be >= 1, got ", shards);
   for (int k = 1; k < shards; ++k) {
     Rng unused(0);  // the replica's own init is replaced by aliasing
-    auto replica = std::make_unique<TransformerLM>(model.config(), unused);
+    std::unique_ptr<LanguageModel> replica = make_model(model.config(), unused);
     replica->alias_parameters(model);
     replicas_.push_back(std::move(replica));
   }
@@ -53,7 +53,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   // shard count leaves its extra shards empty.
   const int64_t local = group_ ? shards() : std::min<int64_t>(shards(), B);
   const int64_t S = total_shards(B), first = group_ ? group_->rank() * local : 0;
-  const auto forward = [](const TransformerLM& m, const IndexTensor& ids, SegmentMemory* mem, Rng& rng) {
+  const auto forward = [](const LanguageModel& m, const IndexTensor& ids, SegmentMemory* mem, Rng& rng) {
     return mem != nullptr ? m.forward(ids, *mem, rng) : m.forward(ids, rng);  // (B, T, V)
   };
   std::optional<profile::Scope> timed;
@@ -66,7 +66,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   }
 
   struct Shard {
-    TransformerLM* model;
+    LanguageModel* model;
     Batch rows;
     Rng rng;
     int64_t weight;  // its share of the batch's loss: rows, or counted targets when some are ignored
@@ -93,7 +93,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
       row += n;
       continue;
     }
-    TransformerLM* m = k == first ? &model_ : replicas_[static_cast<size_t>(k - first - 1)].get();
+    LanguageModel* m = k == first ? &model_ : replicas_[static_cast<size_t>(k - first - 1)].get();
     m->train(model_.is_training());
     Batch rows = slice_rows(batch, row, row + n);
     const int64_t weight = ignores ? counted(rows.targets) : n;
@@ -138,7 +138,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   }
   if (grad) {
     if (group_) {
-      std::vector<TransformerLM*> models;
+      std::vector<LanguageModel*> models;
       for (const Shard& w : work) models.push_back(w.model);
       reduce_across_processes(models);
     } else {
@@ -192,7 +192,7 @@ Tensor DataParallel::gather_rows(const Tensor& mine, const std::vector<int64_t>&
 // chunk over all shards; an allgather gives every rank the sums. Per step a
 // rank sends and receives S * P * (N - 1) / N floats, then P * (N - 1) / N:
 // with one shard per rank, what a ring all-reduce moves.
-void DataParallel::reduce_across_processes(const std::vector<TransformerLM*>& models) {
+void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& models) {
   {  // every rank here first, so the exchange's time is the exchange's, not the slowest rank's
     const profile::Scope timed("waiting for ranks", profile::Kind::Phase);
     group_->max(0);
@@ -202,7 +202,7 @@ void DataParallel::reduce_across_processes(const std::vector<TransformerLM*>& mo
   const size_t n_params = params.size(), S = models.size();
   const int N = group_->size(), me = group_->rank();
   std::vector<NamedVars> theirs;
-  for (TransformerLM* m : models) theirs.push_back(m->named_parameters());
+  for (LanguageModel* m : models) theirs.push_back(m->named_parameters());
   std::vector<int64_t> offset(n_params + 1, 0);
   for (size_t i = 0; i < n_params; ++i) offset[i + 1] = offset[i] + params[i].second.numel();
   const int64_t P = offset[n_params];

@@ -55,7 +55,7 @@ class DataParallel {
   // shards >= 1: this process's. Builds shards - 1 replicas of `model` (which
   // must outlive this). With a group of several processes, every rank builds
   // one with the same shard count.
-  DataParallel(TransformerLM& model, int shards, std::shared_ptr<ProcessGroup> group = nullptr);
+  DataParallel(LanguageModel& model, int shards, std::shared_ptr<ProcessGroup> group = nullptr);
 
   int shards() const { return static_cast<int>(replicas_.size()) + 1; }
   // Shards of a batch of that many rows over all processes (one process: at
@@ -89,12 +89,12 @@ class DataParallel {
  private:
   static constexpr int64_t kReduceBlock = 1 << 14;
   void reduce_gradients();
-  void reduce_across_processes(const std::vector<TransformerLM*>& models);  // this rank's shards, in order
+  void reduce_across_processes(const std::vector<LanguageModel*>& models);  // this rank's shards, in order
   Tensor gather_rows(const Tensor& mine, const std::vector<int64_t>& rank_rows) const;
 
-  TransformerLM& model_;
+  LanguageModel& model_;
   std::shared_ptr<ProcessGroup> group_;  // null: one process
-  std::vector<std::unique_ptr<TransformerLM>> replicas_;
+  std::vector<std::unique_ptr<LanguageModel>> replicas_;
 };
 
 // Rows [begin, end) of a batch.

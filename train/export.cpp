@@ -13,11 +13,12 @@
 namespace tapeformer {
 namespace {
 
-// nanoGPT's GPT: the standard stack, softmax attention, a learned position table.
+// nanoGPT's GPT: the transformer kind, standard stack and MLP, softmax attention, a learned position table.
 // (Kind-specific options of other kinds keep their defaults: the config check refuses anything else.)
-bool is_nanogpt(const TransformerLM& model) {
+bool is_nanogpt(const LanguageModel& model) {
   const ModelConfig& c = model.config();
-  return c.block == "standard" && c.attention == "softmax" && c.positional == "learned" && model.mem_len() == 0;
+  return c.arch == "transformer" && c.block == "standard" && c.attention == "softmax" && c.positional == "learned" &&
+         c.mlp == "standard" && model.mem_len() == 0;
 }
 
 // tapeformer name -> (nanoGPT name, transposed?) for a GPT's parameters.
@@ -53,10 +54,12 @@ std::vector<int64_t> dims(const Shape& s) {
 }
 
 // The tensors the file holds for this model: (file name, value in the file's layout).
-std::vector<std::pair<std::string, Tensor>> file_tensors(const TransformerLM& model) {
+std::vector<std::pair<std::string, Tensor>> file_tensors(const LanguageModel& model) {
   std::vector<std::pair<std::string, Tensor>> out;
   const bool gpt = is_nanogpt(model);
+  Tensor wte;  // the token embedding, for the tied head
   for (const auto& [name, var] : model.named_parameters()) {
+    if (name == "tok_emb.weight") wte = var.value();
     if (!gpt) {
       out.emplace_back(name, var.value().contiguous());
       continue;
@@ -65,13 +68,13 @@ std::vector<std::pair<std::string, Tensor>> file_tensors(const TransformerLM& mo
     out.emplace_back(file_name, transpose ? transposed(var.value()) : var.value().contiguous());
   }
   if (gpt && model.config().tie_weights)  // nanoGPT's state_dict lists the tied head too
-    out.emplace_back("lm_head.weight", model.tok_emb->weight.value().contiguous());
+    out.emplace_back("lm_head.weight", wte.contiguous());
   return out;
 }
 
 }  // namespace
 
-void export_safetensors(const TransformerLM& model, const std::string& path) {
+void export_safetensors(const LanguageModel& model, const std::string& path) {
   const auto tensors = file_tensors(model);
   nlohmann::json header;
   size_t offset = 0;
@@ -97,7 +100,7 @@ void export_safetensors(const TransformerLM& model, const std::string& path) {
   write_file_atomic(path, bytes);
 }
 
-void import_safetensors(TransformerLM& model, const std::string& path) {
+void import_safetensors(LanguageModel& model, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "safetensors '", path, "': cannot open");
   std::stringstream buf;
@@ -145,7 +148,9 @@ void import_safetensors(TransformerLM& model, const std::string& path) {
   };
   const bool gpt = is_nanogpt(model);
   NamedTensors state;
+  Tensor wte;  // the token embedding, for the tied head
   for (const auto& [name, var] : model.named_parameters()) {
+    if (name == "tok_emb.weight") wte = var.value();
     if (!gpt) {
       state.emplace_back(name, read(name, var.shape()));
       continue;

@@ -22,11 +22,11 @@
 
 namespace tapeformer {
 
-void export_safetensors(const TransformerLM& model, const std::string& path);
+void export_safetensors(const LanguageModel& model, const std::string& path);
 // Loads every parameter of `model` from `path` (written by
 // export_safetensors, or by PyTorch from a matching nanoGPT GPT). Errors name
 // the file and the missing, extra or mis-shaped tensor; a truncated or
 // damaged file is refused before anything is loaded.
-void import_safetensors(TransformerLM& model, const std::string& path);
+void import_safetensors(LanguageModel& model, const std::string& path);
 
 }  // namespace tapeformer

@@ -17,7 +17,7 @@ void SampleOptions::validate() const {
   TAPEFORMER_CHECK(context >= 0, "sample: context must be >= 0 (0: the block size), got ", context);
 }
 
-int64_t sample_context(const TransformerLM& model, const SampleOptions& opt) {
+int64_t sample_context(const LanguageModel& model, const SampleOptions& opt) {
   const int64_t limit = model.max_positions();
   const int64_t context = opt.context > 0 ? opt.context : model.config().block_size;
   TAPEFORMER_CHECK(limit < 0 || context <= limit, "sample: context ", context, " exceeds the ", limit,
@@ -56,7 +56,7 @@ int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, 
   return order[keep - 1];  // u landed on the rounding slack at the end
 }
 
-std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& prompt,
+std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
                               const std::function<void(int32_t)>& on_token) {
   opt.validate();
@@ -67,7 +67,7 @@ std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& 
     TAPEFORMER_CHECK(id >= 0 && id < V, "sample: prompt token ", id, " is outside the vocabulary of ", V);
   // Eval mode for the draw, the caller's mode back afterwards, even on a throw.
   struct ModeRestore {
-    TransformerLM& model;
+    LanguageModel& model;
     bool was_training;
     ~ModeRestore() { model.train(was_training); }
   } restore{model, model.is_training()};

@@ -1,4 +1,4 @@
-// Sampling from a trained TransformerLM.
+// Sampling from a trained LanguageModel.
 //
 //   SampleOptions opt;  opt.tokens = 200;  opt.temperature = 0.8f;  opt.top_k = 40;
 //   Rng rng(opt.seed);
@@ -40,14 +40,14 @@ struct SampleOptions {
 
 // The context a model reads with these options (opt.context, or the block
 // size when 0); Error when a learned position table cannot hold it.
-int64_t sample_context(const TransformerLM& model, const SampleOptions& opt);
+int64_t sample_context(const LanguageModel& model, const SampleOptions& opt);
 
 // Picks a token from one row of logits (V).
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng);
 
 // Returns prompt followed by opt.tokens sampled tokens. `on_token`, when set,
 // is called with each new token as it is produced (for streaming output).
-std::vector<int32_t> generate(TransformerLM& model, const std::vector<int32_t>& prompt,
+std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
                               const std::function<void(int32_t)>& on_token = {});
 

@@ -56,7 +56,7 @@ enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches
 // the check exists to refuse, before allocating anything, configs that
 // cannot fit at all.
 double estimated_bytes(const TrainConfig& c, int64_t shards) {
-  const ModelFootprint f = TransformerLM::footprint(c.model);
+  const ModelFootprint f = model_footprint(c.model);
   const double params = f.parameters;
   const double B = static_cast<double>(c.train.batch_size), T = static_cast<double>(c.model.block_size);
   const double eval_batches = (static_cast<double>(c.eval.iters) + static_cast<double>(c.eval.final_iters)) * B * T * 2;
@@ -157,7 +157,7 @@ struct Trainer::State {
   std::unique_ptr<TextCorpus> corpus;  // a text file's ids, in memory; or none, with token files
   std::unique_ptr<TokenSource> train_tokens, val_tokens;  // the splits the samplers read
   double val_tokens_per_char = 1;                         // turns nats per token into bits per character
-  std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<LanguageModel> model;
   std::shared_ptr<ProcessGroup> group;  // the ranks of an mpirun job; null: one process
   std::unique_ptr<DataParallel> shards;
   std::unique_ptr<Optimizer> optimizer;
@@ -247,7 +247,7 @@ struct Trainer::State {
     const int64_t num_shards = shard_count(cfg);
     check_fits_in_memory(cfg, num_shards);
     Rng init(stream_seed(cfg.train.seed, kInit));
-    model = std::make_unique<TransformerLM>(cfg.model, init);
+    model = make_model(cfg.model, init);
     optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
     shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards), group);
     if (group) check_same_run_on_every_rank(*tokenizer);

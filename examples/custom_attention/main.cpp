@@ -6,9 +6,14 @@
 //   model.mlp "relu2"          squared ReLU (So et al. 2021, Primer):
 //                              FFN(x) = relu(x W1 + b1)^2 W2 + b2;
 //   optimizer.name "lion"      Lion (Chen et al. 2023): c = b1 m + (1 - b1) g,
-//                              p -= lr (sign(c) + wd p), m = b2 m + (1 - b2) g.
+//                              p -= lr (sign(c) + wd p), m = b2 m + (1 - b2) g;
+//   model.arch "char_mlp"      not a Transformer: Bengio et al. 2003's MLP over
+//                              the last model.char_mlp_context tokens' embeddings,
+//                              logits_t = tanh([e_{t-k+1}; ...; e_t] W1 + b1) W2 + b2.
 // Each is one registry entry; its config keys (model.sigmoid_bias,
-// optimizer.lion_beta1, optimizer.lion_beta2) are declared with it.
+// optimizer.lion_beta1, optimizer.lion_beta2, model.char_mlp_context) are
+// declared with it.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -17,6 +22,7 @@
 #include <tapeformer/autograd/ops.h>
 #include <tapeformer/cli/cli.h>
 #include <tapeformer/layers/attention/attention.h>
+#include <tapeformer/layers/language_model.h>
 #include <tapeformer/layers/mlp.h>
 #include <tapeformer/optim/optimizer.h>
 #include <tapeformer/train/build.h>
@@ -179,9 +185,91 @@ OptimizerKind lion_optimizer_kind() {
   return kind;
 }
 
+// ---- a language model that is not a Transformer ----------------------------------
+
+// The last k - 1 ids of each row seen so far, (B, <= k - 1): the context of the next one.
+struct RecentIds : InferenceState {
+  std::string name() const override { return "RecentIds"; }
+  int64_t length() const override { return seen; }
+  void reset() override { ids = IndexTensor(), seen = 0; }
+  IndexTensor ids;
+  int64_t seen = 0;
+};
+
+class CharMLP : public LanguageModel {
+ public:
+  CharMLP(const ModelConfig& cfg, Rng& rng) : cfg_(cfg), k_(cfg.option_int("char_mlp_context")) {
+    TAPEFORMER_CHECK(k_ >= 1 && k_ <= 64, "model.char_mlp_context must be in [1, 64], got ", k_);
+    emb = register_module("emb", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, rng));
+    fc = register_module("fc", std::make_shared<Linear>(k_ * cfg.n_embd, 4 * cfg.n_embd, true, rng));
+    head = register_module("head", std::make_shared<Linear>(4 * cfg.n_embd, cfg.vocab_size, true, rng));
+  }
+
+  Var forward(const IndexTensor& ids, Rng&) const override {  // (B, T) -> (B, T, V)
+    const Var e = emb->forward(ids);  // (B, T, C)
+    const int64_t B = e.dim(0), T = e.dim(1), C = e.dim(2);
+    std::vector<Var> window;  // e shifted by j positions (zeros before the start), j = k-1 .. 0
+    for (int64_t j = k_ - 1; j >= 0; --j) {
+      if (j == 0) window.push_back(e);
+      else if (j >= T) window.push_back(Var(Tensor::zeros({B, T, C})));
+      else window.push_back(concat({Var(Tensor::zeros({B, j, C})), slice(e, 1, 0, T - j)}, 1));
+    }
+    return head->forward(tanh(fc->forward(concat(window, 2))));  // (B, T, k C) -> (B, T, 4C) -> (B, T, V)
+  }
+
+  std::unique_ptr<InferenceState> make_state(int64_t, int64_t) const override { return std::make_unique<RecentIds>(); }
+  Var forward(const IndexTensor& ids, InferenceState& state) const override {
+    RecentIds& s = state_as<RecentIds>(state, "CharMLP", "RecentIds");
+    const int64_t B = ids.shape[0], T = ids.shape[1], P = s.seen == 0 ? 0 : s.ids.shape[1];
+    std::vector<int32_t> joined;  // the kept ids, then the new ones, per row
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < P; ++t) joined.push_back(s.ids.data[static_cast<size_t>(b * P + t)]);
+      for (int64_t t = 0; t < T; ++t) joined.push_back(ids.data[static_cast<size_t>(b * T + t)]);
+    }
+    const IndexTensor all({B, P + T}, joined);
+    Rng unused(0);
+    const Var logits = slice(forward(all, unused), 1, P, P + T);  // the new positions' rows
+    const int64_t keep = std::min<int64_t>(k_ - 1, P + T);
+    std::vector<int32_t> kept;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = P + T - keep; t < P + T; ++t) kept.push_back(joined[static_cast<size_t>(b * (P + T) + t)]);
+    s.ids = IndexTensor({B, keep}, kept);
+    s.seen += T;
+    return logits;
+  }
+  const ModelConfig& config() const override { return cfg_; }
+
+  std::shared_ptr<Embedding> emb;
+  std::shared_ptr<Linear> fc, head;
+
+ private:
+  ModelConfig cfg_;
+  int64_t k_;
+};
+
+ModelKind char_mlp_model_kind() {
+  ModelKind kind;
+  kind.name = "char_mlp";
+  kind.summary = "an MLP over the last model.char_mlp_context tokens (Bengio et al. 2003; examples/custom_attention)";
+  kind.options = {{"char_mlp_context", int64_t{8}, "char_mlp: tokens the MLP reads, the current one included"}};
+  kind.make = [](const ModelConfig& cfg, Rng& rng) -> std::unique_ptr<LanguageModel> {
+    return std::make_unique<CharMLP>(cfg, rng);
+  };
+  kind.footprint = [](const ModelConfig& cfg) {
+    const double V = static_cast<double>(cfg.vocab_size), C = static_cast<double>(cfg.n_embd);
+    const double k = static_cast<double>(cfg.option_int("char_mlp_context")), T = static_cast<double>(cfg.block_size);
+    ModelFootprint f;
+    f.parameters = V * C + (k * C * 4 * C + 4 * C) + (4 * C * V + V);
+    f.activation_floats = T * (k * C + 8 * C + 2 * V);
+    return f;
+  };
+  return kind;
+}
+
 int main(int argc, char** argv) {
   attention_kinds().add(sigmoid_attention_kind());
   mlp_kinds().add(relu2_mlp_kind());
   optimizer_kinds().add(lion_optimizer_kind());
+  model_kinds().add(char_mlp_model_kind());
   return cli_main(argc, argv);
 }

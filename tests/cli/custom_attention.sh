@@ -47,6 +47,26 @@ assert a["val_loss"] < 1.5, f"did not learn: val_loss {a['val_loss']}"
 print(f"custom_attention: trained and resumed identically, val_loss {a['val_loss']:.4f}")
 PY
 
+# A model that is not a Transformer (model.arch "char_mlp") through the same Trainer: resume and sample.
+mlp=(--set model.arch=char_mlp --set model.char_mlp_context=6)
+"$mine" train "${common[@]}" "${mlp[@]}" --out "$work/mlp_straight" --set train.max_iters=60 > "$work/mlp_straight.json" \
+  2> "$work/log" || { cat "$work/log"; fail "train char_mlp"; }
+"$mine" train "${common[@]}" "${mlp[@]}" --out "$work/mlp" --set train.max_iters=40 > /dev/null 2> "$work/log" ||
+  { cat "$work/log"; fail "train char_mlp 40"; }
+"$mine" train --out "$work/mlp" --resume --set train.max_iters=60 --threads 2 > "$work/mlp_resumed.json" 2> "$work/log" ||
+  { cat "$work/log"; fail "resume char_mlp"; }
+python3 - "$work/mlp_straight.json" "$work/mlp_resumed.json" <<'PY'
+import json, sys
+a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+for key in ("train_loss", "val_loss"):
+    assert a[key] == b[key], f"char_mlp: resume differs from a straight run: {key} {a[key]} vs {b[key]}"
+assert a["val_loss"] < 1.5, f"char_mlp did not learn: val_loss {a['val_loss']}"
+print(f"custom_attention: char_mlp trained and resumed identically, val_loss {a['val_loss']:.4f}")
+PY
+out=$("$mine" sample --checkpoint "$work/mlp" --prompt "the " --tokens 40 --seed 1 2> "$work/log") ||
+  { cat "$work/log"; fail "sample char_mlp"; }
+[ "${#out}" -ge 40 ] || fail "char_mlp sample printed ${#out} characters: $out"
+
 out=$("$mine" sample --checkpoint "$work/run" --prompt "the " --tokens 40 --seed 1 2> "$work/log") ||
   { cat "$work/log"; fail "sample"; }
 [ "${#out}" -ge 40 ] || fail "sample printed ${#out} characters: $out"

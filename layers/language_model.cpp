@@ -1,0 +1,30 @@
+#include "tapeformer/layers/language_model.h"
+
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/transformer.h"
+
+namespace tapeformer {
+
+Var LanguageModel::forward(const IndexTensor&, SegmentMemory&, Rng&) const {
+  fail("model.arch \"", config().arch, "\" keeps no segment memory (model.mem_len)");
+}
+
+Registry<ModelKind>& model_kinds() {
+  static Registry<ModelKind> kinds(
+      "model.arch", {{"transformer",
+                      "GPT: token and position embeddings, model.block's stack of attention and MLP layers, ln_f, head",
+                      {},
+                      [](const ModelConfig& cfg, Rng& rng) -> std::unique_ptr<LanguageModel> {
+                        return std::make_unique<TransformerLM>(cfg, rng);
+                      },
+                      TransformerLM::footprint}});
+  return kinds;
+}
+
+std::unique_ptr<LanguageModel> make_model(const ModelConfig& cfg, Rng& rng) {
+  return model_kinds().get(cfg.arch).make(cfg, rng);
+}
+
+ModelFootprint model_footprint(const ModelConfig& cfg) { return model_kinds().get(cfg.arch).footprint(cfg); }
+
+}  // namespace tapeformer
