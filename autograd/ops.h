@@ -195,15 +195,15 @@ std::vector<Var> positioned_attention(const Var& q, const Var& k, const Var& v,
 // phi(q), b = phi(k) (B, H, T, C) (all > 0) and values v (B, H, T, M) -> (B, H, T, M):
 //   causal: y_i = a_i^T S_i / (a_i . z_i + eps), S_i = sum_{j<=i} b_j v_j^T, z_i = sum_{j<=i} b_j;
 //   non-causal: the same with S, z summed over all j.
-// With g^_i = g_i / den_i, gam_i = -(g_i . y_i) / den_i (SPEC §2.3):
+// With g^_i = g_i / den_i, gam_i = -(g_i . y_i) / den_i (docs/math.md#backward-with-the-normaliser):
 //   da_i = S_i g^_i + gam_i z_i, db_j = R_j v_j + r_j, dv_j = R_j^T b_j,
 //   R_j = sum_{i>=j} a_i g^_i^T, r_j = sum_{i>=j} gam_i a_i.
 // The causal form keeps only running C x M sums: no T x T and no T x C x M tensor.
 Var linear_attention(const Var& a, const Var& b, const Var& v, bool causal = true, Scalar eps = 1e-6f);
 // The causal numerator alone: y_i = sum_{j<=i} (a_i . b_j) v_j, (B, H, T, C) x 2, (B, H, T, M) -> (B, H, T, M).
-//   da_i = S_i g_i, db_j = R_j v_j, dv_j = R_j^T b_j, R_j = sum_{i>=j} a_i g_i^T (SPEC §2.2)
+//   da_i = S_i g_i, db_j = R_j v_j, dv_j = R_j^T b_j, R_j = sum_{i>=j} a_i g_i^T (Katharopoulos et al. 2020 §3.3.1)
 Var causal_product(const Var& a, const Var& b, const Var& v);
-// Efficient attention (Shen et al., SPEC §2.5) on q, k (B, H, T, C), v (B, H, T, M) -> (B, H, T, M):
+// Efficient attention (Shen et al. 2021; docs/math.md#efficient-attention) on q, k (B, H, T, C), v (B, H, T, M) -> (B, H, T, M):
 //   non-causal: y = softmax_C(q) (softmax_T(k)^T v);
 //   causal: y_i = sum_d softmax(q_i)_d U_i[d] / u_i[d], U_i[d] = sum_{j<=i} e^{k_jd} v_j,
 //   u_i[d] = sum_{j<=i} e^{k_jd}, kept with a running per-feature max (no overflow, no future keys).
@@ -220,18 +220,18 @@ Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal = 
 Var favor_attention(const Var& a, const Var& b, const Var& v);
 
 // ---- gates (autograd/ops/gates.cpp) -------------------------------------------
-// GTrXL's GRU-type gate (SPEC §5.2) of the residual stream x and a branch
+// GTrXL's GRU-type gate (Parisotto et al. 2020 §3.2) of the residual stream x and a branch
 // output y, both (..., C), with w (C, 3C) = [W_r | W_z | W_g], u (C, 2C) =
 // [U_r | U_z], ug (C, C) = U_g and the bias bg (C):
 //   r = sigmoid(y W_r + x U_r), z = sigmoid(y W_z + x U_z - bg),
 //   h = tanh(y W_g + (r x) U_g), g = (1 - z) x + z h.
-// Backward (SPEC §5.2): dz = dg (h - x), dc = dg z (1 - h^2), e = dc U_g^T,
+// Backward (docs/math.md#gru-gate-backward): dz = dg (h - x), dc = dg z (1 - h^2), e = dc U_g^T,
 //   da = e x r (1 - r), db = dz z (1 - z); dx = dg (1 - z) + e r + [da db] u^T,
 //   dy = [da db dc] w^T, dw = y^T [da db dc], du = x^T [da db], dug = (r x)^T dc, dbg = -sum db.
 Var gru_gate(const Var& x, const Var& y, const Var& w, const Var& u, const Var& ug, const Var& bg);
 
 // ---- positional (autograd/ops/positional.cpp) --------------------------------
-// Rotary position embedding (RoPE, interleaved pairs, SPEC §6): x with positions
+// Rotary position embedding (RoPE, Su et al. 2021; interleaved pairs): x with positions
 // start + t along `axis` and features along the last axis (width D); pair k
 // (components 2k, 2k+1, k < D/2; an odd last component is left as is) is
 // rotated by the angle p th_k, th_k = base^(-2k / (2 floor(D / 2))).

@@ -59,7 +59,7 @@ class Var {
   std::shared_ptr<Node> node_;
 };
 
-// Named collections: parameters and state by dotted name ("blocks.0.attn.qkv.weight").
+// Named collections: parameters and state by dotted name ("0.attn.qkv.weight").
 using NamedVars = std::vector<std::pair<std::string, Var>>;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 

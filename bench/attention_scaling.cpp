@@ -1,4 +1,4 @@
-// E2b (SPEC §8; "Transformers are RNNs" Fig. 1): one causal attention layer,
+// E2b (docs/math.md#experiments; "Transformers are RNNs" Fig. 1): one causal attention layer,
 // forward + backward, at growing sequence length N with the batch shrinking so
 // that B * N stays fixed; time and peak tensor memory.
 //
@@ -8,13 +8,13 @@
 // (the kernel that keeps the (N, N) probabilities, causal_attention), "linear"
 // (elu + 1 features and linear_attention), "favor" (Performer's FAVOR+:
 // round(d ln d) orthogonal random features, favor_attention), and every sparse pattern
-// (layers/attention/sparse.h: window, fixed, longformer, bigbird; their
+// (layers/attention/sparse.h: window, strided, fixed, longformer, bigbird; their
 // options with --option window=256) through sparse_attention (one
 // grouped_sparse_attention: tiles, or strided's residue classes in place), and the
 // kinds that are whole layers ("lsh", "linformer", "adaptive_span": x (B, N,
 // d) -> (B, N, d) with their projections, each next to the softmax layer of
 // the same size; --option lsh_chunk=64, span_max=256, linformer_k=256). One
-// head of d_h = 64 (SPEC's H = 1). A sparse kind also times dense "softmax" at
+// head of d_h = 64 (H = 1, as E2b sets it). A sparse kind also times dense "softmax" at
 // each N and reports, at the largest N up to 8192, its time relative to
 // dense next to its fraction of the causal pairs (what the pair count
 // predicts), and its memory relative to the dense kernel that stores the

@@ -1,9 +1,9 @@
-// E3b (SPEC §8; Reformer Table 3): peak tensor memory and time of one
+// E3b (docs/math.md#experiments; Reformer Table 3): peak tensor memory and time of one
 // training step (forward, loss, backward) against depth, for a block kind.
 //
 //   build/bench/block_memory --block reversible --out out/e3b/reversible [--ff-chunks 8] [--depths 2,4,8,12,16]
 //
-// The model: width 128, 4 heads, T = 512 (SPEC's E3b), vocab 65, learned
+// The model: width 128, 4 heads, T = 512 (E3b's length), vocab 65, learned
 // positions, softmax attention (at T = 512 the memory-lean kernel, which
 // keeps O(T) per head), batch 4 of random tokens. For each depth: one
 // warm-up step (so parameter gradients exist and later steps accumulate into

@@ -1,4 +1,4 @@
-// E2c (SPEC §8; "Transformers are RNNs" §4.2-4.3): time per generated token
+// E2c (docs/math.md#experiments; "Transformers are RNNs" §4.2-4.3): time per generated token
 // at growing context, for linear attention's recurrent form (running sums),
 // softmax attention with a KV cache, and softmax attention recomputing its
 // whole window for every token (no cache).

@@ -1,4 +1,4 @@
-// E4b (SPEC §8; Dai et al. 2019 Table 9): evaluation time per token of a
+// E4b (docs/math.md#experiments; Dai et al. 2019 Table 9): evaluation time per token of a
 // Transformer-XL reading segments with a cached memory, against a vanilla
 // model recomputing its whole window for every predicted token, at attention
 // length L.

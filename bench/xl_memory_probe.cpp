@@ -1,4 +1,4 @@
-// E4a's diagnostic (SPEC §8): does a trained Transformer-XL use its memory?
+// E4a's diagnostic (docs/math.md#experiments): does a trained Transformer-XL use its memory?
 // Evaluates a checkpoint over its run's val split read as B streams in order
 // (as training evaluates it), three ways: with the memory carried from
 // segment to segment; with no memory (reset before every segment); and with

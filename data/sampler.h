@@ -70,7 +70,7 @@ class RandomWindowSampler {
   int64_t drawn_ = 0;
 };
 
-// StreamSampler: Transformer-XL's ordered batches (SPEC §4.3). The tokens are
+// StreamSampler: Transformer-XL's ordered batches (docs/math.md#segment-memory). The tokens are
 // cut into B contiguous streams of L = (n - 1) / B tokens; each call returns
 // the next T positions of every stream, so row b of a batch continues row b of
 // the previous one (what a segment memory needs):

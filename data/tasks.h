@@ -1,9 +1,9 @@
-// Synthetic tasks for the papers' experiments (SPEC §8), generated from a seed.
+// Synthetic tasks for the papers' experiments (docs/math.md#experiments), generated from a seed.
 //
 //   CopyTask task({/*symbols=*/10, /*min_len=*/1, /*max_len=*/32}, /*batch=*/32, /*seed=*/1);
 //   Batch b = task.next();   // inputs (32, 64), targets (32, 64) with kIgnoreTarget off the copy
 //
-// Copy (Katharopoulos et al. 2020 §4.1.1; SPEC E2a): a sequence `w SEP w`
+// Copy (Katharopoulos et al. 2020 §4.1.1; E2a): a sequence `w SEP w`
 // with |w| uniform in [min_len, max_len] over `symbols` symbols, then PAD up
 // to 2 max_len + 1 tokens. Inputs are the sequence without its last token,
 // targets the sequence shifted by one; only targets inside the second copy
@@ -47,7 +47,7 @@ class CopyTask {
   Rng rng_;
 };
 
-// Recall across segments (SPEC E4c): B endless streams read T tokens at a
+// Recall across segments (E4c, docs/math.md#experiments): B endless streams read T tokens at a
 // time, as a Transformer-XL reads its corpus. Every segment holds the marker
 // KEY followed by a key symbol at a random place among filler symbols, and
 // ends with the marker QUERY, whose target is the key of the segment

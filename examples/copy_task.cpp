@@ -1,5 +1,5 @@
 // E2a, the copy task of "Transformers are RNNs" (Katharopoulos et al. 2020
-// §4.1.1, scaled down as SPEC §8 says): learn to repeat `w` after `w SEP`,
+// §4.1.1, scaled down as docs/math.md#experiments says): learn to repeat `w` after `w SEP`,
 // with any attention kind, feature map and positional scheme.
 //
 //   build/examples/copy_task --config configs/e2a_copy.json --out out/e2a/linear

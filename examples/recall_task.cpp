@@ -1,4 +1,4 @@
-// E4c (SPEC §8): recall across segments. A model reads endless streams T
+// E4c (docs/math.md#experiments): recall across segments. A model reads endless streams T
 // tokens at a time, as Transformer-XL reads a corpus; every segment ends with
 // a query for the key seen `--distance` segments earlier (data/tasks.h,
 // RecallTask). With model.mem_len > 0 the segment memory is carried from

@@ -5,7 +5,7 @@
 //   Var y = fc.forward(x);                      // (B, T, 128) -> (B, T, 512)
 //
 // Initialisation follows GPT-2 / nanoGPT: weights N(0, 0.02), biases 0, norm
-// gains 1. Linear stores its weight as [in, out] (y = x W + b, SPEC §0);
+// gains 1. Linear stores its weight as [in, out] (y = x W + b, docs/math.md#conventions);
 // transpose when comparing with PyTorch's [out, in].
 #pragma once
 

@@ -11,7 +11,8 @@
 //   };
 //   mlp.named_parameters();   // {"fc.weight", ...}, {"fc.bias", ...}, {"proj.weight", ...}, ...
 //
-// Names are dotted paths ("blocks.0.attn.qkv.weight") in registration order:
+// Names are dotted paths ("0.attn.qkv.weight": TransformerLM registers its
+// block stack inline, the stack its layers as "0", "1", ...) in registration order:
 // a module's own parameters first, then each child's. They are the checkpoint
 // keys and select weight-decay groups. A parameter registered twice (weight
 // tying) is listed once, under its first name. Forward signatures are the

@@ -13,7 +13,8 @@
 // checkpoint.interval steps (and at the end) OUT/checkpoint.bin is written
 // atomically. A non-finite loss stops the run with an Error; the last
 // checkpoint is untouched. Resuming restores model, optimizer, step, dropout
-// RNG and sampler position, so the curve continues exactly (same threads).
+// RNG and sampler position, so the curve continues exactly (same total
+// number of shards, train.shards x processes; any thread count).
 // While run() runs, SIGTERM and SIGINT (unless the process ignores it) stop
 // it cleanly: the step in progress completes, a checkpoint of it is written
 // and run() throws Interrupted; the previous signal actions are restored.

@@ -1,5 +1,5 @@
-// GTrXL's GRU-type gate (Parisotto et al. 2020 §3.2, SPEC §5.2) as one op with
-// the hand-derived backward of SPEC §5.2: one tape entry instead of the
+// GTrXL's GRU-type gate (Parisotto et al. 2020 §3.2) as one op with the
+// hand-derived backward of docs/math.md#gru-gate-backward: one tape entry instead of the
 // fifteen a composition records, and no intermediate kept but r, z and h.
 #include "tapeformer/autograd/function.h"
 #include "tapeformer/autograd/ops.h"

@@ -1,4 +1,4 @@
-// Linear-attention ops (SPEC §2): the causal product, kernelised linear
+// Linear-attention ops (docs/math.md#linear-attention): the causal product, kernelised linear
 // attention, efficient attention, and FAVOR+'s causal linear attention on
 // log-features (core/kernels/favor.h, whose tape keeps a, b, v, y and the row
 // log-normalisers L). The causal forms are Functions with hand-written

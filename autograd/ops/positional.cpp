@@ -1,5 +1,5 @@
 // Positional ops: RoPE's rotation and Shaw et al.'s clipped relative gather /
-// scatter-add (SPEC §6). Each is its own adjoint's partner: the rotation's
+// scatter-add (docs/math.md#positional-schemes). Each is its own adjoint's partner: the rotation's
 // backward is the rotation by the opposite angle, the gather's backward is the
 // scatter-add and vice versa.
 #include <algorithm>

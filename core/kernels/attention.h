@@ -1,4 +1,5 @@
-// Fused causal multi-head attention over a packed qkv buffer (SPEC §1).
+// Fused causal multi-head attention over a packed qkv buffer (Vaswani et al. 2017;
+// docs/math.md#softmax-attention).
 //
 // qkv is (B, T, 3C) with columns [q | k | v], head h owning columns
 // [h*D, (h+1)*D) of each part; the output y is (B, T, C) with heads merged

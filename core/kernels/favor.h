@@ -1,5 +1,5 @@
 // Causal linear attention on log-features, with streaming stabilisers: the
-// kernel of Performer's FAVOR+ (SPEC §7), where the features are
+// kernel of Performer's FAVOR+ (Choromanski et al. 2020; docs/math.md#favor), where the features are
 // e^(w_r . x' - |x'|^2 / 2) and would overflow float as plain numbers.
 //
 //   y_i = sum_r e^(a_ir) S_ir / sum_r e^(a_ir) z_ir,   S_ir = sum_{j<=i} e^(b_jr) v_j,  z_ir = sum_{j<=i} e^(b_jr)

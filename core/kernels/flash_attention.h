@@ -1,4 +1,5 @@
-// Memory-lean softmax attention (FlashAttention-style, SPEC §1): the T x T
+// Memory-lean softmax attention (FlashAttention-style, Dao et al. 2022;
+// docs/math.md#softmax-attention): the T x T
 // probabilities never exist as a tensor. Per (b, h):
 //
 //   s_ij = q_i . k_j / sqrt(D) + sum_t bias_t[b, h, i, j]     (-inf where masked)

@@ -15,7 +15,7 @@
 namespace tapeformer::kernels {
 namespace {
 
-// Positions per chunk (SPEC §2.3): the masked in-chunk products are 64 x 64,
+// Positions per chunk (docs/math.md#chunked-form): the masked in-chunk products are 64 x 64,
 // wide enough for the packet GEMM, and the state products cost 64 x C x M per
 // chunk, about as much as the in-chunk part for C, M ~ 64.
 constexpr int64_t kChunk = 64;

@@ -1,4 +1,4 @@
-// Linear-attention kernels (SPEC §2): the causal product, kernelised linear
+// Linear-attention kernels (docs/math.md#linear-attention): the causal product, kernelised linear
 // attention with its normaliser, Shen et al.'s efficient attention, and the
 // recurrent (RNN) forms used for generation.
 //
@@ -12,7 +12,7 @@
 // depend on the thread count.
 //
 // The causal kernels never hold a T x T or a T x C x M tensor. The chunked
-// form (SPEC §2.3) cuts the sequence into chunks of 64 positions: inside a
+// form (docs/math.md#chunked-form) cuts the sequence into chunks of 64 positions: inside a
 // chunk a masked 64 x 64 product, across chunks a running C x M state, all
 // through the packet GEMM. Extra memory is O(C M) plus chunk-sized buffers per
 // thread (efficient attention's backward adds O(T C), see below).
@@ -30,7 +30,7 @@ struct LinearAttentionShape {
   int64_t BH, T, C, M;
 };
 
-// ---- causal product (SPEC §2.2) ---------------------------------------------
+// ---- causal product (docs/math.md#backward-of-the-causal-product) ----------
 // y_i = sum_{j<=i} (a_i . b_j) v_j, i.e. y_i = a_i^T S_i with S_i = sum_{j<=i} b_j v_j^T.
 void causal_product_forward(const Scalar* a,  // (BH, T, C)
                             const Scalar* b,  // (BH, T, C)
@@ -46,7 +46,7 @@ void causal_product_backward(const Scalar* a, const Scalar* b, const Scalar* v, 
                              Scalar* dv,                                         // (BH, T, M)
                              const LinearAttentionShape& s);
 
-// ---- linear attention (SPEC §2.1, §2.3) ---------------------------------------
+// ---- linear attention (docs/math.md#backward-with-the-normaliser) ------------
 // y_i = a_i^T S_i / den_i, den_i = a_i . z_i + eps, z_i = sum_{j<=i} b_j (causal) or
 // S, z summed over all j (non-causal). It is the causal product with the value
 // column 1 appended (v~ = [v, 1]); that column is carried as the vector z.
@@ -68,7 +68,7 @@ void linear_attention_backward(const Scalar* a, const Scalar* b, const Scalar* v
                                Scalar* dv,                                         // (BH, T, M)
                                bool causal, const LinearAttentionShape& s);
 
-// ---- efficient attention, causal (SPEC §2.5) ------------------------------------
+// ---- efficient attention, causal (docs/math.md#efficient-attention) -------------
 // y_i = sum_d al_id U_i[d] / u_i[d], al_i = softmax(q_i), U_i[d] = sum_{j<=i} e^{k_jd} v_j,
 // u_i[d] = sum_{j<=i} e^{k_jd}: efficient_attention_recurrent from an empty state.
 void efficient_attention_causal_forward(const Scalar* q,  // (BH, T, C)
@@ -92,15 +92,16 @@ void efficient_attention_causal_backward(const Scalar* q, const Scalar* k, const
                                          const LinearAttentionShape& s);
 
 // ---- recurrent forms for generation (state updated in place) --------------------
-// Causal linear attention as an RNN (SPEC §2.4), for t in [0, T):
+// Causal linear attention as an RNN (docs/math.md#rnn-form), for t in [0, T):
 //   S += b_t v_t^T, z += bz_t, y_t = (a_t^T S) / (az_t . z + eps)
 // (a, b) enter the numerator and (az, bz) the denominator: the same features,
-// except that RoPE rotates the numerator's only (SPEC §6).
+// except that RoPE rotates the numerator's only (Su et al. 2021 §3.3).
 // S (BH, C, M), z (BH, C); a, b, az, bz (BH, T, C); v (BH, T, M); y (BH, T, M).
 void linear_attention_recurrent(Scalar* S, Scalar* z, const Scalar* a, const Scalar* b, const Scalar* az,
                                 const Scalar* bz, const Scalar* v, Scalar* y, int64_t BH, int64_t T, int64_t C,
                                 int64_t M, Scalar eps);
-// Efficient attention's causal recurrence (SPEC §2.5), per feature d a running max m[d] (init -inf),
+// Efficient attention's causal recurrence (docs/math.md#efficient-attention), per feature d a
+// running max m[d] (init -inf),
 // U[d, :] = sum_j e^{k_jd - m_d} v_j, u[d] = sum_j e^{k_jd - m_d}; y_t = sum_d softmax(q_t)_d U[d, :] / u[d].
 // U (BH, C, M), u (BH, C), m (BH, C); q, k (BH, T, C); v (BH, T, M); y (BH, T, M).
 void efficient_attention_recurrent(Scalar* U, Scalar* u, Scalar* m, const Scalar* q, const Scalar* k,

@@ -55,7 +55,8 @@ class Attention : public Module {
   // The layer's positional part is registered as its child "pos".
   explicit Attention(std::shared_ptr<PositionalLayer> pos);
 
-  // Causal self-attention over x (B, T, C), positions 0..T-1 -> (B, T, C).
+  // Self-attention over x (B, T, C), positions 0..T-1 -> (B, T, C): causal or
+  // not as the kind's `causality` and ModelConfig::causal say.
   virtual Var forward(const Var& x, Rng& rng) const = 0;
 
   // State for reading a sequence piece by piece. window: how many of the

@@ -1,4 +1,4 @@
-// Sparse attention patterns (SPEC §7): softmax attention where query i sees
+// Sparse attention patterns (docs/math.md#sparse-patterns): softmax attention where query i sees
 // only the keys a pattern lists, computed by one block-sparse kernel
 // (block_sparse_attention, autograd/ops.h) that touches only the 64 x 64
 // tiles the pattern needs, forward and backward. A pattern is a predicate
@@ -102,7 +102,7 @@ struct SparsePatternKind {
   std::function<std::shared_ptr<const SparsePattern>(const ModelConfig&)> make;  // Error naming a bad option
 };
 
-// Built in: window, fixed, longformer, bigbird. Key: model.attention.
+// Built in: window, strided, fixed, longformer, bigbird. Key: model.attention.
 Registry<SparsePatternKind>& sparse_pattern_kinds();
 
 // The attention kind of a pattern kind (layers/attention/registry.cpp lists

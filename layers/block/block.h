@@ -20,9 +20,9 @@
 // one only its outputs, recomputing the rest in the backward.
 //
 // Kinds: "standard" (pre-LN residual blocks, nanoGPT's; layers/block/standard.h),
-// "reversible" (RevNet couplings, SPEC §3; layers/block/reversible.h),
+// "reversible" (RevNet couplings, Gomez et al. 2017; layers/block/reversible.h),
 // "post_ln" (the original Transformer's post-LN blocks; layers/block/post_ln.cpp),
-// "gtrxl" (identity-map reordering with gates, SPEC §5; layers/block/gtrxl.h).
+// "gtrxl" (identity-map reordering with gates, Parisotto et al. 2020; layers/block/gtrxl.h).
 #pragma once
 
 #include <functional>
@@ -39,7 +39,7 @@
 
 namespace tapeformer {
 
-// Transformer-XL's segment memory (SPEC §4.3): for each layer, its inputs at
+// Transformer-XL's segment memory (Dai et al. 2019 §3.2): for each layer, its inputs at
 // the last M <= model.mem_len positions before the current segment, kept
 // without gradient. Empty (M = 0) before the first segment.
 struct SegmentMemory {

@@ -1,4 +1,4 @@
-// Gates g(x, y) (GTrXL, Parisotto et al. 2020 §3.2; SPEC §5.2): how a branch
+// Gates g(x, y) (GTrXL, Parisotto et al. 2020 §3.2): how a branch
 // output y enters the residual stream x in a gated block, with kinds a config
 // selects by name (`model.gate`).
 //

@@ -1,4 +1,4 @@
-// GTrXL blocks (Parisotto et al. 2020, SPEC §5.1): the identity-map
+// GTrXL blocks (Parisotto et al. 2020 §3): the identity-map
 // reordering of TrXL-I (layer norm on each branch's input only, a ReLU on
 // each branch's output) with the residual sums replaced by gates:
 //

@@ -17,7 +17,7 @@ Tensor zeros_if_undefined(const Var& v) { return v.has_grad() ? v.grad() : Tenso
 
 // The stack as one op: the forward keeps (Y1, Y2) of the last layer and each
 // branch's Rng; the backward rebuilds every layer's inputs and backpropagates
-// through its branches on a nested tape (SPEC §3.2). The parameters'
+// through its branches on a nested tape (docs/math.md#reversible-backward). The parameters'
 // gradients accumulate on that tape, straight into the parameters.
 class ReversibleFunction : public Function {
  public:
@@ -128,9 +128,10 @@ BlockKind reversible_block_kind() {
   BlockKind kind;
   kind.name = "reversible";
   kind.summary = "RevNet couplings Y1 = X1 + attn(ln_1(X2)), Y2 = X2 + mlp(ln_2(Y1)), inputs recomputed "
-                 "in the backward (SPEC §3)";
+                 "in the backward (Gomez et al. 2017; Kitaev et al. 2020)";
   kind.options = {{"ff_chunks", int64_t{1},
-                   "reversible blocks: the feed-forward runs over this many slices of the sequence (SPEC §3.3)"}};
+                   "reversible blocks: the feed-forward runs over this many slices of the sequence "
+                   "(Kitaev et al. 2020 §3)"}};
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<ReversibleStack>(cfg, positional, rng);
   };

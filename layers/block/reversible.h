@@ -1,5 +1,5 @@
 // The reversible stack (RevNet, Gomez et al. 2017; Reformer, Kitaev et al.
-// 2020; SPEC §3): each layer is a coupling of two streams of full width C,
+// 2020 §3): each layer is a coupling of two streams of full width C,
 //
 //   Y1 = X1 + F(X2),  F = attn(ln_1(.))             (B, T, C) each
 //   Y2 = X2 + G(Y1),  G = mlp(ln_2(.))
@@ -11,12 +11,12 @@
 // Memory: the forward keeps only the last layer's (Y1, Y2). The backward
 // walks the layers from last to first, rebuilding each layer's inputs from
 // its outputs, X2 = Y2 - G(Y1), X1 = Y1 - F(X2), and re-running F and G on a
-// nested tape to backpropagate (SPEC §3.2), so activation memory does not
+// nested tape to backpropagate (docs/math.md#reversible-backward), so activation memory does not
 // grow with n_layer; each branch runs twice (about 1.3-1.5x the time).
 // Dropout masks are replayed: each branch's Rng is copied before it runs and
 // the copy drives the recomputation.
 //
-// model.ff_chunks = n (SPEC §3.3): G runs over n slices of the sequence
+// model.ff_chunks = n (docs/math.md#chunked-feed-forward): G runs over n slices of the sequence
 // one at a time, in the forward and in the backward, so its (B, T, 4C)
 // hidden layer is never whole; outputs are the same, parameter gradients
 // differ only by summation order.

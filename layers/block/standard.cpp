@@ -62,7 +62,7 @@ std::vector<ModelOption> memory_options() {
            "across training steps (0: off)"},
           {"ext_len", int64_t{0},
            "Transformer-XL: this many tokens before each segment are fed again with it (their loss not counted) and "
-           "kept out of the memory (SPEC §4.3; 0: off)"}};
+           "kept out of the memory (docs/math.md#ext_len-and-evaluation; 0: off)"}};
 }
 
 void check_memory(const ModelConfig& cfg) {

@@ -1,4 +1,4 @@
-// "alibi": attention with linear biases (Press et al. 2021, SPEC §6). Head h
+// "alibi": attention with linear biases (Press et al. 2021 §3). Head h
 // adds -m_h (i - j) to the scaled score of query position i and key position
 // j; nothing is added to the embeddings and nothing is learned.
 #include <cmath>

@@ -1,4 +1,5 @@
-// Positional schemes (SPEC §6): how a model knows where each token is.
+// Positional schemes: how a model knows where each token is (the math:
+// docs/math.md#positional-schemes).
 //
 //   ModelConfig cfg;  cfg.positional = "rope";
 //   std::shared_ptr<Positional> pos = positional_kinds().get(cfg.positional).make(cfg, rng);
@@ -10,16 +11,18 @@
 // so that attention kinds can refuse what their math cannot do:
 //   - the token embeddings (learned, sinusoidal): Positional::embed;
 //   - q and k after the projections (RoPE): PositionalLayer::rotate;
-//   - constant additive score terms (ALiBi): PositionalLayer::score_bias;
-//   - learned per-(i, j) score and value terms (Shaw): score_terms, value_terms.
+//   - constant additive score terms (ALiBi; txl's same_length mask): PositionalLayer::score_bias;
+//   - learned per-(i, j) score and value terms (Shaw; txl's on scores only): score_terms, value_terms.
 // Positions are absolute (queries at q0 + i, keys at k0 + j), so a layer
 // with a KV cache or a sliding window passes where its rows really are.
 //
 // Kinds: "learned" (a table of block_size rows, N(0, 0.02), nanoGPT's),
 // "sinusoidal" (Vaswani's interleaved sin/cos, any length, added with the
 // token embeddings' init scale), "rope" (interleaved pairs, base 10000, q and
-// k only), "alibi" (per-head slopes, SPEC §6), "shaw" (2K + 1 learned key and
-// value vectors per layer, K = model.rel_clip, shared by the heads).
+// k only), "alibi" (per-head slopes, Press et al. 2021), "shaw" (2K + 1 learned
+// key and value vectors per layer, K = model.rel_clip, shared by the heads),
+// "txl" (Transformer-XL's relative terms: a per-layer W_kR on sinusoids of the
+// distance, biases u, v shared by the layers; no absolute positions).
 // Adding one: see docs/adding-an-attention-kind.md (the same pattern).
 #pragma once
 

@@ -1,4 +1,4 @@
-// "rope": rotary position embedding (Su et al. 2021, SPEC §6). Each layer
+// "rope": rotary position embedding (Su et al. 2021 §3). Each layer
 // rotates the pairs (2k, 2k+1) of q and k at position p by p * 10000^(-2k/D),
 // so q_m . k_n depends on m - n only. Values are not rotated; nothing is added
 // to the embeddings.

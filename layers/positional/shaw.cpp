@@ -1,10 +1,10 @@
-// "shaw": relative positions with clipping (Shaw et al. 2018, SPEC §6). Each
+// "shaw": relative positions with clipping (Shaw et al. 2018 §3). Each
 // layer learns 2K + 1 key vectors a^K and value vectors a^V (K =
 // model.rel_clip), shared by the heads; for query i and key j with offset
 // o = clamp(j - i, -K, K):
 //   e_ij = q_i . (k_j + a^K_o) / sqrt(D),  z_i = sum_j alpha_ij (v_j + a^V_o).
 // Computed as q a^K^T for the 2K + 1 offsets, gathered by offset, and the
-// probabilities summed into 2K + 1 bins times a^V (SPEC §6's efficient form).
+// probabilities summed into 2K + 1 bins times a^V (docs/math.md#positional-schemes).
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/basic.h"

@@ -1,4 +1,4 @@
-// "txl": Transformer-XL's relative positions (Dai et al. 2019 §3.3, SPEC §4.1-4.2).
+// "txl": Transformer-XL's relative positions (Dai et al. 2019 §3.3; docs/math.md#relative-positions).
 // For query i at absolute position q0 + i and key j at k0 + j, distance
 // d = (q0 + i) - (k0 + j) (clamped to model.clamp_len when > 0):
 //
@@ -14,7 +14,7 @@
 // embeddings get no absolute positions.
 //
 // model.same_length: every query sees at most the model.mem_len + 1 most
-// recent positions, itself included (SPEC §4.3), as a -inf score bias.
+// recent positions, itself included (Transformer-XL's same_length), as a -inf score bias.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-// Linear attention, the causal product and efficient attention (SPEC §2)
+// Linear attention, the causal product and efficient attention (docs/math.md#linear-attention)
 // against the explicit quadratic formulas evaluated in float64, recurrent
 // against parallel, bitwise causality, memory, thread determinism and errors.
 //

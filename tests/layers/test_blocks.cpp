@@ -343,7 +343,7 @@ TEST_CASE("gtrxl: parameters per gate kind, and a bad gate is refused naming mod
     Rng rng(60);
     CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(TransformerLM(c, rng).num_parameters()));
   }
-  CHECK(gate_kinds().get("gru").parameters(16) == 6 * 16 * 16 + 16);  // SPEC §5.2: 6 D^2 + D
+  CHECK(gate_kinds().get("gru").parameters(16) == 6 * 16 * 16 + 16);  // Parisotto et al. 2020 §3.2: 6 D^2 + D
   ModelConfig bad = gated_config("lstm", 2.0, 1);
   CHECK_THROWS_WITH_AS(bad.validate_kinds(),
                        "model.gate: unknown kind \"lstm\" (known: none, input, output, highway, sigtanh, gru)", Error);
