@@ -11,20 +11,13 @@
 namespace tapeformer {
 
 AdaptiveSpanAttention::AdaptiveSpanAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : Attention(std::move(pos)),
-      n_embd(cfg.n_embd),
-      n_head(cfg.n_head),
+    : ProjectedAttention("AdaptiveSpanAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       span_max(cfg.option_int("span_max") > 0 ? cfg.option_int("span_max") : cfg.block_size),
       ramp(cfg.option_int("span_ramp")),
-      span_loss(cfg.option_number("span_loss")),
-      dropout_p(cfg.dropout) {
-  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "AdaptiveSpanAttention: n_embd ", n_embd,
-                   " is not divisible by n_head ", n_head);
+      span_loss(cfg.option_number("span_loss")) {
   TAPEFORMER_CHECK(ramp >= 1 && span_max >= 1 && span_loss >= 0,
                    "model.span_ramp and model.span_max must be >= 1 and model.span_loss >= 0");
-  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, cfg.bias, rng));
-  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, cfg.bias, rng, residual_init_std(cfg)));
-  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(cfg.dropout));
+  init_projections(cfg.bias, residual_init_std(cfg), rng);
   rho = register_parameter("rho", Tensor::zeros({n_head}));  // spans start at 0: only the ramp is seen
 }
 
@@ -69,10 +62,10 @@ Var AdaptiveSpanAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "AdaptiveSpanAttention: input ", x.shape(),
                    " must be (B, T, ", n_embd, ")");
   const float p = is_training() ? dropout_p : 0.0f;
-  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+  const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const PositionalLayer& pos = positional();
   const Var y = attend(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], 0, 0, p, &rng);
-  return resid_drop->forward(proj->forward(merge_heads(y)), rng);  // (B, T, C)
+  return output(y, rng);  // (B, T, C)
 }
 
 std::unique_ptr<InferenceState> AdaptiveSpanAttention::make_state(int64_t batch, int64_t window) const {
@@ -80,14 +73,14 @@ std::unique_ptr<InferenceState> AdaptiveSpanAttention::make_state(int64_t batch,
 }
 
 Var AdaptiveSpanAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference("AdaptiveSpanAttention", x, n_embd);
+  check_inference(x);
   KVCache& cache = state_as<KVCache>(state, "AdaptiveSpanAttention", "KVCache");
   const int64_t q0 = cache.length();
-  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // (B, H, T, D)
+  const std::vector<Var> h = heads(x);  // (B, H, T, D)
   const PositionalLayer& pos = positional();
   const KVCache::Window w = cache.append(pos.rotate(h[1], q0).value(), h[2].value());  // (B, H, held, D)
   const Var y = attend(pos.rotate(h[0], q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr);
-  return proj->forward(merge_heads(y));  // (B, T, C)
+  return output(y);  // (B, T, C)
 }
 
 bool AdaptiveSpanAttention::after_optimizer_step(int64_t) {
@@ -118,8 +111,7 @@ AttentionKind adaptive_span_attention_kind() {
     return std::make_shared<AdaptiveSpanAttention>(cfg, std::move(pos), rng);
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    const double C = static_cast<double>(cfg.n_embd);
-    return 4 * C * C + (cfg.bias ? 4 * C : 0) + static_cast<double>(cfg.n_head);  // qkv, proj, rho
+    return ProjectedAttention::projection_parameters(cfg) + static_cast<double>(cfg.n_head);  // qkv, proj, rho
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     return static_cast<double>(cfg.n_head) * static_cast<double>(T);  // one log-sum-exp per row and head

@@ -1,4 +1,4 @@
-// Adaptive attention span (Sukhbaatar et al. 2019, SPEC §7), the
+// Adaptive attention span (Sukhbaatar et al. 2019), the
 // "adaptive_span" attention kind: softmax attention where each head learns
 // how far back it looks. Head h has a span z_h = S rho_h (rho_h in [0, 1], a
 // parameter initialised to 0 and clamped to [0, 1] after every optimizer
@@ -22,11 +22,12 @@
 
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/attention/sparse.h"
+#include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
 
-class AdaptiveSpanAttention : public Attention {
+class AdaptiveSpanAttention : public ProjectedAttention {
  public:
   AdaptiveSpanAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C), causal
@@ -39,11 +40,8 @@ class AdaptiveSpanAttention : public Attention {
   // Distances computed over Tk keys: min(Tk, ceil(R + max_h z_h)); farther keys are skipped.
   int64_t reach(int64_t Tk) const;
 
-  int64_t n_embd, n_head, span_max, ramp;
+  int64_t span_max, ramp;
   double span_loss;
-  float dropout_p;
-  std::shared_ptr<Linear> qkv, proj;
-  std::shared_ptr<Dropout> resid_drop;
   Var rho;  // (H) in [0, 1]
 
  protected:

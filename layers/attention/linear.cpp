@@ -66,9 +66,7 @@ void LinearAttentionState::reset() {
 // ---- LinearAttention ----------------------------------------------------------
 
 LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : Attention(std::move(pos)),
-      n_embd(cfg.n_embd),
-      n_head(cfg.n_head),
+    : ProjectedAttention("LinearAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       feature_map(parse_feature_map(cfg.option_string("feature_map"))) {
   if (feature_map == FeatureMap::Favor) {
     const int64_t D = cfg.n_embd / std::max<int64_t>(1, cfg.n_head);
@@ -78,15 +76,10 @@ LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<Positio
     omega = register_buffer("omega", Tensor::zeros({D, n_features}));
     draw_features(0);
   }
-  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "LinearAttention: n_embd ", n_embd,
-                   " is not divisible by n_head ", n_head);
   TAPEFORMER_CHECK(!(positional().needs().score_bias || positional().needs().relative_terms),
                    "LinearAttention: its positional layer adds terms to the T x T scores, which linear attention "
                    "never forms");
-  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, cfg.bias, rng));
-  proj = register_module("proj",
-                         std::make_shared<Linear>(n_embd, n_embd, cfg.bias, rng, residual_init_std(cfg)));
-  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(cfg.dropout));
+  init_projections(cfg.bias, residual_init_std(cfg), rng);
 }
 
 int64_t LinearAttention::feature_dim() const {
@@ -123,7 +116,7 @@ Var LinearAttention::features(const Var& x) const {
 Var LinearAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "LinearAttention: input ", x.shape(), " must be (B, T, ",
                    n_embd, ")");
-  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+  const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const Var &q = h[0], &k = h[1], &v = h[2];
   Var y;                                                        // (B, H, T, D)
   if (feature_map == FeatureMap::Efficient) {
@@ -144,7 +137,7 @@ Var LinearAttention::forward(const Var& x, Rng& rng) const {
       y = linear_attention(a, b, v, /*causal=*/true, kEps);
     }
   }
-  return resid_drop->forward(proj->forward(merge_heads(y)), rng);  // (B, T, C)
+  return output(y, rng);  // (B, T, C)
 }
 
 std::unique_ptr<InferenceState> LinearAttention::make_state(int64_t batch, int64_t /*window*/) const {
@@ -153,11 +146,11 @@ std::unique_ptr<InferenceState> LinearAttention::make_state(int64_t batch, int64
 }
 
 Var LinearAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference("LinearAttention", x, n_embd);
+  check_inference(x);
   LinearAttentionState& s = state_as<LinearAttentionState>(state, "LinearAttention", "LinearAttentionState");
   TAPEFORMER_CHECK(x.dim(0) == s.batch, "LinearAttention: input ", x.shape(), " has batch ", x.dim(0),
                    " but the state was made for ", s.batch);
-  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+  const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const Var &q = h[0], &k = h[1], &v = h[2];
   const int64_t B = x.dim(0), T = x.dim(1), D = n_embd / n_head, BH = B * n_head, C = feature_dim();
   const int64_t q0 = s.length();  // absolute position of x's first row
@@ -182,7 +175,7 @@ Var LinearAttention::forward(const Var& x, InferenceState& state) const {
                                         vc.data(), y.data(), BH, T, C, D, kEps);
   }
   s.seen_ += T;
-  return proj->forward(merge_heads(Var(y)));  // (B, T, C)
+  return output(Var(y));  // (B, T, C)
 }
 
 // ---- the registry entry ---------------------------------------------------------
@@ -190,7 +183,7 @@ Var LinearAttention::forward(const Var& x, InferenceState& state) const {
 AttentionKind linear_attention_kind() {
   AttentionKind kind;
   kind.name = "linear";
-  kind.summary = "kernelised linear attention, O(T), an RNN when generating (SPEC §2)";
+  kind.summary = "kernelised linear attention, O(T), an RNN when generating (Katharopoulos et al. 2020)";
   kind.options = {{"feature_map", std::string("elu1"),
                    "linear attention's feature map: \"elu1\" (elu + 1), \"cos\" (1 + cos, Su), \"efficient\" "
                    "(softmax over features for q and over positions for k, Shen et al.) or \"favor\" (Performer)"},
@@ -202,8 +195,7 @@ AttentionKind linear_attention_kind() {
     return std::make_shared<LinearAttention>(cfg, std::move(pos), rng);
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    const double C = static_cast<double>(cfg.n_embd);
-    return 4 * C * C + (cfg.bias ? 4 * C : 0);  // qkv [C, 3C] and proj [C, C]
+    return ProjectedAttention::projection_parameters(cfg);
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     if (cfg.option_string("feature_map") == "favor") {  // log-features of q and k, m per head

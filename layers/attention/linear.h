@@ -1,4 +1,4 @@
-// Linear attention (Katharopoulos et al. 2020, SPEC §2), the "linear"
+// Linear attention (Katharopoulos et al. 2020; docs/math.md#linear-attention), the "linear"
 // attention kind: softmax(q k^T) replaced by a kernel sim(q, k) = phi(q) .
 // phi(k) >= 0, so that causal attention costs O(T) and is an RNN:
 //
@@ -11,10 +11,10 @@
 //
 // Feature maps (`model.feature_map`):
 //   "elu1"      phi(x) = elu(x) + 1 (the paper's);
-//   "cos"       phi(x) = [x / |x|; 1], so sim = 1 + cos(q, k) (Su, SPEC §2.6), C = D + 1;
+//   "cos"       phi(x) = [x / |x|; 1], so sim = 1 + cos(q, k) (Su 2020), C = D + 1;
 //   "efficient" softmax over features for q and over positions for k (Shen
-//               et al., SPEC §2.5), causal with a running per-feature max;
-//   "favor"     Performer's FAVOR+ (SPEC §7): positive orthogonal random
+//               et al. 2021), causal with a running per-feature max;
+//   "favor"     Performer's FAVOR+ (Choromanski et al. 2020): positive orthogonal random
 //               features phi(x) = e^(w_r . x' - |x'|^2 / 2), x' = x / D^(1/4),
 //               so phi(q) . phi(k) estimates e^(q . k / sqrt(D)) (softmax
 //               attention's kernel, unbiased); m = model.n_features of them
@@ -26,7 +26,7 @@
 //               stabilisers: the generation state is O(m D) like the others.
 //               With RoPE, q and k are rotated before their features.
 // No 1/sqrt(D) scale (fast-transformers has none); eps = 1e-6 in the
-// denominator. With RoPE (SPEC §6) the features are rotated in the numerator
+// denominator. With RoPE (Su et al. 2021 §3.3) the features are rotated in the numerator
 // only: y_i = (R_i phi(q_i))^T sum_j (R_j phi(k_j)) v_j^T / (phi(q_i) . z_i + eps),
 // which keeps the denominator positive. There are no attention probabilities,
 // so no attention dropout; the residual dropout stays.
@@ -38,6 +38,7 @@
 #include <string>
 
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
@@ -58,7 +59,7 @@ class LinearAttentionState : public InferenceState {
   int64_t seen_ = 0;
 };
 
-class LinearAttention : public Attention {
+class LinearAttention : public ProjectedAttention {
  public:
   enum class FeatureMap { Elu1, Cos, Efficient, Favor };
   static constexpr float kEps = 1e-6f;
@@ -72,12 +73,9 @@ class LinearAttention : public Attention {
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
   Var forward(const Var& x, InferenceState& state) const override;
 
-  int64_t n_embd, n_head;
   FeatureMap feature_map;
   int64_t n_features = 0, feature_redraw = 0;  // favor: m, and the steps between redraws
   Tensor omega;                                 // favor: (D, m) random features, a buffer
-  std::shared_ptr<Linear> qkv, proj;
-  std::shared_ptr<Dropout> resid_drop;
 
  private:
   // q or k (B, H, T, D) -> features (B, H, T, C) (elu1, cos).

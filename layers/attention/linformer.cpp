@@ -20,25 +20,18 @@ void check_sharing(const std::string& s) {
 }  // namespace
 
 LinformerAttention::LinformerAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : Attention(std::move(pos)),
-      n_embd(cfg.n_embd),
-      n_head(cfg.n_head),
+    : ProjectedAttention("LinformerAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       n(cfg.block_size),
       k(cfg.option_int("linformer_k")),
-      dropout_p(cfg.dropout),
       sharing(cfg.option_string("linformer_sharing")) {
   TAPEFORMER_CHECK(!cfg.causal, kNotCausal);
-  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "LinformerAttention: n_embd ", n_embd,
-                   " is not divisible by n_head ", n_head);
   TAPEFORMER_CHECK(k >= 1, "model.linformer_k must be >= 1, got ", k);
   check_sharing(sharing);
   const PositionalNeeds& needs = positional().needs();
   TAPEFORMER_CHECK(!needs.score_bias && !needs.relative_terms,
                    "LinformerAttention: the positional scheme adds terms per (query, key) pair, and the projected keys "
                    "are mixtures of positions");
-  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, cfg.bias, rng));
-  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, cfg.bias, rng, residual_init_std(cfg)));
-  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(cfg.dropout));
+  init_projections(cfg.bias, residual_init_std(cfg), rng);
   // E K averages over the sequence: std 1 / sqrt(n) keeps a projected key at a key's scale.
   const float std = 1.0f / std::sqrt(static_cast<float>(n));
   const Shape shape = sharing == "none" ? Shape{n_head, k, n} : Shape{k, n};
@@ -63,11 +56,11 @@ Var LinformerAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.dim(1) <= n, "LinformerAttention: ", x.dim(1), " positions exceed the projections' length n = ",
                    n, " (model.block_size)");
   const float p = is_training() ? dropout_p : 0.0f;
-  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+  const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const PositionalLayer& pos = positional();
   const Var q = pos.rotate(h[0], 0), keys = pos.rotate(h[1], 0);
   const Var y = softmax_attention(q, project(E, keys), project(F, h[2]), {}, /*causal=*/false, p, &rng);  // (B, H, T, D)
-  return resid_drop->forward(proj->forward(merge_heads(y)), rng);  // (B, T, C)
+  return output(y, rng);  // (B, T, C)
 }
 
 std::unique_ptr<InferenceState> LinformerAttention::make_state(int64_t, int64_t) const { fail(kNotCausal); }
@@ -87,11 +80,10 @@ AttentionKind linformer_attention_kind() {
     return std::make_shared<LinformerAttention>(cfg, std::move(pos), rng);
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    const double C = static_cast<double>(cfg.n_embd), k = static_cast<double>(cfg.option_int("linformer_k")),
-                 n = static_cast<double>(cfg.block_size);
+    const double k = static_cast<double>(cfg.option_int("linformer_k")), n = static_cast<double>(cfg.block_size);
     const std::string sharing = cfg.option_string("linformer_sharing");
     const double projections = sharing == "kv" ? k * n : sharing == "none" ? 2 * cfg.n_head * k * n : 2 * k * n;
-    return 4 * C * C + (cfg.bias ? 4 * C : 0) + projections;
+    return ProjectedAttention::projection_parameters(cfg) + projections;
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     const double H = static_cast<double>(cfg.n_head), k = static_cast<double>(cfg.option_int("linformer_k"));

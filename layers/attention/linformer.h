@@ -1,4 +1,4 @@
-// Linformer (Wang et al. 2020, SPEC §7), the "linformer" attention kind:
+// Linformer (Wang et al. 2020), the "linformer" attention kind:
 // keys and values projected along the sequence to a fixed length k, so
 // attention costs O(T k) instead of O(T^2):
 //
@@ -23,11 +23,12 @@
 #include <string>
 
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
 
-class LinformerAttention : public Attention {
+class LinformerAttention : public ProjectedAttention {
  public:
   // Reads n_embd, n_head, bias, dropout, block_size and the linformer options; needs cfg.causal false.
   LinformerAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
@@ -36,11 +37,8 @@ class LinformerAttention : public Attention {
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;  // Error: not causal
   Var forward(const Var& x, InferenceState& state) const override;                          // Error: not causal
 
-  int64_t n_embd, n_head, n, k;
-  float dropout_p;
+  int64_t n, k;
   std::string sharing;
-  std::shared_ptr<Linear> qkv, proj;
-  std::shared_ptr<Dropout> resid_drop;
   Var E, F;  // (k, n), or (H, k, n) with sharing "none"; F is E with sharing "kv"
 
  private:

@@ -52,20 +52,13 @@ class InputWindow : public InferenceState {
 }  // namespace
 
 LSHAttention::LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : Attention(std::move(pos)),
-      n_embd(cfg.n_embd),
-      n_head(cfg.n_head),
+    : ProjectedAttention("LSHAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       n_buckets(cfg.option_int("lsh_buckets")),
       n_hashes(cfg.option_int("lsh_hashes")),
-      chunk(cfg.option_int("lsh_chunk")),
-      dropout_p(cfg.dropout) {
-  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "LSHAttention: n_embd ", n_embd, " is not divisible by n_head ",
-                   n_head);
+      chunk(cfg.option_int("lsh_chunk")) {
   TAPEFORMER_CHECK(n_buckets >= 2 && n_buckets % 2 == 0 && n_hashes >= 1 && chunk >= 1,
                    "model.lsh_buckets must be even and >= 2, model.lsh_hashes and model.lsh_chunk >= 1");
-  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 2 * n_embd, cfg.bias, rng));
-  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, cfg.bias, rng, residual_init_std(cfg)));
-  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(cfg.dropout));
+  init_projections(cfg.bias, residual_init_std(cfg), rng, Projection::shared_qk);
   eval_seed_ = rng.next_u64();  // the init stream: a replica or a resumed model draws the same
 }
 
@@ -79,11 +72,8 @@ Var LSHAttention::forward(const Var& x, Rng& rng) const {
                    ")");
   const int64_t B = x.dim(0), T = x.dim(1), H = n_head, D = n_embd / n_head;
   const float p = is_training() ? dropout_p : 0.0f;
-  const Var qv = qkv->forward(x);  // (B, T, 2C): the shared q = k, then v
-  const auto heads = [&](int64_t c0) {
-    return permute(reshape(slice(qv, 2, c0, c0 + n_embd), {B, T, H, D}), {0, 2, 1, 3});  // (B, H, T, D)
-  };
-  const Var q = positional().rotate(heads(0), 0), v = heads(n_embd);
+  const std::vector<Var> h = heads(x);  // the shared q = k, and v: (B, H, T, D)
+  const Var q = positional().rotate(h[0], 0), v = h[2];
   const Var k = div(q, add_scalar(sqrt(sum(mul(q, q), {-1}, true)), 1e-6f));  // unit keys
   const Tensor kc = k.value().contiguous();
   Rng rotations = is_training() ? Rng(rng.next_u64()) : Rng(eval_seed_);
@@ -129,7 +119,7 @@ Var LSHAttention::forward(const Var& x, Rng& rng) const {
     y = mul(ys[0], slice(w, 3, 0, 1));
     for (int64_t r = 1; r < n_hashes; ++r) y = add(y, mul(ys[static_cast<size_t>(r)], slice(w, 3, r, r + 1)));
   }
-  return resid_drop->forward(proj->forward(merge_heads(y)), rng);  // (B, T, C)
+  return output(y, rng);  // (B, T, C)
 }
 
 std::unique_ptr<InferenceState> LSHAttention::make_state(int64_t batch, int64_t window) const {
@@ -138,7 +128,7 @@ std::unique_ptr<InferenceState> LSHAttention::make_state(int64_t batch, int64_t 
 }
 
 Var LSHAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference("LSHAttention", x, n_embd);
+  check_inference(x);
   InputWindow& w = state_as<InputWindow>(state, "LSHAttention", "InputWindow");
   const Tensor held = w.append(x.value());  // (B, held, C)
   Rng unused(0);
@@ -160,8 +150,7 @@ AttentionKind lsh_attention_kind() {
     return std::make_shared<LSHAttention>(cfg, std::move(pos), rng);
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    const double C = static_cast<double>(cfg.n_embd);
-    return 3 * C * C + (cfg.bias ? 3 * C : 0);  // shared qk and v [C, 2C], proj [C, C]
+    return ProjectedAttention::projection_parameters(cfg, ProjectedAttention::Projection::shared_qk);
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     const double t = static_cast<double>(T), C = static_cast<double>(cfg.n_embd);

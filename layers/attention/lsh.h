@@ -1,4 +1,4 @@
-// LSH attention (Reformer, Kitaev et al. 2020; SPEC §7), the "lsh" attention
+// LSH attention (Reformer, Kitaev et al. 2020 §2), the "lsh" attention
 // kind: shared-QK attention where a query looks only at keys that hash near it.
 //
 //   k_j = q_j / |q_j|;  per round r: h_r(x) = argmax([x R_r; -x R_r]), R_r (D, n_b / 2) Gaussian
@@ -29,12 +29,13 @@
 #include <string>
 
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/attention/sparse.h"
 #include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
 
-class LSHAttention : public Attention {
+class LSHAttention : public ProjectedAttention {
  public:
   LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
@@ -44,10 +45,7 @@ class LSHAttention : public Attention {
 
   void set_hashes(int64_t n);  // rounds used from now on (>= 1)
 
-  int64_t n_embd, n_head, n_buckets, n_hashes, chunk;
-  float dropout_p;
-  std::shared_ptr<Linear> qkv, proj;  // qkv: [C, 2C], the shared q = k and v
-  std::shared_ptr<Dropout> resid_drop;
+  int64_t n_buckets, n_hashes, chunk;  // qkv is [C, 2C]: the shared q = k, and v
 
  private:
   uint64_t eval_seed_;

@@ -107,18 +107,11 @@ KVCache::Window KVCache::append(const Tensor& k, const Tensor& v) {
 MultiHeadAttention::MultiHeadAttention(int64_t n_embd_, int64_t n_head_, bool bias, float dropout,
                                        float proj_init_std, Rng& rng, std::shared_ptr<PositionalLayer> pos,
                                        std::shared_ptr<const SparsePattern> pattern, bool causal)
-    : Attention(std::move(pos)),
-      n_embd(n_embd_),
-      n_head(n_head_),
-      dropout_p(dropout),
+    : ProjectedAttention("MultiHeadAttention", std::move(pos), n_embd_, n_head_, dropout),
       pattern_(std::move(pattern)),
       causal_(causal) {
-  TAPEFORMER_CHECK(n_head > 0 && n_embd % n_head == 0, "MultiHeadAttention: n_embd ", n_embd,
-                   " is not divisible by n_head ", n_head);
   TAPEFORMER_CHECK(causal_ || pattern_ == nullptr, "MultiHeadAttention: a sparse pattern is causal");
-  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, bias, rng));
-  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, bias, rng, proj_init_std));
-  resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout));
+  init_projections(bias, proj_init_std, rng);
 }
 
 bool MultiHeadAttention::plain() const {
@@ -200,7 +193,7 @@ std::unique_ptr<InferenceState> MultiHeadAttention::make_state(int64_t batch, in
 }
 
 Var MultiHeadAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference("MultiHeadAttention", x, n_embd);
+  check_inference(x);
   KVCache& cache = state_as<KVCache>(state, "MultiHeadAttention", "KVCache");
   const Var qkv_x = qkv->forward(x);  // (B, T, 3C)
   const int64_t q0 = cache.length();  // absolute position of x's first row
@@ -222,14 +215,13 @@ Var MultiHeadAttention::forward(const Var& x, InferenceState& state) const {
 AttentionKind softmax_attention_kind() {
   AttentionKind kind;
   kind.name = "softmax";
-  kind.summary = "multi-head scaled dot-product attention, causal (SPEC §1)";
+  kind.summary = "multi-head scaled dot-product attention (Vaswani et al. 2017), causal or bidirectional";
   kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
     return std::make_shared<MultiHeadAttention>(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout,
                                                 residual_init_std(cfg), rng, std::move(pos), nullptr, cfg.causal);
   };
   kind.parameters = [](const ModelConfig& cfg) {
-    const double C = static_cast<double>(cfg.n_embd);
-    return 4 * C * C + (cfg.bias ? 4 * C : 0);  // qkv [C, 3C] and proj [C, C]
+    return ProjectedAttention::projection_parameters(cfg);
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
     const auto& needs = positional_kinds().get(cfg.positional).needs;

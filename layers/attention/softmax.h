@@ -1,5 +1,6 @@
-// Softmax attention (SPEC §1), the "softmax" attention kind: multi-head
-// scaled dot-product self-attention, causal.
+// Softmax attention (Vaswani et al. 2017; docs/math.md#softmax-attention), the
+// "softmax" attention kind: multi-head scaled dot-product self-attention,
+// causal (or bidirectional for an encoder, ModelConfig::causal = false).
 //
 //   MultiHeadAttention attn(/*n_embd=*/128, /*n_head=*/4, /*bias=*/true, /*dropout=*/0.0f,
 //                           /*proj_init_std=*/0.02f / std::sqrt(2.0f * n_layer), rng);
@@ -26,6 +27,7 @@
 #include <utility>
 
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/attention/sparse.h"
 #include "tapeformer/layers/basic.h"
 
@@ -70,7 +72,7 @@ class KVCache : public InferenceState {
   int64_t seen_ = 0, held_ = 0;
 };
 
-class MultiHeadAttention : public Attention {
+class MultiHeadAttention : public ProjectedAttention {
  public:
   // Longest T that runs the fused kernel keeping the (T, T) probabilities.
   static constexpr int64_t kFusedMaxT = 256;
@@ -94,10 +96,6 @@ class MultiHeadAttention : public Attention {
   // k and v columns of the qkv projection only (no queries for memory rows).
   Var forward(const Var& x, const Var& memory, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
 
-  int64_t n_embd, n_head;
-  float dropout_p;
-  std::shared_ptr<Linear> qkv, proj;
-  std::shared_ptr<Dropout> resid_drop;
 
  private:
   // Self-attention of a whole sequence from its packed projection, (B, T, 3C) -> (B, T, C).

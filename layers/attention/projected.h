@@ -1,0 +1,62 @@
+// ProjectedAttention: the part every built-in attention kind shares, so a
+// kind writes only its inner attention and its inference state.
+//
+//   q, k, v = split_heads(x W_qkv + b_qkv)     x (B, T, C) -> (B, H, T, D) each, D = C / H
+//             shared-QK (Reformer's LSH): W_qk [C, 2C], k = q
+//   y       = inner(q, k, v)                   (B, H, T, D), the kind's own
+//   out     = drop(merge_heads(y) W_o + b_o)   (B, T, C); W_o starts at the residual init std
+//
+// A kind derives from it, calls init_projections() where its constructor
+// registers the projections (registration order fixes the init draws and
+// the checkpoint keys "qkv.*", "proj.*"), and uses heads() and output().
+// Its registry entry counts the projections with projection_parameters().
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/basic.h"
+
+namespace tapeformer {
+
+class ProjectedAttention : public Attention {
+ public:
+  enum class Projection {
+    qkv,        // W_qkv [C, 3C]: queries, keys and values
+    shared_qk,  // W_qk [C, 2C]: one projection for queries and keys, one for values
+  };
+
+  // `who` names the kind in errors; n_embd must be a multiple of n_head.
+  ProjectedAttention(const char* who, std::shared_ptr<PositionalLayer> pos, int64_t n_embd, int64_t n_head,
+                     float dropout);
+
+  // Parameters of the projections of a layer of `cfg`: (4 C^2 + 4 C) for qkv,
+  // (3 C^2 + 3 C) shared, biases only with cfg.bias.
+  static double projection_parameters(const ModelConfig& cfg, Projection p = Projection::qkv);
+
+  int64_t n_embd, n_head;
+  float dropout_p;  // the kind's attention-weight dropout, and the output's
+  std::shared_ptr<Linear> qkv, proj;
+  std::shared_ptr<Dropout> resid_drop;
+
+ protected:
+  // Registers qkv, proj and resid_drop (in that order).
+  void init_projections(bool bias, float proj_init_std, Rng& rng, Projection p = Projection::qkv);
+  // q, k, v of x (B, T, C), each (B, H, T, D); shared-QK: k is q.
+  std::vector<Var> heads(const Var& x) const;
+  // y (B, H, T, D) -> drop(merge_heads(y) W_o + b_o), (B, T, C).
+  Var output(const Var& y, Rng& rng) const;
+  // The same without dropout (inference).
+  Var output(const Var& y) const;
+  // The dropout probability of this call: dropout_p in training, 0 in eval.
+  float live_dropout() const { return is_training() ? dropout_p : 0.0f; }
+  // Refuses the inference forward outside NoGradGuard + eval or with x not (B, T, n_embd).
+  void check_inference(const Var& x) const { Attention::check_inference(who_, x, n_embd); }
+
+ private:
+  const char* who_;
+  Projection projection_ = Projection::qkv;
+};
+
+}  // namespace tapeformer
