@@ -10,25 +10,23 @@
 #include <optional>
 #include <sstream>
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <csignal>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/serialize.h"
 #include "tapeformer/data/corpus.h"
-#include "tapeformer/data/nanogpt_meta.h"
+#include "tapeformer/data/dataset.h"
 #include "tapeformer/data/token_file.h"
 #include "tapeformer/data/sampler.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/train/build.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/data_parallel.h"
+#include "tapeformer/train/footprint.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/process_group.h"
 #include "tapeformer/train/profile_report.h"
+#include "tapeformer/train/signals.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
@@ -45,69 +43,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Seeds of the independent random streams of a run, all derived from train.seed.
 uint64_t stream_seed(int64_t seed, uint64_t stream) { return static_cast<uint64_t>(seed) * 1000003ULL + stream; }
 enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches = 3, kFinalBatches = 4 };
-
-// A lower bound on a run's peak memory in bytes: parameters with their
-// gradients (one per shard) and AdamW's two moments, the activations a step
-// keeps for backward, and the evaluation batches. Parameters and activations
-// come from the model's own footprint (its attention kind and positional
-// scheme). For softmax attention it is below what was measured (about 4C +
-// 1.3*H*T floats per token per layer for a 12-layer, 768-wide model at T =
-// 256 and 1024, against 4C + H*T here), so a run that fits is never refused;
-// the check exists to refuse, before allocating anything, configs that
-// cannot fit at all.
-double estimated_bytes(const TrainConfig& c, int64_t shards) {
-  const ModelFootprint f = model_footprint(c.model);
-  const double params = f.parameters;
-  const double B = static_cast<double>(c.train.batch_size), T = static_cast<double>(c.model.block_size);
-  const double eval_batches = (static_cast<double>(c.eval.iters) + static_cast<double>(c.eval.final_iters)) * B * T * 2;
-  return 4 * (params * (3 + static_cast<double>(shards)) + B * f.activation_floats + eval_batches);
-}
-
-void check_fits_in_memory(const TrainConfig& c, int64_t shards) {
-  const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
-  const double ram = pages * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  const double need = estimated_bytes(c, shards);
-  if (pages <= 0 || need <= ram) return;
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "at least %.3g GiB, but this machine has %.3g GiB", need / gib, ram / gib);
-  fail("config: this run needs ", buf, " of memory (model.n_layer=", c.model.n_layer, ", model.n_embd=",
-       c.model.n_embd, ", model.block_size=", c.model.block_size, ", train.batch_size=", c.train.batch_size,
-       ", eval.iters=", c.eval.iters, ", eval.final_iters=", c.eval.final_iters,
-       "); make the model, the batch or the evaluation smaller");
-}
-
-// SIGINT / SIGTERM during run(): the handler only records the signal; the
-// loop saves a checkpoint after the step in progress and stops.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
-
-// Catches SIGTERM, and SIGINT unless it was ignored (a background job of a
-// script, nohup), for its lifetime; the previous actions come back after.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = record_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGINT, nullptr, &old_int_);
-    catch_int_ = old_int_.sa_handler != SIG_IGN;
-    if (catch_int_) sigaction(SIGINT, &sa, nullptr);
-  }
-  ~StopSignals() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    if (catch_int_) sigaction(SIGINT, &old_int_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  int received() const { return g_stop_signal; }
-
- private:
-  struct sigaction old_term_ {}, old_int_ {};
-  bool catch_int_ = false;
-};
 
 // A Transformer-XL run's data stream in the checkpoint: the stream sampler
 // and the segment memory it carries (each layer's (B, M, C), M <= max_m).
@@ -194,55 +129,13 @@ struct Trainer::State {
     parallel::set_num_threads(static_cast<int>(cfg.train.threads));
     Storage::keep_freed_memory_mapped();
     group = ProcessGroup::world();
-    TAPEFORMER_CHECK(!cfg.data.path.empty(), "no data file: set data.path in the config or pass --data FILE");
-    const fs::path dir(cfg.data.path);
-    if (fs::is_directory(dir)) {
-      // Token files (tapeformer prepare, nanoGPT's layout): read window by window, never whole.
-      const std::string what = "data directory '" + cfg.data.path + "'";
-      TAPEFORMER_CHECK(fs::exists(dir / "train.bin") && fs::exists(dir / "val.bin"), what,
-                       " has no train.bin and val.bin (write them with: tapeformer prepare --data FILE --out DIR)");
-      if (!tok && !fs::exists(dir / "tokenizer.bin") && fs::exists(dir / "meta.pkl")) {
-        tok = read_nanogpt_meta((dir / "meta.pkl").string());  // nanoGPT's char-level data directory
-      } else if (!tok) {
-        std::ifstream in(dir / "tokenizer.bin", std::ios::binary);
-        TAPEFORMER_CHECK(in.good(), what,
-                         " has no tokenizer.bin (tapeformer prepare writes one) or meta.pkl (nanoGPT's char-level "
-                         "prepare.py writes one)");
-        std::stringstream bytes;
-        bytes << in.rdbuf();
-        tok = load_tokenizer(bytes.str());
-      }
-      TAPEFORMER_CHECK(tok->kind() == cfg.data.tokenizer, "data.tokenizer is \"", cfg.data.tokenizer, "\" but ",
-                       what, " was prepared with the \"", tok->kind(), "\" tokenizer (set data.tokenizer=",
-                       tok->kind(), ", or prepare the files again)");
-      TAPEFORMER_CHECK(cfg.data.vocab_size == 0 || cfg.data.vocab_size == tok->vocab_size(), "data.vocab_size is ",
-                       cfg.data.vocab_size, " but ", what, " was prepared with a vocabulary of ", tok->vocab_size());
-      tokenizer = std::move(tok);
-      auto train_file = std::make_unique<TokenFile>((dir / "train.bin").string());
-      auto val_file = std::make_unique<TokenFile>((dir / "val.bin").string());
-      for (const TokenFile* f : {train_file.get(), val_file.get()})
-        TAPEFORMER_CHECK(f->max_id() < tokenizer->vocab_size(), what, ": an id of ", f->max_id(),
-                         " in its token files, beyond the tokenizer's ", tokenizer->vocab_size());
-      train_tokens = std::move(train_file);
-      val_tokens = std::move(val_file);
-      val_tokens_per_char = static_cast<double>(val_tokens->size()) /
-                            static_cast<double>(std::max<int64_t>(1, count_characters(*val_tokens, *tokenizer)));
-    } else {
-      // A byte-level run takes any non-empty file; the others valid UTF-8 text.
-      const std::string kind = tok ? tok->kind() : cfg.data.tokenizer;
-      const std::string text = read_corpus_file(cfg.data.path, kind);
-      const std::string origin = "data file '" + cfg.data.path + "'";
-      if (!tok) {
-        const size_t at = split_offset(text, cfg.data.val_fraction, tokenizer_kinds().get(kind).text, origin);
-        tok = build_tokenizer(cfg.data.tokenizer_options(),
-                              CorpusText::of(text, std::string_view(text).substr(0, at), origin));
-      }
-      tokenizer = std::move(tok);
-      corpus = std::make_unique<TextCorpus>(text, *tokenizer, cfg.data.val_fraction, origin);
-      train_tokens = std::make_unique<VectorTokens>(corpus->train());
-      val_tokens = std::make_unique<VectorTokens>(corpus->val());
-      val_tokens_per_char = static_cast<double>(corpus->val().size()) / static_cast<double>(corpus->val_characters());
-    }
+    TrainingData data = load_training_data(cfg.data.path, cfg.data.tokenizer_options(), cfg.data.val_fraction,
+                                           cfg.data.vocab_size, std::move(tok));
+    tokenizer = std::move(data.tokenizer);
+    corpus = std::move(data.corpus);
+    train_tokens = std::move(data.train);
+    val_tokens = std::move(data.val);
+    val_tokens_per_char = data.val_tokens_per_char;
     cfg.model.vocab_size = tokenizer->vocab_size();
     const int64_t num_shards = shard_count(cfg);
     check_fits_in_memory(cfg, num_shards);

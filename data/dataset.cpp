@@ -1,0 +1,70 @@
+#include "tapeformer/data/dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/nanogpt_meta.h"
+
+namespace tapeformer {
+namespace fs = std::filesystem;
+
+TrainingData load_training_data(const std::string& path, const TokenizerOptions& options, double val_fraction,
+                                int64_t vocab_size, std::unique_ptr<Tokenizer> tok) {
+  TrainingData d;
+  TAPEFORMER_CHECK(!path.empty(), "no data file: set data.path in the config or pass --data FILE");
+  const fs::path dir(path);
+  if (fs::is_directory(dir)) {
+    // Token files (tapeformer prepare, nanoGPT's layout): read window by window, never whole.
+    const std::string what = "data directory '" + path + "'";
+    TAPEFORMER_CHECK(fs::exists(dir / "train.bin") && fs::exists(dir / "val.bin"), what,
+                     " has no train.bin and val.bin (write them with: tapeformer prepare --data FILE --out DIR)");
+    if (!tok && !fs::exists(dir / "tokenizer.bin") && fs::exists(dir / "meta.pkl")) {
+      tok = read_nanogpt_meta((dir / "meta.pkl").string());  // nanoGPT's char-level data directory
+    } else if (!tok) {
+      std::ifstream in(dir / "tokenizer.bin", std::ios::binary);
+      TAPEFORMER_CHECK(in.good(), what,
+                       " has no tokenizer.bin (tapeformer prepare writes one) or meta.pkl (nanoGPT's char-level "
+                       "prepare.py writes one)");
+      std::stringstream bytes;
+      bytes << in.rdbuf();
+      tok = load_tokenizer(bytes.str());
+    }
+    TAPEFORMER_CHECK(tok->kind() == options.kind, "data.tokenizer is \"", options.kind, "\" but ",
+                     what, " was prepared with the \"", tok->kind(), "\" tokenizer (set data.tokenizer=",
+                     tok->kind(), ", or prepare the files again)");
+    TAPEFORMER_CHECK(vocab_size == 0 || vocab_size == tok->vocab_size(), "data.vocab_size is ",
+                     vocab_size, " but ", what, " was prepared with a vocabulary of ", tok->vocab_size());
+    d.tokenizer = std::move(tok);
+    auto train_file = std::make_unique<TokenFile>((dir / "train.bin").string());
+    auto val_file = std::make_unique<TokenFile>((dir / "val.bin").string());
+    for (const TokenFile* f : {train_file.get(), val_file.get()})
+      TAPEFORMER_CHECK(f->max_id() < d.tokenizer->vocab_size(), what, ": an id of ", f->max_id(),
+                       " in its token files, beyond the tokenizer's ", d.tokenizer->vocab_size());
+    d.train = std::move(train_file);
+    d.val = std::move(val_file);
+    d.val_tokens_per_char = static_cast<double>(d.val->size()) /
+                            static_cast<double>(std::max<int64_t>(1, count_characters(*d.val, *d.tokenizer)));
+  } else {
+    // A byte-level run takes any non-empty file; the others valid UTF-8 text.
+    const std::string kind = tok ? tok->kind() : options.kind;
+    const std::string text = read_corpus_file(path, kind);
+    const std::string origin = "data file '" + path + "'";
+    if (!tok) {
+      const size_t at = split_offset(text, val_fraction, tokenizer_kinds().get(kind).text, origin);
+      tok = build_tokenizer(options,
+                            CorpusText::of(text, std::string_view(text).substr(0, at), origin));
+    }
+    d.tokenizer = std::move(tok);
+    d.corpus = std::make_unique<TextCorpus>(text, *d.tokenizer, val_fraction, origin);
+    d.train = std::make_unique<VectorTokens>(d.corpus->train());
+    d.val = std::make_unique<VectorTokens>(d.corpus->val());
+    d.val_tokens_per_char =
+        static_cast<double>(d.corpus->val().size()) / static_cast<double>(d.corpus->val_characters());
+  }
+  return d;
+}
+
+}  // namespace tapeformer
