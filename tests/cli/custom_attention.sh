@@ -30,46 +30,36 @@ for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $((i
 config="$src/examples/custom_attention/config.json"
 common=(--config "$config" --data "$work/text.txt" --threads 2 --set log.interval=20 --set eval.interval=20)
 
-# One straight run of 60 steps, and 40 + resume to 60: the same final line.
-"$mine" train "${common[@]}" --out "$work/straight" --set train.max_iters=60 > "$work/straight.json" 2> "$work/log" ||
-  { cat "$work/log"; fail "train"; }
-"$mine" train "${common[@]}" --out "$work/run" --set train.max_iters=40 > /dev/null 2> "$work/log" ||
-  { cat "$work/log"; fail "train 40"; }
-"$mine" train --out "$work/run" --resume --set train.max_iters=60 --threads 2 > "$work/resumed.json" 2> "$work/log" ||
-  { cat "$work/log"; fail "resume"; }
-python3 - "$work/straight.json" "$work/resumed.json" <<'PY'
+# train_resume NAME [ARGS...]: one straight run of 60 steps into $work/NAME_straight, and 40 + resume
+# to 60 into $work/NAME; the final lines must agree, and the model must learn.
+train_resume() {
+  local name=$1
+  shift
+  "$mine" train "${common[@]}" "$@" --out "$work/${name}_straight" --set train.max_iters=60 \
+    > "$work/${name}_straight.json" 2> "$work/log" || { cat "$work/log"; fail "train $name"; }
+  "$mine" train "${common[@]}" "$@" --out "$work/$name" --set train.max_iters=40 > /dev/null 2> "$work/log" ||
+    { cat "$work/log"; fail "train $name 40"; }
+  "$mine" train --out "$work/$name" --resume --set train.max_iters=60 --threads 2 > "$work/${name}_resumed.json" \
+    2> "$work/log" || { cat "$work/log"; fail "resume $name"; }
+  python3 - "$name" "$work/${name}_straight.json" "$work/${name}_resumed.json" <<'PY'
 import json, sys
-a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+name = sys.argv[1]
+a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[2:4])
 for key in ("train_loss", "val_loss"):
-    assert a[key] == b[key], f"resume differs from a straight run: {key} {a[key]} vs {b[key]}"
+    assert a[key] == b[key], f"{name}: resume differs from a straight run: {key} {a[key]} vs {b[key]}"
 # Uniform over the ~25 characters is ln 25 = 3.2 nats; the text is very regular.
-assert a["val_loss"] < 1.5, f"did not learn: val_loss {a['val_loss']}"
-print(f"custom_attention: trained and resumed identically, val_loss {a['val_loss']:.4f}")
+assert a["val_loss"] < 1.5, f"{name} did not learn: val_loss {a['val_loss']}"
+print(f"custom_attention: {name} trained and resumed identically, val_loss {a['val_loss']:.4f}")
 PY
+  out=$("$mine" sample --checkpoint "$work/$name" --prompt "the " --tokens 40 --seed 1 2> "$work/log") ||
+    { cat "$work/log"; fail "sample $name"; }
+  [ "${#out}" -ge 40 ] || fail "$name: sample printed ${#out} characters: $out"
+}
 
-# A model that is not a Transformer (model.arch "char_mlp") through the same Trainer: resume and sample.
-mlp=(--set model.arch=char_mlp --set model.char_mlp_context=6)
-"$mine" train "${common[@]}" "${mlp[@]}" --out "$work/mlp_straight" --set train.max_iters=60 > "$work/mlp_straight.json" \
-  2> "$work/log" || { cat "$work/log"; fail "train char_mlp"; }
-"$mine" train "${common[@]}" "${mlp[@]}" --out "$work/mlp" --set train.max_iters=40 > /dev/null 2> "$work/log" ||
-  { cat "$work/log"; fail "train char_mlp 40"; }
-"$mine" train --out "$work/mlp" --resume --set train.max_iters=60 --threads 2 > "$work/mlp_resumed.json" 2> "$work/log" ||
-  { cat "$work/log"; fail "resume char_mlp"; }
-python3 - "$work/mlp_straight.json" "$work/mlp_resumed.json" <<'PY'
-import json, sys
-a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
-for key in ("train_loss", "val_loss"):
-    assert a[key] == b[key], f"char_mlp: resume differs from a straight run: {key} {a[key]} vs {b[key]}"
-assert a["val_loss"] < 1.5, f"char_mlp did not learn: val_loss {a['val_loss']}"
-print(f"custom_attention: char_mlp trained and resumed identically, val_loss {a['val_loss']:.4f}")
-PY
-out=$("$mine" sample --checkpoint "$work/mlp" --prompt "the " --tokens 40 --seed 1 2> "$work/log") ||
-  { cat "$work/log"; fail "sample char_mlp"; }
-[ "${#out}" -ge 40 ] || fail "char_mlp sample printed ${#out} characters: $out"
+train_resume run  # sigmoid attention, relu2 MLP, Lion (the config's kinds)
+# A model that is not a Transformer (model.arch "char_mlp") through the same Trainer.
+train_resume mlp --set model.arch=char_mlp --set model.char_mlp_context=6
 
-out=$("$mine" sample --checkpoint "$work/run" --prompt "the " --tokens 40 --seed 1 2> "$work/log") ||
-  { cat "$work/log"; fail "sample"; }
-[ "${#out}" -ge 40 ] || fail "sample printed ${#out} characters: $out"
 "$mine" eval --checkpoint "$work/run" --data "$work/text.txt" > "$work/eval.json" 2> "$work/log" ||
   { cat "$work/log"; fail "eval"; }
 grep -q '"loss"' "$work/eval.json" || fail "eval printed no loss: $(cat "$work/eval.json")"
@@ -79,9 +69,9 @@ if "$stock" sample --checkpoint "$work/run" --tokens 5 > /dev/null 2> "$work/sto
   fail "the stock command sampled a checkpoint of kinds it does not have"
 fi
 grep -q "known only to a program that registers" "$work/stock.err" || { cat "$work/stock.err"; fail "no hint"; }
-# Its `kinds` lists the three; against the stock docs/kinds.md that is drift.
+# Its `kinds` lists its four; against the stock docs/kinds.md that is drift.
 "$mine" kinds --markdown > "$work/kinds.md"
-for k in '`sigmoid`' '`relu2`' '`lion`' '`optimizer.lion_beta2`' '`model.sigmoid_bias`'; do
+for k in '`sigmoid`' '`relu2`' '`lion`' '`char_mlp`' '`optimizer.lion_beta2`' '`model.sigmoid_bias`'; do
   grep -qF "$k" "$work/kinds.md" || fail "kinds --markdown lists no $k"
 done
 if diff -q "$src/docs/kinds.md" "$work/kinds.md" > /dev/null; then fail "docs/kinds.md matches a listing with more kinds"; fi
