@@ -7,6 +7,7 @@
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/layers/activations.h"
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/linear.h"
 #include "tapeformer/layers/block/block.h"
 #include "tapeformer/layers/block/gates.h"
 #include "tapeformer/layers/language_model.h"
@@ -43,7 +44,7 @@ Family family(const Registry<Kind>& registry, const std::string& prefix) {
 }
 
 std::vector<Family> families() {
-  return {family(model_kinds(), "model."),     family(attention_kinds(), "model."), family(positional_kinds(), "model."), family(block_kinds(), "model."),
+  return {family(model_kinds(), "model."),     family(attention_kinds(), "model."), family(feature_map_kinds(), "model."), family(positional_kinds(), "model."), family(block_kinds(), "model."),
           family(mlp_kinds(), "model."),       family(activation_kinds(), "model."), family(gate_kinds(), "model."),
           family(optimizer_kinds(), "optimizer."), family(schedule_kinds(), ""), family(tokenizer_kinds(), "")};
 }

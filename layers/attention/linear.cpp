@@ -11,12 +11,26 @@
 
 namespace tapeformer {
 
-LinearAttention::FeatureMap parse_feature_map(const std::string& name) {
-  if (name == "elu1") return LinearAttention::FeatureMap::Elu1;
-  if (name == "cos") return LinearAttention::FeatureMap::Cos;
-  if (name == "efficient") return LinearAttention::FeatureMap::Efficient;
-  if (name == "favor") return LinearAttention::FeatureMap::Favor;
-  fail("model.feature_map must be \"elu1\", \"cos\", \"efficient\" or \"favor\", got \"", name, "\"");
+Registry<FeatureMapKind>& feature_map_kinds() {
+  using Map = LinearAttention::FeatureMap;
+  static Registry<FeatureMapKind> kinds(
+      "model.feature_map",
+      {{"elu1", "phi(x) = elu(x) + 1 (Katharopoulos et al. 2020)", Map::Features,
+        [](const Var& x) { return add_scalar(elu(x), 1.0f); },  // > 0 everywhere
+        nullptr},
+       {"cos", "phi(x) = [x / |x|; 1]: sim = 1 + cos(q, k) (Su 2020)", Map::Features,
+        [](const Var& x) {
+          // The constant comes last so RoPE's pairs rotate only real features.
+          const Var norm = add_scalar(sqrt(sum(mul(x, x), {-1}, true)), 1e-6f);  // (B, H, T, 1)
+          const Var ones(Tensor::ones({x.dim(0), x.dim(1), x.dim(2), 1}));
+          return concat({div(x, norm), ones}, -1);  // (B, H, T, D + 1)
+        },
+        [](int64_t D) { return D + 1; }},
+       {"efficient", "softmax over features for q, over positions for k, running max (Shen et al. 2021)",
+        Map::Efficient, nullptr, nullptr},
+       {"favor", "Performer's FAVOR+ positive orthogonal random features (Choromanski et al. 2020)", Map::Favor,
+        nullptr, nullptr}});
+  return kinds;
 }
 
 int64_t favor_features(int64_t D, int64_t requested) {
@@ -67,7 +81,11 @@ void LinearAttentionState::reset() {
 
 LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
     : ProjectedAttention("LinearAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
-      feature_map(parse_feature_map(cfg.option_string("feature_map"))) {
+      feature_map(feature_map_kinds().get(cfg.option_string("feature_map")).algorithm),
+      phi(feature_map_kinds().get(cfg.option_string("feature_map")).phi),
+      phi_dim(feature_map_kinds().get(cfg.option_string("feature_map")).dim) {
+  TAPEFORMER_CHECK(feature_map != FeatureMap::Features || phi != nullptr, "model.feature_map \"",
+                   cfg.option_string("feature_map"), "\" has no phi");
   if (feature_map == FeatureMap::Favor) {
     const int64_t D = cfg.n_embd / std::max<int64_t>(1, cfg.n_head);
     n_features = favor_features(D, cfg.option_int("n_features"));
@@ -84,7 +102,8 @@ LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<Positio
 
 int64_t LinearAttention::feature_dim() const {
   const int64_t D = n_embd / n_head;
-  return feature_map == FeatureMap::Cos ? D + 1 : feature_map == FeatureMap::Favor ? n_features : D;
+  if (feature_map == FeatureMap::Favor) return n_features;
+  return feature_map == FeatureMap::Features && phi_dim ? phi_dim(D) : D;
 }
 
 void LinearAttention::draw_features(int64_t draw) {
@@ -104,14 +123,7 @@ Var LinearAttention::log_features(const Var& x) const {
   return sub(matmul(xs, Var(omega)), mul_scalar(sum(mul(xs, xs), {-1}, true), 0.5f));  // (B, H, T, m)
 }
 
-Var LinearAttention::features(const Var& x) const {
-  if (feature_map == FeatureMap::Elu1) return add_scalar(elu(x), 1.0f);  // > 0 everywhere
-  // cos: [x / (|x| + eps); 1], so phi(q) . phi(k) = 1 + cos(q, k) in [0, 2]; the
-  // constant comes last so RoPE's pairs rotate only real features.
-  const Var norm = add_scalar(sqrt(sum(mul(x, x), {-1}, true)), 1e-6f);  // (B, H, T, 1)
-  const Var ones(Tensor::ones({x.dim(0), x.dim(1), x.dim(2), 1}));
-  return concat({div(x, norm), ones}, -1);  // (B, H, T, D + 1)
-}
+Var LinearAttention::features(const Var& x) const { return phi(x); }  // (B, H, T, D) -> (B, H, T, C)
 
 Var LinearAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "LinearAttention: input ", x.shape(), " must be (B, T, ",
@@ -185,8 +197,9 @@ AttentionKind linear_attention_kind() {
   kind.name = "linear";
   kind.summary = "kernelised linear attention, O(T), an RNN when generating (Katharopoulos et al. 2020)";
   kind.options = {{"feature_map", std::string("elu1"),
-                   "linear attention's feature map: \"elu1\" (elu + 1), \"cos\" (1 + cos, Su), \"efficient\" "
-                   "(softmax over features for q and over positions for k, Shen et al.) or \"favor\" (Performer)"},
+                   "linear attention's feature map, a name in model.feature_map's table: \"elu1\" (elu + 1), \"cos\" "
+                   "(1 + cos, Su), \"efficient\" (softmax over features for q and over positions for k, Shen et al.), "
+                   "\"favor\" (Performer) or a program's own"},
                   {"n_features", int64_t{0}, "favor: random features m (0: round(D ln D))"},
                   {"feature_redraw", int64_t{0},
                    "favor: optimizer steps between redraws of the features (0, the default: never; a redraw costs a "
@@ -205,7 +218,7 @@ AttentionKind linear_attention_kind() {
     return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd);  // the features phi(q), phi(k)
   };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
-    const LinearAttention::FeatureMap map = parse_feature_map(cfg.option_string("feature_map"));
+    const LinearAttention::FeatureMap map = feature_map_kinds().get(cfg.option_string("feature_map")).algorithm;
     const char* why = pos.needs.score_bias       ? "it adds constant terms to the T x T attention scores"
                       : pos.needs.relative_terms ? "it adds learned terms per (query, key) pair to the scores and values"
                                                  : nullptr;

@@ -9,7 +9,8 @@
 //   Var y = attn.forward(x, rng);                          // (B, T, C) -> (B, T, C)
 //   auto state = attn.make_state(/*batch=*/1, /*window=*/-1);   // S, z: O(1) in the length
 //
-// Feature maps (`model.feature_map`):
+// Feature maps (`model.feature_map`, the table feature_map_kinds() below; a
+// program adds its own phi there):
 //   "elu1"      phi(x) = elu(x) + 1 (the paper's);
 //   "cos"       phi(x) = [x / |x|; 1], so sim = 1 + cos(q, k) (Su 2020), C = D + 1;
 //   "efficient" softmax over features for q and over positions for k (Shen
@@ -34,11 +35,13 @@
 // never exist.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/attention/projected.h"
+#include "tapeformer/core/registry.h"
 #include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
@@ -61,7 +64,9 @@ class LinearAttentionState : public InferenceState {
 
 class LinearAttention : public ProjectedAttention {
  public:
-  enum class FeatureMap { Elu1, Cos, Efficient, Favor };
+  // How a feature map runs: phi on q and k, then the causal sums (elu1, cos,
+  // a program's own); or one of the two maps with algorithms of their own.
+  enum class FeatureMap { Features, Efficient, Favor };
   static constexpr float kEps = 1e-6f;
 
   // Reads n_embd, n_head, bias, dropout (residual only) and model.feature_map.
@@ -74,6 +79,8 @@ class LinearAttention : public ProjectedAttention {
   Var forward(const Var& x, InferenceState& state) const override;
 
   FeatureMap feature_map;
+  std::function<Var(const Var&)> phi;        // Features: (B, H, T, D) -> (B, H, T, C), positive
+  std::function<int64_t(int64_t D)> phi_dim;  // Features: C for heads of D (null: D)
   int64_t n_features = 0, feature_redraw = 0;  // favor: m, and the steps between redraws
   Tensor omega;                                 // favor: (D, m) random features, a buffer
 
@@ -98,7 +105,18 @@ Tensor orthogonal_random_features(int64_t D, int64_t m, Rng& rng);
 // > 0, else round(D ln D) (at least 1), Performer's default.
 int64_t favor_features(int64_t D, int64_t requested);
 
-// "elu1" -> FeatureMap::Elu1; Error naming model.feature_map otherwise.
-LinearAttention::FeatureMap parse_feature_map(const std::string& name);
+// The feature maps of linear attention (`model.feature_map`), one table:
+//   feature_map_kinds().add({"relu1", "relu(x) + 1", LinearAttention::FeatureMap::Features,
+//                            [](const Var& x) { return add_scalar(relu(x), 1.0f); }});
+// phi must be positive everywhere (the denominator phi(q_i) . z_i is then
+// positive); dim gives its width for heads of D when that is not D.
+struct FeatureMapKind {
+  std::string name;
+  std::string summary;  // one line, for docs
+  LinearAttention::FeatureMap algorithm = LinearAttention::FeatureMap::Features;
+  std::function<Var(const Var&)> phi;     // Features only
+  std::function<int64_t(int64_t D)> dim;  // Features only; null: D
+};
+Registry<FeatureMapKind>& feature_map_kinds();
 
 }  // namespace tapeformer

@@ -12,6 +12,7 @@
 #include "tapeformer/core/error.h"
 #include "golden.h"
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/linear.h"
 #include "tapeformer/layers/block/block.h"
 #include "tapeformer/layers/transformer.h"
 #include "tapeformer/train/sample.h"
@@ -59,9 +60,11 @@ std::vector<Arch> allowed() {
   for (const BlockKind& block : block_kinds().kinds())
     for (const AttentionKind& attn : attention_kinds().kinds())
       for (const PositionalKind& pos : positional_kinds().kinds()) {
-        const std::vector<std::string> maps = attn.name == "linear"
-                                                  ? std::vector<std::string>{"elu1", "cos", "efficient", "favor"}
-                                                  : std::vector<std::string>{""};
+        std::vector<std::string> maps{""};
+        if (attn.name == "linear") {  // every feature map in the table
+          maps.clear();
+          for (const FeatureMapKind& m : feature_map_kinds().kinds()) maps.push_back(m.name);
+        }
         for (const std::string& map : maps) {
           const Arch a{attn.name, pos.name, map, block.name};
           try {
@@ -278,7 +281,8 @@ TEST_CASE("combinations the math does not allow are refused, naming the keys") {
           "model.rel_clip = 8 applies to model.positional \"shaw\" only; this config selects model.attention "
           "\"softmax\", model.positional \"rope\", model.block \"standard\" and model.mlp \"standard\"",
           {{"rel_clip", int64_t{8}}});
-  refused({"linear", "learned", "relu1"}, "model.feature_map must be \"elu1\", \"cos\", \"efficient\" or \"favor\", got \"relu1\"");
+  refused({"linear", "learned", "relu1"},
+          "model.feature_map: unknown kind \"relu1\" (known: " + feature_map_kinds().names() + ")");
   refused({"softmax", "shaw", ""}, "model.rel_clip must be in [1, 2^20], got 0", {{"rel_clip", int64_t{0}}});
   refused({"softmax", "shaw", ""}, "model.rel_clip must be an integer, got \"8\"", {{"rel_clip", std::string("8")}});
   refused({"softmax", "learned", ""}, "model.widow: no registered kind declares this option",
@@ -314,4 +318,23 @@ TEST_CASE("a program registers its own positional scheme without editing the lib
   CHECK(TransformerLM::footprint(c).parameters == static_cast<double>(model.num_parameters()));
   CHECK_THROWS_WITH_AS(positional_kinds().add(positional_kinds().get("rope")),
                        "model.positional: a kind named \"rope\" is already registered", Error);
+}
+
+TEST_CASE("feature maps are a table: a program's phi runs linear attention like a built-in map") {
+  // The same phi as elu1 under another name: the same model, bit for bit, in training and generation.
+  if (feature_map_kinds().find("elu1_again") == nullptr)
+    feature_map_kinds().add({"elu1_again", "elu(x) + 1, registered by a test", LinearAttention::FeatureMap::Features,
+                             [](const Var& x) { return add_scalar(elu(x), 1.0f); }, nullptr});
+  const auto logits = [](const std::string& map) {
+    ModelConfig c = config_of({"linear", "rope", map, "standard"});
+    const auto model = random_model(c, 91);
+    const IndexTensor ids = random_ids(2, 12, 11, 92);
+    Rng unused(0);
+    NoGradGuard no_grad;
+    const Tensor whole = model->forward(ids, unused).value();
+    auto state = model->make_state(2);
+    const Tensor first = model->forward(columns(ids, 0, 5), *state).value();
+    return std::make_pair(whole.to_vector(), first.to_vector());
+  };
+  CHECK(logits("elu1_again") == logits("elu1"));
 }
