@@ -104,7 +104,7 @@ class SoftmaxAttention : public Function {
       Tensor lse = Tensor::empty({B, part.heads, part.rows});  // (B, H', T') row log-sum-exp of the part
       kernels::DistanceBias db{dist_.defined() ? dist_.data() : nullptr, dist_.defined() ? dist_.dim(1) : 0, nullptr};
       kernels::FlashAttention a = args(part, q, k, v);
-      if (dist_.defined()) a.distance_bias = &db;
+      if (dist_.defined()) a.terms.distance = &db;
       kernels::flash_attention_forward(a, out(part, y), lse.data());
       saved.push_back(lse);
     }
@@ -134,7 +134,7 @@ class SoftmaxAttention : public Function {
     for (size_t i = 0; i < all.size(); ++i) {
       const Part& part = all[i];
       kernels::FlashAttention a = args(part, q, k, v);
-      if (dist_.defined()) a.distance_bias = &db;
+      if (dist_.defined()) a.terms.distance = &db;
       const auto maybe = [&](Tensor& t) { return t.defined() ? out(part, t) : kernels::HeadOut{nullptr, 0, 0, 0}; };
       kernels::flash_attention_backward(a, in(part, y), ctx.saved()[4 + i].data(), in(part, dy), maybe(dq), maybe(dk),
                                         maybe(dv), dlse.defined() ? dlse.data() : nullptr);
@@ -226,15 +226,15 @@ class SoftmaxAttention : public Function {
                               in(part, q),
                               in(part, k),
                               in(part, v),
-                              std::move(terms),
+                              kernels::RowTerms{std::move(terms)},
                               causal_,
                               p_,
                               part.seed,
                               part.tiles};
     if (positions_) {
-      a.q_pos = q_pos_.data.data();
-      a.k_pos = k_pos_.data.data();
-      if (mask_self_ && !self_row_.empty()) a.self_row = self_row_.data();
+      a.terms.q_pos = q_pos_.data.data();
+      a.terms.k_pos = k_pos_.data.data();
+      if (mask_self_ && !self_row_.empty()) a.terms.self_row = self_row_.data();
     }
     return a;
   }

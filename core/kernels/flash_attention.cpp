@@ -98,8 +98,8 @@ struct Head {
     k = a.k.data + b * a.k.sb + h * a.k.sh, ks = a.k.st;
     v = a.v.data + b * a.v.sb + h * a.v.sh, vs = a.v.st;
     bias.clear();
-    for (const ScoreBias& t : a.bias) bias.push_back({t.data + b * t.sb + h * t.sh, t.si, t.sj});
-    if (a.distance_bias) dist = a.distance_bias->data + h * a.distance_bias->n, dist_n = a.distance_bias->n;
+    for (const ScoreBias& t : a.terms.bias) bias.push_back({t.data + b * t.sb + h * t.sh, t.si, t.sj});
+    if (a.terms.distance) dist = a.terms.distance->data + h * a.terms.distance->n, dist_n = a.terms.distance->n;
   }
 };
 
@@ -187,10 +187,10 @@ void mask_row(const FlashAttention& a, const Span& sp, int64_t r, Scalar* row, i
 // later keys -inf, and with self_row its own position too (forward_tile
 // gives a row that then sees nothing its own value).
 void position_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, Scalar* row, int64_t vis) {
-  if (a.q_pos == nullptr) return;
-  const int32_t qp = a.q_pos[bh * a.s.Tq + i];
-  const int32_t* kp = a.k_pos + bh * a.s.Tk + j0;
-  const bool no_self = a.self_row != nullptr;
+  if (a.terms.q_pos == nullptr) return;
+  const int32_t qp = a.terms.q_pos[bh * a.s.Tq + i];
+  const int32_t* kp = a.terms.k_pos + bh * a.s.Tk + j0;
+  const bool no_self = a.terms.self_row != nullptr;
   for (int64_t j = 0; j < vis; ++j)
     if (kp[j] > qp || (no_self && kp[j] == qp)) row[j] = -kInf;
 }
@@ -282,6 +282,26 @@ void keep_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, int64_
   for (int64_t j = 0; j < vis; ++j) keep[j] = hash_uniform(a.seed, base + j) >= p ? inv : 0.0f;
 }
 
+// Every term of query row i (row r of span sp) against keys sp.j0 + [0, vis),
+// in one place for the forward and the backward's recompute: the score
+// terms and distance bias (score_row; row[vis, w) becomes -inf), the tile
+// mask, the row positions and self row; with dropout, *keep points at the
+// row's keep factors (zero in [vis, w)). Returns score_row's k.
+Scalar row_terms(const FlashAttention& a, Workspace& ws, const Span& sp, int64_t r, int64_t i, int64_t vis, int64_t w,
+                 Scalar scale, Scalar* row, const Scalar** keep) {
+  const Head& hd = ws.head;
+  const Scalar k = score_row(row, vis, w, scale, hd, i, sp.j0, a.s.Tk - a.s.Tq, ws.bias.data());
+  mask_row(a, sp, r, row, vis);
+  position_row(a, hd.bh, i, sp.j0, row, vis);
+  *keep = nullptr;
+  if (a.dropout_p > 0) {
+    keep_row(a, hd.bh, i, sp.j0, vis, ws.keep.data());
+    std::fill(ws.keep.begin() + vis, ws.keep.begin() + w, 0.0f);
+    *keep = ws.keep.data();
+  }
+  return k;
+}
+
 // One online-softmax step on a row of scores k x[0, w) (k > 0):
 // x <- e^(k x - m_new), l <- l e^(m - m_new) + sum(x), m <- m_new = max(m, k max x).
 // l is one packet of partial sums, added across lanes once at the end of the
@@ -355,15 +375,12 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
       for (int64_t r = r0; r < r1; ++r) {
         Scalar* row = ws.s.data() + r * kTile;
         const int64_t i = i0 + r, vis = visible(a, i, g.j0, g.nk);
-        const Scalar k = score_row(row, vis, w, scale, hd, i, g.j0, s.Tk - s.Tq, ws.bias.data());
-        mask_row(a, g, r, row, vis);
-        position_row(a, hd.bh, i, g.j0, row, vis);
+        const Scalar* keep = nullptr;
+        const Scalar k = row_terms(a, ws, g, r, i, vis, w, scale, row, &keep);
         const Scalar alpha = online_row(row, w, k, ws.m[r], ws.l.data() + r * kLanes);
         if (alpha != 1.0f) scale_row(o + r * s.Dv, s.Dv, alpha, o + r * s.Dv);
-        if (a.dropout_p > 0) {
-          keep_row(a, hd.bh, i, g.j0, vis, ws.keep.data());
-          for (int64_t j = 0; j < vis; ++j) row[j] *= ws.keep[j];
-        }
+        if (keep != nullptr)
+          for (int64_t j = 0; j < vis; ++j) row[j] *= keep[j];
       }
       product(ws.s.data() + r0 * kTile, kTile, 1, r1 - r0, g.nk, hd.v + g.j0 * hd.vs, hd.vs, s.Dv, o + r0 * s.Dv,
               s.Dv, true);
@@ -373,7 +390,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
     const int64_t i = i0 + r;
     const Scalar l = Eigen::internal::predux(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
     const bool seen = l > 0;
-    const int32_t self = a.self_row && !seen ? a.self_row[hd.bh * s.Tq + i] : -1;
+    const int32_t self = a.terms.self_row && !seen ? a.terms.self_row[hd.bh * s.Tq + i] : -1;
     if (self >= 0) {  // sees only itself
       std::copy_n(hd.v + self * hd.vs, s.Dv, row_of(y, s, hd.bh, i));
       lse[hd.bh * s.Tq + i] = kSelfScore;
@@ -400,7 +417,7 @@ void accumulate_distance(const FlashAttention& a, const Workspace& ws, const Gra
                          int64_t r1, int64_t j0, int64_t nk_g) {
   if (g.dist_parts == nullptr) return;
   const FlashAttentionShape& s = a.s;
-  const int64_t n = a.distance_bias->n, q_tiles = (s.Tq + kTile - 1) / kTile;
+  const int64_t n = a.terms.distance->n, q_tiles = (s.Tq + kTile - 1) / kTile;
   Scalar* part = g.dist_parts + (ws.head.bh * q_tiles + i0 / kTile) * n;
   const Scalar inv_scale = std::sqrt(static_cast<Scalar>(s.D));
   for (int64_t r = r0; r < r1; ++r) {
@@ -431,15 +448,8 @@ void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = i0 + r, vis = visible(a, i, j0, nk_g);
     Scalar* row = ws.s.data() + r * kTile;
-    const Scalar k = score_row(row, vis, w, scale, hd, i, j0, s.Tk - s.Tq, ws.bias.data());
-    mask_row(a, sp, r, row, vis);
-    position_row(a, hd.bh, i, j0, row, vis);
     const Scalar* keep = nullptr;
-    if (a.dropout_p > 0) {
-      keep_row(a, hd.bh, i, j0, vis, ws.keep.data());
-      std::fill(ws.keep.begin() + vis, ws.keep.begin() + w, 0.0f);
-      keep = ws.keep.data();
-    }
+    const Scalar k = row_terms(a, ws, sp, r, i, vis, w, scale, row, &keep);
     backward_row(row, ws.dp.data() + r * kTile, w, k, g.lse[hd.bh * s.Tq + i], g.delta[hd.bh * s.Tq + i], scale, keep);
   }
 }
@@ -594,52 +604,37 @@ void check_sparsity(const FlashAttention& a) {
 
 }  // namespace
 
-BlockSparsity::BlockSparsity(int64_t Tq_, int64_t Tk_) : Tq(Tq_), Tk(Tk_) {
-  TAPEFORMER_CHECK(Tq > 0 && Tk > 0, "BlockSparsity: Tq and Tk must be positive, got ", Tq, ", ", Tk);
-}
+namespace {
 
-void BlockSparsity::add(int32_t u, const uint8_t* mask) {
-  const int64_t t = static_cast<int64_t>(row_start.size()) - 1;
-  TAPEFORMER_CHECK(t < q_tiles(), "BlockSparsity::add: all ", q_tiles(), " query tiles have ended");
-  TAPEFORMER_CHECK(u >= 0 && u < k_tiles(), "BlockSparsity::add: key tile ", u, " is outside [0, ", k_tiles(), ")");
-  TAPEFORMER_CHECK(static_cast<int64_t>(key_tile.size()) == row_start.back() || key_tile.back() < u,
-                   "BlockSparsity::add: key tiles of a query tile must ascend (", u, " after ", key_tile.back(), ")");
-  const int64_t rows = std::min(kTile, Tq - t * kTile), cols = std::min(kTile, Tk - int64_t{u} * kTile);
-  key_tile.push_back(u);
-  if (mask == nullptr) {
-    mask_of.push_back(-1);
-    col_lo.push_back(0);
-    col_hi.push_back(static_cast<int16_t>(cols));
-    pairs += rows * cols;
-    return;
+// The row terms' own part of the backward, after the tiles: a query that
+// saw only its self row (LSH) passes dy_i to v_self, and the distance
+// bias's per-query-tile partial gradients (adaptive span) are summed over
+// b and query tiles in a fixed order.
+void row_terms_backward(const FlashAttention& a, const Scalar* lse, HeadView dy, HeadOut dv, const Grads& g,
+                        const std::vector<Scalar>& parts) {
+  const FlashAttentionShape& s = a.s;
+  const DistanceBias* db = a.terms.distance;
+  if (a.terms.self_row && dv.data) {  // a query that saw only itself: y_i = v_self, so dv_self += dy_i
+    for (int64_t r = 0; r < s.B * s.H * s.Tq; ++r) {
+      const int64_t bh = r / s.Tq, i = r % s.Tq;
+      if (lse[r] != kSelfScore || a.terms.self_row[r] < 0) continue;
+      Scalar* out = row_of(dv, s, bh, a.terms.self_row[r]);
+      const Scalar* in = row_of(dy, s, bh, i);
+      for (int64_t d = 0; d < s.Dv; ++d) out[d] += in[d];
+    }
   }
-  mask_of.push_back(static_cast<int32_t>(masks.size() / (kTile * kTile)));
-  masks.insert(masks.end(), mask, mask + kTile * kTile);
-  int64_t lo = cols, hi = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      if (mask[r * kTile + c] != 0) ++pairs, lo = std::min(lo, c), hi = std::max(hi, c + 1);
-  if (hi == 0) lo = 0;  // nothing visible: an empty span
-  col_lo.push_back(static_cast<int16_t>(lo));
-  col_hi.push_back(static_cast<int16_t>(hi));
+  if (g.dist_parts) {  // sum over b and query tiles, in that fixed order
+    const int64_t n = db->n, q_tiles = tiles(s.Tq);
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t t = 0; t < q_tiles; ++t) {
+          const Scalar* part = parts.data() + ((b * s.H + h) * q_tiles + t) * n;
+          for (int64_t d = 0; d < n; ++d) db->grad[h * n + d] += part[d];
+        }
+  }
 }
 
-void BlockSparsity::end_row() {
-  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 < q_tiles(), "BlockSparsity::end_row: all ",
-                   q_tiles(), " query tiles have ended");
-  row_start.push_back(static_cast<int64_t>(key_tile.size()));
-}
-
-void BlockSparsity::finish() {
-  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 == q_tiles(), "BlockSparsity::finish: ",
-                   row_start.size() - 1, " of ", q_tiles(), " query tiles ended");
-  col_start.assign(static_cast<size_t>(k_tiles() + 1), 0);
-  for (int32_t u : key_tile) ++col_start[u + 1];
-  for (int64_t u = 0; u < k_tiles(); ++u) col_start[u + 1] += col_start[u];
-  col_entry.assign(key_tile.size(), 0);
-  std::vector<int64_t> next(col_start.begin(), col_start.end() - 1);
-  for (size_t e = 0; e < key_tile.size(); ++e) col_entry[next[key_tile[e]]++] = static_cast<int32_t>(e);  // rows ascend
-}
+}  // namespace
 
 void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse) {
   const profile::Scope timed("attention");
@@ -661,7 +656,7 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
     }
   });
   Grads g{y, dy, lse, delta.data(), dq, dk, dv};
-  const DistanceBias* db = a.distance_bias;
+  const DistanceBias* db = a.terms.distance;
   std::vector<Scalar> parts;
   if (db != nullptr && db->grad != nullptr) {
     parts.assign(static_cast<size_t>(s.B * s.H * tiles(s.Tq) * db->n), 0.0f);
@@ -675,24 +670,7 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
     if (dk.data || dv.data)
       for_each_tile(a, tiles(s.Tk), [&](Workspace& ws, int64_t t) { dkv_tile(a, ws, g, t * kTile); });
   }
-  if (a.self_row && dv.data) {  // a query that saw only itself: y_i = v_self, so dv_self += dy_i
-    for (int64_t r = 0; r < s.B * s.H * s.Tq; ++r) {
-      const int64_t bh = r / s.Tq, i = r % s.Tq;
-      if (lse[r] != kSelfScore || a.self_row[r] < 0) continue;
-      Scalar* out = row_of(dv, s, bh, a.self_row[r]);
-      const Scalar* in = row_of(dy, s, bh, i);
-      for (int64_t d = 0; d < s.Dv; ++d) out[d] += in[d];
-    }
-  }
-  if (g.dist_parts) {  // sum over b and query tiles, in that fixed order
-    const int64_t n = db->n, q_tiles = tiles(s.Tq);
-    for (int64_t h = 0; h < s.H; ++h)
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t t = 0; t < q_tiles; ++t) {
-          const Scalar* part = parts.data() + ((b * s.H + h) * q_tiles + t) * n;
-          for (int64_t d = 0; d < n; ++d) db->grad[h * n + d] += part[d];
-        }
-  }
+  row_terms_backward(a, lse, dy, dv, g, parts);
 }
 
 }  // namespace tapeformer::kernels

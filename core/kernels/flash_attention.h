@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tapeformer/core/kernels/block_sparsity.h"
 #include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
@@ -62,43 +63,6 @@ struct ScoreBias {
   int64_t sb, sh, si, sj;
 };
 
-// Scores are computed in tiles of kAttentionTile query rows x kAttentionTile keys.
-constexpr int64_t kAttentionTile = 64;
-
-// Block sparsity: which (query tile, key tile) pairs are computed at all, and
-// within a computed tile which pairs are visible. The pattern is data: a new
-// pattern (window, BigBird, ...) is a new list, never a new kernel. Query
-// tile t holds rows [64 t, 64 t + 64), key tile u keys [64 u, 64 u + 64).
-//
-//   BlockSparsity p(Tq, Tk);
-//   for each query tile t: for each key tile u it needs, ascending:
-//     p.add(u, nullptr);              // every pair of the tile visible
-//     p.add(u, mask);                 // mask[r * 64 + c] != 0: row 64 t + r sees key 64 u + c
-//   p.end_row();                      // after each query tile, Tq / 64 rounded up times
-//   p.finish();                       // the by-key-tile index the backward needs
-//
-// Masked-out pairs are -inf scores (exactly zero probability and gradient),
-// as with a -inf additive bias; causal, bias terms and dropout still apply.
-struct BlockSparsity {
-  BlockSparsity(int64_t Tq, int64_t Tk);
-  void add(int32_t key_tile, const uint8_t* mask);
-  void end_row();
-  void finish();
-  int64_t q_tiles() const { return (Tq + kAttentionTile - 1) / kAttentionTile; }
-  int64_t k_tiles() const { return (Tk + kAttentionTile - 1) / kAttentionTile; }
-  int64_t tiles() const { return static_cast<int64_t>(key_tile.size()); }  // computed tile pairs
-
-  int64_t Tq, Tk;
-  std::vector<int64_t> row_start{0};   // CSR: entries row_start[t] .. row_start[t + 1] of query tile t
-  std::vector<int32_t> key_tile;       // per entry, ascending within a row
-  std::vector<int32_t> mask_of;        // per entry: its mask's index in masks, or -1 (all visible)
-  std::vector<int16_t> col_lo, col_hi;  // per entry: the columns some row sees, [lo, hi); only they are computed
-  std::vector<uint8_t> masks;          // 64 x 64 bytes per masked entry
-  std::vector<int64_t> col_start;      // CSC (finish()): entries of key tile u, by ascending query tile,
-  std::vector<int32_t> col_entry;      //   are col_entry[col_start[u] .. col_start[u + 1])
-  int64_t pairs = 0;                   // visible pairs listed, for reports
-};
-
 // A learned bias by distance, per head (adaptive attention span's soft mask,
 // as log m(d)): query i, at position Tk - Tq + i, and key j get
 // data[h * n + d] at d = Tk - Tq + i - j when 0 <= d < n, and -inf otherwise.
@@ -110,15 +74,12 @@ struct DistanceBias {
   Scalar* grad;  // (H, n) accumulated into, or null
 };
 
-struct FlashAttention {
-  FlashAttentionShape s;
-  HeadView q, k, v;             // (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)
-  std::vector<ScoreBias> bias;  // summed in this order, then added to the scaled score
-  bool causal;
-  Scalar dropout_p;  // in [0, 1)
-  uint64_t seed;     // of the dropout mask; unused when dropout_p == 0
-  const BlockSparsity* sparsity = nullptr;  // null: every tile (dense); else its (Tq, Tk) must be s's
-  const DistanceBias* distance_bias = nullptr;  // added to the scaled score after `bias`
+// The terms a kind adds to every query row's scores, prepared once per call
+// and per (b, h), and applied by one routine in the forward and in the
+// backward's recompute (so both see the same scores, bit for bit):
+struct RowTerms {
+  std::vector<ScoreBias> bias;  // summed in this order, then added to the scaled score (ALiBi, TXL, masks)
+  const DistanceBias* distance = nullptr;  // added after `bias` (adaptive span)
   // Rows in an order other than their positions (LSH attention's buckets):
   // q_pos (B H, Tq) and k_pos (B H, Tk) give each row's position; a key
   // after the query's position is masked (-inf). With self_row (B H, Tq: the
@@ -130,6 +91,16 @@ struct FlashAttention {
   const int32_t* q_pos = nullptr;
   const int32_t* k_pos = nullptr;
   const int32_t* self_row = nullptr;
+};
+
+struct FlashAttention {
+  FlashAttentionShape s;
+  HeadView q, k, v;  // (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)
+  RowTerms terms;    // score terms, distance bias, row positions
+  bool causal;
+  Scalar dropout_p;  // in [0, 1)
+  uint64_t seed;     // of the dropout mask; unused when dropout_p == 0
+  const BlockSparsity* sparsity = nullptr;  // null: every tile (dense); else its (Tq, Tk) must be s's
 };
 
 inline constexpr Scalar kSelfScore = -1e5f;  // the lse of a query that sees only itself

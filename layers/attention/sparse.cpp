@@ -43,14 +43,6 @@ std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& 
   return out;
 }
 
-std::shared_ptr<const kernels::BlockSparsity> TileCache::get(
-    const Key& key, const std::function<std::shared_ptr<const kernels::BlockSparsity>()>& build) const {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  if (const auto it = tiles_.find(key); it != tiles_.end()) return it->second;
-  if (tiles_.size() >= 64) tiles_.clear();
-  return tiles_[key] = build();
-}
-
 Var sparse_attention(const SparsePattern& p, const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias,
                      int64_t q0, int64_t k0, float dropout_p, Rng* rng, const TileSource& tiles) {
   const auto groups = p.head_groups();

@@ -45,6 +45,7 @@
 #include "tapeformer/core/kernels/flash_attention.h"
 #include "tapeformer/core/registry.h"
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/tile_cache.h"
 
 namespace tapeformer {
 
@@ -72,20 +73,6 @@ class SparsePattern {
 // k0 + [0, Tk): every tile with a visible pair, masked where not all are.
 std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
                                                            int64_t k0);
-
-// Tiles built once per key and kept (a layer's patterns by shape); safe
-// for data-parallel shards running one layer at once. Past 64 entries the
-// table starts over: generation moves the offsets on every token.
-class TileCache {
- public:
-  using Key = std::array<int64_t, 5>;
-  std::shared_ptr<const kernels::BlockSparsity> get(
-      const Key& key, const std::function<std::shared_ptr<const kernels::BlockSparsity>()>& build) const;
-
- private:
-  mutable std::mutex mutex_;
-  mutable std::map<Key, std::shared_ptr<const kernels::BlockSparsity>> tiles_;
-};
 
 // Attention of q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at
 // k0.. through pattern p (each head group with its own pattern), causal ->

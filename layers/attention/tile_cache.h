@@ -1,0 +1,32 @@
+// TileCache: the block-sparse kernel's tiles (core/kernels/block_sparsity.h)
+// of a layer's patterns, built once per shape and offsets and kept. The
+// sparse kinds, adaptive span and LSH each hold one.
+//
+//   const auto tiles = cache.get({T, chunk, 0, 0, 0}, [&] { return tile_pattern(ChunkLocal(chunk), T, T, 0, 0); });
+#pragma once
+
+#include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "tapeformer/core/kernels/block_sparsity.h"
+
+namespace tapeformer {
+
+// Tiles built once per key and kept (a layer's patterns by shape); safe
+// for data-parallel shards running one layer at once. Past 64 entries the
+// table starts over: generation moves the offsets on every token.
+class TileCache {
+ public:
+  using Key = std::array<int64_t, 5>;
+  std::shared_ptr<const kernels::BlockSparsity> get(
+      const Key& key, const std::function<std::shared_ptr<const kernels::BlockSparsity>()>& build) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::map<Key, std::shared_ptr<const kernels::BlockSparsity>> tiles_;
+};
+
+}  // namespace tapeformer
