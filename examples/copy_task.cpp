@@ -125,13 +125,13 @@ int run(int argc, char** argv) {
   int64_t steps_to_target = -1;
   const TaskLoop::Result result = loop.run(
       [&] { return train_task.next(); },
-      [&](int64_t step) {
+      [&](int64_t step, MetricsRecord& m) {
         const Accuracy acc = evaluate(model, val);
         if (target_loss > 0 && steps_to_target < 0 && acc.loss <= target_loss) steps_to_target = step;
         std::fprintf(stderr, "step %lld: val loss %.4f, copy accuracy %.4f\n", static_cast<long long>(step), acc.loss,
                      acc.tokens);
-        return ", \"val_loss\": " + json_number(acc.loss) + ", \"accuracy\": " + json_number(acc.tokens) +
-               ", \"seq_accuracy\": " + json_number(acc.sequences);
+        m.val_loss = acc.loss;
+        m.extra = {{"accuracy", acc.tokens}, {"seq_accuracy", acc.sequences}};
       },
       nullptr, divergence_ok);
   const bool diverged = result.diverged;

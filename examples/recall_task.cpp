@@ -101,11 +101,12 @@ int run(int argc, char** argv) {
   }
   const TaskLoop::Result result = loop.run(
       [&] { return train_task.next(); },
-      [&](int64_t step) {
+      [&](int64_t step, MetricsRecord& m) {
         const Recall v = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 2, cfg.eval.iters);
         std::fprintf(stderr, "step %lld: val loss %.4f, recall %.4f\n", static_cast<long long>(step), v.loss,
                      v.accuracy);
-        return ", \"val_loss\": " + json_number(v.loss) + ", \"recall\": " + json_number(v.accuracy);
+        m.val_loss = v.loss;
+        m.extra = {{"recall", v.accuracy}};
       },
       carried);
   const double loss = result.train_loss, seconds = result.seconds;

@@ -1,11 +1,12 @@
 // The training loop the synthetic-task programs share (copy_task,
 // recall_task): the model, optimizer, schedule and shards of a config, steps
 // through train_step, a line of OUT/metrics.jsonl every log.interval steps
-// and an evaluation every eval.interval steps (and at the end).
+// (written by the Trainer's MetricsLog) and an evaluation every
+// eval.interval steps (and at the end).
 //
 //   TaskLoop loop(cfg, out, "copy_task", seed);        // cfg.model.vocab_size set by the caller
 //   const TaskLoop::Result r = loop.run([&] { return task.next(); },
-//                                       [&](int64_t step) { return ", \"accuracy\": 0.5"; });
+//                                       [&](int64_t step, MetricsRecord& m) { m.extra = {{"accuracy", 0.5}}; });
 #pragma once
 
 #include <chrono>
@@ -41,20 +42,16 @@ class TaskLoop {
     schedule_ = make_schedule(cfg);
     shards = std::make_unique<DataParallel>(*model, static_cast<int>(shard_count(cfg)));
     std::filesystem::create_directories(out);
-    metrics_ = std::fopen((out + "/metrics.jsonl").c_str(), "w");
-    TAPEFORMER_CHECK(metrics_ != nullptr, program, ": cannot write '", out, "/metrics.jsonl'");
-  }
-  ~TaskLoop() {
-    if (metrics_) std::fclose(metrics_);
+    metrics_ = std::make_unique<MetricsLog>(out + "/metrics.jsonl", /*append=*/false);
   }
   TaskLoop(const TaskLoop&) = delete;
   TaskLoop& operator=(const TaskLoop&) = delete;
 
   // train.max_iters steps on next_batch() (with `memory` carried, when given);
-  // evaluate(step) returns the evaluation's fields for the metrics line
-  // (", \"val_loss\": ..."). With divergence_ok a non-finite loss or gradient
+  // evaluate(step, record) fills the evaluation's fields of the metrics line
+  // (val_loss, extra). With divergence_ok a non-finite loss or gradient
   // norm ends the run (Result::diverged); otherwise it is an Error.
-  Result run(const std::function<Batch()>& next_batch, const std::function<std::string(int64_t)>& evaluate,
+  Result run(const std::function<Batch()>& next_batch, const std::function<void(int64_t, MetricsRecord&)>& evaluate,
              SegmentMemory* memory = nullptr, bool divergence_ok = false) {
     Result res;
     for (int64_t step = 0; step < cfg_.train.max_iters; ++step) {
@@ -75,12 +72,16 @@ class TaskLoop {
       const int64_t done = res.steps = step + 1;
       const bool last = done == cfg_.train.max_iters, eval_now = done % cfg_.eval.interval == 0 || last;
       if (done % cfg_.log.interval != 0 && !eval_now) continue;
-      std::string line = "{\"step\": " + std::to_string(done) + ", \"lr\": " + json_number(r.lr) +
-                         ", \"train_loss\": " + json_number(r.loss) + ", \"grad_norm\": " + json_number(r.grad_norm) +
-                         ", \"elapsed_s\": " + json_number(res.seconds);
-      if (eval_now) line += evaluate(done);
-      std::fprintf(metrics_, "%s}\n", line.c_str());
-      std::fflush(metrics_);
+      MetricsRecord m;
+      m.step = done;
+      m.lr = r.lr;
+      m.train_loss = r.loss;
+      m.grad_norm = r.grad_norm;
+      m.elapsed_s = res.seconds;
+      m.tokens_per_s = static_cast<double>(done * cfg_.train.batch_size * cfg_.model.block_size *
+                                           cfg_.train.grad_accum) / res.seconds;
+      if (eval_now) evaluate(done, m);
+      metrics_->write(m);
     }
     return res;
   }
@@ -95,7 +96,7 @@ class TaskLoop {
   Rng dropout_rng_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Schedule> schedule_;
-  std::FILE* metrics_ = nullptr;
+  std::unique_ptr<MetricsLog> metrics_;
 };
 
 }  // namespace tapeformer

@@ -29,6 +29,7 @@ std::string MetricsRecord::to_json() const {
   j["grad_norm"] = grad_norm;
   j["tokens_per_s"] = tokens_per_s;
   j["elapsed_s"] = elapsed_s;
+  for (const auto& [name, value] : extra) j[name] = value;
   if (!layers.empty()) {
     nlohmann::ordered_json l;
     for (const auto& [name, values] : layers) l[name] = values;

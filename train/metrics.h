@@ -29,6 +29,7 @@ struct MetricsRecord {
   double tokens_per_s = 0;  // training tokens per second of training-loop time
   double elapsed_s = 0;     // training-loop time so far (evaluation excluded)
   std::vector<std::pair<std::string, std::vector<double>>> layers;  // on evaluation steps: Module::layer_metrics
+  std::vector<std::pair<std::string, double>> extra;  // on evaluation steps: a program's own figures (accuracy)
   std::string to_json() const;
   // The record in one line written by to_json(); nothing for a line that is
   // not one (e.g. the half-written last line of a killed run).
