@@ -34,13 +34,26 @@ struct Batch {
   IndexTensor targets;  // (B, T) the next token after each input position (or kIgnoreTarget)
 };
 
+// BatchSource: where a training loop's batches come from. Random windows and
+// ordered streams (below) and the synthetic tasks (data/tasks.h) each are
+// one; the Trainer, TaskLoop and train_step read them through next(). Each
+// keeps its own position for checkpoints (cereal serialize).
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual Batch next() = 0;  // inputs and targets (B, T)
+  // Whether the batch last returned starts the data over, so that a memory
+  // carried from the one before must be cleared (ordered streams).
+  virtual bool restarted() const { return false; }
+};
+
 // The batch of windows starting at `starts` (one row each): inputs
 // x[s, s+T), targets x[s+1, s+T]. Throws Error for a start whose window of
 // T + 1 tokens does not fit in `tokens`.
 Batch window_batch(const TokenSource& tokens, const std::vector<int64_t>& starts, int64_t block);
 Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t block);
 
-class RandomWindowSampler {
+class RandomWindowSampler : public BatchSource {
  public:
   // `tokens` must outlive the sampler; `what` names them in errors. Throws
   // Error unless batch >= 1, block >= 1 and tokens.size() >= block + 1:
@@ -49,7 +62,7 @@ class RandomWindowSampler {
   RandomWindowSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, uint64_t seed,
                       const std::string& what);
 
-  Batch next();
+  Batch next() override;
   int64_t drawn() const { return drawn_; }  // batches returned by next() so far
   int64_t batch_size() const { return batch_; }
   int64_t block_size() const { return block_; }
@@ -84,7 +97,7 @@ class RandomWindowSampler {
 // With ext > 0 (Transformer-XL's ext_len) each batch also starts with the
 // up to `ext` tokens before its segment, fed again, their targets
 // kIgnoreTarget: inputs (B, e + T), e = min(ext, tokens read in this pass).
-class StreamSampler {
+class StreamSampler : public BatchSource {
  public:
   // `tokens` must outlive the sampler; `what` names them in errors. Throws
   // Error unless batch >= 1, block >= 1, ext >= 0 and every stream holds a segment.
@@ -92,9 +105,9 @@ class StreamSampler {
   StreamSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, const std::string& what,
                 int64_t ext = 0);
 
-  Batch next();
+  Batch next() override;
   // Whether the batch last returned began at the streams' starts.
-  bool restarted() const { return position_ == block_; }
+  bool restarted() const override { return position_ == block_; }
   int64_t drawn() const { return drawn_; }
   int64_t stream_length() const { return stream_; }
   // Segments per pass over the streams.

@@ -25,12 +25,12 @@ struct CopyTaskConfig {
   int64_t max_len = 32;  // longest w
 };
 
-class CopyTask {
+class CopyTask : public BatchSource {
  public:
   // Throws Error naming the field unless 1 <= symbols, 1 <= min_len <= max_len, batch >= 1.
   CopyTask(const CopyTaskConfig& cfg, int64_t batch, uint64_t seed);
 
-  Batch next();
+  Batch next() override;
   int64_t vocab_size() const { return cfg_.symbols + 2; }
   int64_t sequence_length() const { return 2 * cfg_.max_len; }  // T of inputs and targets
   int32_t sep() const { return static_cast<int32_t>(cfg_.symbols); }
@@ -62,7 +62,7 @@ struct RecallTaskConfig {
   int64_t segment = 32;   // T
 };
 
-class RecallTask {
+class RecallTask : public BatchSource {
  public:
   // Throws Error naming the field unless fillers, keys, distance >= 1 and segment >= 3.
   RecallTask(const RecallTaskConfig& cfg, int64_t batch, uint64_t seed);
@@ -70,7 +70,7 @@ class RecallTask {
   // The next segment of every stream: inputs (B, T), targets (B, T) with one
   // counted target per row (at the QUERY), none while fewer than `distance`
   // segments came before.
-  Batch next();
+  Batch next() override;
   int64_t vocab_size() const { return cfg_.fillers + cfg_.keys + 2; }
   int32_t key_marker() const { return static_cast<int32_t>(cfg_.fillers + cfg_.keys); }
   int32_t query_marker() const { return key_marker() + 1; }

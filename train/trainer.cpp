@@ -198,10 +198,14 @@ struct Trainer::State {
   double evaluate_periodic() { return train_streams ? evaluate_streams(cfg.eval.iters) : evaluate(val_batches); }
   double evaluate_final() { return train_streams ? evaluate_streams(cfg.eval.final_iters) : evaluate(final_batches); }
 
+  // Random windows, or a memory run's ordered streams.
+  BatchSource& train_source() const {
+    return train_streams ? static_cast<BatchSource&>(*train_streams) : *train_batches;
+  }
+
   Batch next_train_batch() {
-    if (!train_streams) return train_batches->next();
-    Batch b = train_streams->next();
-    if (train_streams->restarted()) train_memory.reset();  // the streams start over: nothing came before
+    Batch b = train_source().next();
+    if (train_source().restarted()) train_memory.reset();  // the data starts over: nothing came before
     return b;
   }
 
