@@ -38,7 +38,7 @@ bash scripts/setup.sh python3-torch libopenblas0-openmp time
 
 echo "charlm_vs_pytorch.sh: building tapeformer (Release)..." >&2
 cmake -S . -B build -G Ninja >/dev/null
-cmake --build build -j "$threads" --target tapeformer >/dev/null
+cmake --build build -j "$threads" --target tapeformer_command >/dev/null
 
 rm -rf "$out"
 mkdir -p "$out"

@@ -49,7 +49,7 @@ def main():
     if not mpirun:
         fail("mpirun not found (bash scripts/setup.sh installs openmpi-bin)")
     subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer"], cwd=ROOT, check=True,
+    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer_command"], cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     os.makedirs(args.out, exist_ok=True)

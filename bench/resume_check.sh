@@ -18,7 +18,7 @@ out=${OUT:-out/resume-check}
 
 bash scripts/setup.sh
 cmake -S . -B build -G Ninja >/dev/null
-cmake --build build -j "$(nproc)" --target tapeformer >/dev/null
+cmake --build build -j "$(nproc)" --target tapeformer_command >/dev/null
 tf=build/cli/tapeformer
 rm -rf "$out"
 mkdir -p "$out"

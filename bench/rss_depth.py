@@ -51,7 +51,7 @@ def main():
     if not os.path.isfile(args.data):
         sys.exit(f"rss_depth.py: data file '{args.data}' not found")
     subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer"], cwd=ROOT, check=True,
+    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer_command"], cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL)
     lines = ["| block | peak RSS MB, 2 layers | peak RSS MB, 12 layers | 12 / 2 | parameter state added, MB | "
              "12 / 2 without it |", "|---|---|---|---|---|---|"]

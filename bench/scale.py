@@ -98,7 +98,7 @@ def main():
     subprocess.run(["bash", "scripts/setup.sh", "python3-torch", "libopenblas0-openmp", "time"], cwd=ROOT, check=True)
     print("scale.py: building (Release)...", file=sys.stderr)
     subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer", "machine_peak"], cwd=ROOT, check=True,
+    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer_command", "machine_peak"], cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL)
     os.makedirs(args.out, exist_ok=True)
 

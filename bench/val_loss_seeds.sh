@@ -26,7 +26,7 @@ threshold=${THRESHOLD:-1.90}
 bash scripts/setup.sh python3-torch libopenblas0-openmp
 echo "val_loss_seeds.sh: building tapeformer (Release)..." >&2
 cmake -S . -B build -G Ninja >/dev/null
-cmake --build build -j "$(nproc)" --target tapeformer >/dev/null
+cmake --build build -j "$(nproc)" --target tapeformer_command >/dev/null
 mkdir -p "$out"
 # Every seed runs the binary built now, even if build/ changes meanwhile.
 cp build/cli/tapeformer "$out/tapeformer"

@@ -49,7 +49,7 @@ fi
 
 echo "run.sh: building (Release)..." >&2
 cmake -S . -B build -G Ninja >/dev/null
-cmake --build build -j "$(nproc)" --target tapeformer >/dev/null
+cmake --build build -j "$(nproc)" --target tapeformer_command >/dev/null
 
 resume=()
 if [ -f "$out/checkpoint.bin" ]; then
