@@ -13,19 +13,15 @@ per step (rank 0's profile: the alltoall + allgather of the gradients) and
 its share of the step. The table goes to docs/results.md (section "ranks").
 """
 import argparse
-import datetime
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import experiment  # noqa: E402
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import recipes  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import ROOT  # noqa: E402
 
 
 def fail(message):
@@ -35,10 +31,10 @@ def fail(message):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    recipes.add_arguments(ap, "ranks")
+    benchlib.add_arguments(ap, "ranks")
     ap.add_argument("--layouts", help="RANKSxTHREADS,... (default: every split of the cores)")
     args = ap.parse_args()
-    chosen = recipes.selected(args, fail)
+    chosen = benchlib.selected(args, fail)
     cores = os.cpu_count() or 1
     try:
         layouts = ([tuple(int(x) for x in l.split("x")) for l in args.layouts.split(",")] if args.layouts else
@@ -48,9 +44,7 @@ def main():
     mpirun = shutil.which("mpirun")
     if not mpirun:
         fail("mpirun not found (bash scripts/setup.sh installs openmpi-bin)")
-    subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer_command"], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
+    benchlib.build("tapeformer_command")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     os.makedirs(args.out, exist_ok=True)
     rows = []
@@ -61,7 +55,7 @@ def main():
             shutil.rmtree(run_dir, ignore_errors=True)
             cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks), "build/cli/tapeformer", "train",
                    "--config", config, "--data", args.data, "--out", run_dir, "--threads", str(threads), "--profile",
-                   "--set", f"train.shards={threads}"] + recipes.overrides(steps)
+                   "--set", f"train.shards={threads}"] + benchlib.overrides(steps)
             print(f"ranks.py: {name} recipe, {ranks} ranks x {threads} threads...", file=sys.stderr)
             with open(run_dir + ".log", "w") as log:
                 proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -90,29 +84,17 @@ def main():
     print(table)
     if args.no_results:
         return
-    cmd = "python3 bench/ranks.py " + os.path.relpath(args.data, ROOT)
-    if args.layouts:
-        cmd += f" --layouts {args.layouts}"
-    section = "\n".join([
-        "<!-- results:ranks -->",
-        "## Processes x threads: training over MPI ranks on one machine",
-        "",
+    cmd = benchlib.reproduce("ranks.py", args, f" --layouts {args.layouts}" if args.layouts else "")
+    intro = (
         f"The two recipes ({args.small_steps} and {args.large_steps} steps) trained as one process on every core and "
         "as MPI ranks (Open MPI, `mpirun -np RANKS`) splitting the cores, one shard per thread, so every layout "
         "has the same total shard count: the val losses are the same bits. The all-reduce is the gradient "
         "exchange (an alltoall of each rank's shards' gradients by chunk, the sums in shard order, an allgather), "
         "timed by rank 0's `--profile` after a barrier, whose time (ranks finishing their shards at different "
         "moments) is the column beside it; between ranks on one machine it goes through shared memory, between "
-        "machines through the network Open MPI picks.",
-        "",
-        f"Reproduce: `{cmd}` (measured {datetime.date.today().isoformat()} on {experiment.machine()}).",
-        "",
-        table,
-        "",
-        "<!-- /results:ranks -->",
-    ])
-    experiment.replace_section(args.results, "ranks", section)
-    print(f"ranks.py: wrote the 'ranks' section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)
+        "machines through the network Open MPI picks.")
+    benchlib.write_section(args.results, "ranks", "Processes x threads: training over MPI ranks on one machine",
+                           intro, cmd, [table])
 
 
 if __name__ == "__main__":

@@ -12,33 +12,31 @@ them, and the RSS growth beyond them, apart. Writes the section "rss_depth"
 of docs/results.md.
 """
 import argparse
-import datetime
-import json
 import os
-import re
-import subprocess
+import shutil
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import experiment  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+from benchlib import ROOT  # noqa: E402
+
+
+def fail(message):
+    sys.exit(f"rss_depth.py: {message}")
 
 
 def run(args, block, layers):
+    """(peak RSS in MB, final result line) of one training run."""
     out = tempfile.mkdtemp(prefix="rss-depth-")
-    cmd = ["/usr/bin/time", "-v", "build/cli/tapeformer", "train", "--config", "configs/shakespeare_char_cpu.json",
+    cmd = ["build/cli/tapeformer", "train", "--config", "configs/shakespeare_char_cpu.json",
            "--data", args.data, "--out", out, "--set", f"model.block={block}", "--set", f"model.n_layer={layers}",
            "--set", "model.block_size=512", "--set", "train.batch_size=8", "--set", f"train.max_iters={args.steps}",
            "--set", "eval.iters=2", "--set", "eval.final_iters=2", "--set", f"checkpoint.interval={args.steps // 2}"]
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    subprocess.run(["rm", "-rf", out])
-    if proc.returncode != 0:
-        print(proc.stderr[-2000:], file=sys.stderr)
-        sys.exit(f"rss_depth.py: the {block} run with {layers} layers failed")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1)) / 1024
-    result = json.loads([l for l in proc.stdout.splitlines() if l.startswith("{")][-1])
-    return rss, result
+    result = benchlib.run_timed(cmd, None, out + ".log", fail)
+    shutil.rmtree(out)
+    os.remove(out + ".log")
+    return result["peak_rss_mb"], result
 
 
 def main():
@@ -49,10 +47,8 @@ def main():
     ap.add_argument("--no-results", action="store_true")
     args = ap.parse_args()
     if not os.path.isfile(args.data):
-        sys.exit(f"rss_depth.py: data file '{args.data}' not found")
-    subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer_command"], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
+        fail(f"data file '{args.data}' not found")
+    benchlib.build("tapeformer_command")
     lines = ["| block | peak RSS MB, 2 layers | peak RSS MB, 12 layers | 12 / 2 | parameter state added, MB | "
              "12 / 2 without it |", "|---|---|---|---|---|---|"]
     for block in ("standard", "reversible"):
@@ -70,23 +66,13 @@ def main():
     cmd = f"python3 bench/rss_depth.py {os.path.relpath(args.data, ROOT)}"
     if args.steps != 20:
         cmd += f" --steps {args.steps}"
-    section = "\n".join([
-        "<!-- results:rss_depth -->",
-        "## Peak RSS of training runs against depth",
-        "",
+    intro = (
         f"`tapeformer train` for {args.steps} steps (with its evaluations and checkpoints) on nanoGPT's CPU recipe at "
         "width 128, 4 heads, T = 512, batch 8, with standard and reversible blocks at 2 and 12 layers; peak RSS of "
         "the process from `/usr/bin/time -v`. The parameter state (weights, AdamW's two moments, a gradient per "
         "shard) grows with depth for both kinds; reversible blocks keep no activations per layer, so beyond that "
-        "state their RSS does not grow.",
-        "",
-        f"Reproduce: `{cmd}` (measured {datetime.date.today().isoformat()} on {experiment.machine()}).",
-        "",
-        table,
-        "",
-        "<!-- /results:rss_depth -->",
-    ])
-    experiment.replace_section(args.results, "rss_depth", section)
+        "state their RSS does not grow.")
+    benchlib.write_section(args.results, "rss_depth", "Peak RSS of training runs against depth", intro, cmd, [table])
 
 
 if __name__ == "__main__":

@@ -17,41 +17,19 @@ tokens/s are over all the run's steps (the first included) and exclude
 evaluation, as the trainers report them.
 """
 import argparse
-import datetime
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import experiment  # noqa: E402  (replace_section, machine)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import recipes  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import ROOT  # noqa: E402
 
 
 def fail(message):
     print(f"scale.py: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def run_timed(cmd, env, log_path):
-    """Runs cmd under /usr/bin/time -v; returns (last JSON line of stdout, peak RSS in MB)."""
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as timing, open(log_path, "w") as log:
-        proc = subprocess.run(["/usr/bin/time", "-v", "-o", timing.name] + cmd, cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=log, text=True)
-        if proc.returncode != 0:
-            fail(f"{' '.join(cmd[:3])} ... failed (exit {proc.returncode}); see {log_path}")
-        rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", timing.read())
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        fail(f"no result line from {' '.join(cmd[:3])} ...; see {log_path}")
-    result = json.loads(lines[-1])
-    result["peak_rss_mb"] = int(rss.group(1)) / 1024 if rss else float("nan")
-    return result
 
 
 # PyTorch's matrix product (OpenBLAS for Debian's build) on the same 1536^3
@@ -80,10 +58,10 @@ def flops_per_token(config_path, params):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    recipes.add_arguments(ap, "scale")
+    benchlib.add_arguments(ap, "scale")
     ap.add_argument("--threads", help="comma-separated thread counts (default 1, 2, 4, ... up to min(cores, 16))")
     args = ap.parse_args()
-    chosen = recipes.selected(args, fail)
+    chosen = benchlib.selected(args, fail)
     cores = os.cpu_count() or 1
     if args.threads:
         try:
@@ -97,9 +75,7 @@ def main():
 
     subprocess.run(["bash", "scripts/setup.sh", "python3-torch", "libopenblas0-openmp", "time"], cwd=ROOT, check=True)
     print("scale.py: building (Release)...", file=sys.stderr)
-    subprocess.run(["cmake", "-S", ".", "-B", "build", "-G", "Ninja"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", "build", "--target", "tapeformer_command", "machine_peak"], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
+    benchlib.build("tapeformer_command", "machine_peak")
     os.makedirs(args.out, exist_ok=True)
 
     peaks = {}
@@ -118,7 +94,7 @@ def main():
 
     rows = []
     for name, recipe, steps in chosen:
-        sets = recipes.overrides(steps)
+        sets = benchlib.overrides(steps)
         for i, t in enumerate(threads):
             env = dict(os.environ, OMP_NUM_THREADS=str(t), TAPEFORMER_THREADS=str(t))
             run_dir = os.path.join(args.out, f"{name}-{t}")
@@ -133,7 +109,7 @@ def main():
             for impl, cmd in order:
                 print(f"scale.py: {name} recipe, {t} threads: {impl}...", file=sys.stderr)
                 subprocess.run(["rm", "-rf", run_dir])
-                results[impl] = run_timed(cmd, env, os.path.join(args.out, f"{name}-{t}-{impl}.log"))
+                results[impl] = benchlib.run_timed(cmd, env, os.path.join(args.out, f"{name}-{t}-{impl}.log"), fail)
             ours, theirs = results["tapeformer"], results["pytorch"]
             fpt = flops_per_token(recipe["config"], ours["params"])
             row = {"recipe": recipe["label"], "threads": t, "steps": steps, "ours": ours, "theirs": theirs,
@@ -173,17 +149,10 @@ def main():
     print("\n".join(scaling))
     if args.no_results:
         return
-    cmd = "python3 bench/scale.py " + os.path.relpath(args.data, ROOT)
-    if args.threads:
-        cmd += f" --threads {args.threads}"
-    if args.small_steps != 300 or args.large_steps != 12:
-        cmd += f" --small-steps {args.small_steps} --large-steps {args.large_steps}"
+    cmd = benchlib.reproduce("scale.py", args, f" --threads {args.threads}" if args.threads else "")
     torch_version = rows[0]["torch"] if rows else "?"
     isa = next(iter(peaks.values()))["isa"] if peaks else "?"
-    section = "\n".join([
-        "<!-- results:scale -->",
-        "## Threads: tapeformer against PyTorch on the two recipes",
-        "",
+    intro = (
         "nanoGPT's CPU recipe (4 layers, width 128, block 64, batch 12; "
         f"{args.small_steps} steps) and its default shakespeare_char model (6 layers, 6 heads, width 384, block 256, "
         f"batch 64, dropout 0.2, 10.7M parameters; {args.large_steps} steps), fp32, trained by `tapeformer train` "
@@ -192,18 +161,9 @@ def main():
         "(evaluation excluded); GFLOP/s are model FLOPs (nanoGPT's 6N + 12 L H Q T per token) against the "
         f"machine's measured peaks at that thread count ({isa}; {peak_text}): an FMA loop in registers on every "
         "thread (`build/bench/machine_peak`) and the best GEMM at hand, tapeformer's or PyTorch's on a 1536³ "
-        "product; peak RSS from `/usr/bin/time -v`.",
-        "",
-        f"Reproduce: `{cmd}` (measured {datetime.date.today().isoformat()} on {experiment.machine()}).",
-        "",
-        table,
-        "",
-        "\n".join(scaling),
-        "",
-        "<!-- /results:scale -->",
-    ])
-    experiment.replace_section(args.results, "scale", section)
-    print(f"scale.py: wrote the 'scale' section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)
+        "product; peak RSS from `/usr/bin/time -v`.")
+    benchlib.write_section(args.results, "scale", "Threads: tapeformer against PyTorch on the two recipes", intro,
+                           cmd, [table, "", "\n".join(scaling)])
 
 
 if __name__ == "__main__":
