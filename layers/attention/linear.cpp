@@ -81,12 +81,10 @@ void LinearAttentionState::reset() {
 
 LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
     : ProjectedAttention("LinearAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
-      feature_map(feature_map_kinds().get(cfg.option_string("feature_map")).algorithm),
-      phi(feature_map_kinds().get(cfg.option_string("feature_map")).phi),
-      phi_dim(feature_map_kinds().get(cfg.option_string("feature_map")).dim) {
-  TAPEFORMER_CHECK(feature_map != FeatureMap::Features || phi != nullptr, "model.feature_map \"",
-                   cfg.option_string("feature_map"), "\" has no phi");
-  if (feature_map == FeatureMap::Favor) {
+      map(feature_map_kinds().get(cfg.option_string("feature_map"))) {
+  TAPEFORMER_CHECK(map.algorithm != FeatureMap::Features || map.phi != nullptr, "model.feature_map \"", map.name,
+                   "\" has no phi");
+  if (map.algorithm == FeatureMap::Favor) {
     const int64_t D = cfg.n_embd / std::max<int64_t>(1, cfg.n_head);
     n_features = favor_features(D, cfg.option_int("n_features"));
     feature_redraw = cfg.option_int("feature_redraw");
@@ -102,8 +100,8 @@ LinearAttention::LinearAttention(const ModelConfig& cfg, std::shared_ptr<Positio
 
 int64_t LinearAttention::feature_dim() const {
   const int64_t D = n_embd / n_head;
-  if (feature_map == FeatureMap::Favor) return n_features;
-  return feature_map == FeatureMap::Features && phi_dim ? phi_dim(D) : D;
+  if (map.algorithm == FeatureMap::Favor) return n_features;
+  return map.algorithm == FeatureMap::Features && map.dim ? map.dim(D) : D;
 }
 
 void LinearAttention::draw_features(int64_t draw) {
@@ -112,7 +110,7 @@ void LinearAttention::draw_features(int64_t draw) {
 }
 
 bool LinearAttention::after_optimizer_step(int64_t step) {
-  if (feature_map != FeatureMap::Favor || feature_redraw <= 0 || step % feature_redraw != 0) return false;
+  if (map.algorithm != FeatureMap::Favor || feature_redraw <= 0 || step % feature_redraw != 0) return false;
   draw_features(step / feature_redraw);
   return true;
 }
@@ -123,7 +121,7 @@ Var LinearAttention::log_features(const Var& x) const {
   return sub(matmul(xs, Var(omega)), mul_scalar(sum(mul(xs, xs), {-1}, true), 0.5f));  // (B, H, T, m)
 }
 
-Var LinearAttention::features(const Var& x) const { return phi(x); }  // (B, H, T, D) -> (B, H, T, C)
+Var LinearAttention::features(const Var& x) const { return map.phi(x); }  // (B, H, T, D) -> (B, H, T, C)
 
 Var LinearAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "LinearAttention: input ", x.shape(), " must be (B, T, ",
@@ -131,9 +129,9 @@ Var LinearAttention::forward(const Var& x, Rng& rng) const {
   const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const Var &q = h[0], &k = h[1], &v = h[2];
   Var y;                                                        // (B, H, T, D)
-  if (feature_map == FeatureMap::Efficient) {
+  if (map.algorithm == FeatureMap::Efficient) {
     y = efficient_attention(q, k, v, /*causal=*/true);
-  } else if (feature_map == FeatureMap::Favor) {
+  } else if (map.algorithm == FeatureMap::Favor) {
     // RoPE turns q and k themselves: the features then estimate e^(R_i q . R_j k / sqrt(D)).
     const PositionalLayer& pos = positional();
     y = favor_attention(log_features(pos.rotate(q, 0)), log_features(pos.rotate(k, 0)), v);
@@ -168,11 +166,11 @@ Var LinearAttention::forward(const Var& x, InferenceState& state) const {
   const int64_t q0 = s.length();  // absolute position of x's first row
   const Tensor vc = v.value().contiguous();  // (B * H, T, D)
   Tensor y = Tensor::empty({B, n_head, T, D});  // (B, H, T, D)
-  if (feature_map == FeatureMap::Efficient) {
+  if (map.algorithm == FeatureMap::Efficient) {
     const Tensor qc = q.value().contiguous(), kc = k.value().contiguous();
     kernels::efficient_attention_recurrent(s.S.data(), s.z.data(), s.m.data(), qc.data(), kc.data(), vc.data(),
                                            y.data(), BH, T, D, D);
-  } else if (feature_map == FeatureMap::Favor) {
+  } else if (map.algorithm == FeatureMap::Favor) {
     const PositionalLayer& pos = positional();
     const Tensor a = log_features(pos.rotate(q, q0)).value().contiguous();  // (B, H, T, m)
     const Tensor b = log_features(pos.rotate(k, q0)).value().contiguous();

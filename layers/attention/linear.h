@@ -62,6 +62,8 @@ class LinearAttentionState : public InferenceState {
   int64_t seen_ = 0;
 };
 
+struct FeatureMapKind;  // below: the table of feature maps
+
 class LinearAttention : public ProjectedAttention {
  public:
   // How a feature map runs: phi on q and k, then the causal sums (elu1, cos,
@@ -78,9 +80,7 @@ class LinearAttention : public ProjectedAttention {
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
   Var forward(const Var& x, InferenceState& state) const override;
 
-  FeatureMap feature_map;
-  std::function<Var(const Var&)> phi;        // Features: (B, H, T, D) -> (B, H, T, C), positive
-  std::function<int64_t(int64_t D)> phi_dim;  // Features: C for heads of D (null: D)
+  const FeatureMapKind& map;  // model.feature_map's entry in feature_map_kinds() (a registry entry: stable)
   int64_t n_features = 0, feature_redraw = 0;  // favor: m, and the steps between redraws
   Tensor omega;                                 // favor: (D, m) random features, a buffer
 
