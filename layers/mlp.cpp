@@ -52,22 +52,26 @@ std::shared_ptr<Mlp> make_mlp(const ModelConfig& cfg, Rng& rng) {
 
 namespace {
 
+// Each kind's hidden width: model.mlp_hidden, or its default.
+int64_t standard_width(const ModelConfig& cfg) { return mlp_hidden(cfg, 4 * cfg.n_embd); }
+int64_t gated_width(const ModelConfig& cfg) { return mlp_hidden(cfg, gated_hidden(cfg.n_embd)); }
+
 // A gated kind with a fixed activation (silu for SwiGLU, gelu for GEGLU).
 MlpKind gated_kind(const std::string& name, const std::string& activation, const std::string& summary) {
   MlpKind kind;
   kind.name = name;
   kind.summary = summary;
   kind.make = [activation](const ModelConfig& cfg, Rng& rng) -> std::shared_ptr<Mlp> {
-    return std::make_shared<GatedFeedForward>(cfg.n_embd, mlp_hidden(cfg, gated_hidden(cfg.n_embd)), cfg.bias, cfg.dropout, activation,
+    return std::make_shared<GatedFeedForward>(cfg.n_embd, gated_width(cfg), cfg.bias, cfg.dropout, activation,
                                               residual_init_std(cfg), rng);
   };
   kind.options = {mlp_hidden_option()};
   kind.parameters = [](const ModelConfig& cfg) {
-    const double C = static_cast<double>(cfg.n_embd), H = static_cast<double>(mlp_hidden(cfg, gated_hidden(cfg.n_embd)));
+    const double C = static_cast<double>(cfg.n_embd), H = static_cast<double>(gated_width(cfg));
     return 3 * C * H + (cfg.bias ? 2 * H + C : 0);  // gate, up [C, H]; proj [H, C]
   };
   kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return 4.0 * static_cast<double>(T) * static_cast<double>(mlp_hidden(cfg, gated_hidden(cfg.n_embd)));  // gate, act, up, product
+    return 4.0 * static_cast<double>(T) * static_cast<double>(gated_width(cfg));  // gate, act, up, product
   };
   return kind;
 }
@@ -81,15 +85,15 @@ Registry<MlpKind>& mlp_kinds() {
   standard.options = {mlp_hidden_option()};
   standard.reads_activation = true;
   standard.make = [](const ModelConfig& cfg, Rng& rng) -> std::shared_ptr<Mlp> {
-    return std::make_shared<FeedForward>(cfg.n_embd, mlp_hidden(cfg, 4 * cfg.n_embd), cfg.bias, cfg.dropout, cfg.activation,
+    return std::make_shared<FeedForward>(cfg.n_embd, standard_width(cfg), cfg.bias, cfg.dropout, cfg.activation,
                                          residual_init_std(cfg), rng);
   };
   standard.parameters = [](const ModelConfig& cfg) {
-    const double C = static_cast<double>(cfg.n_embd), H = static_cast<double>(mlp_hidden(cfg, 4 * cfg.n_embd));
+    const double C = static_cast<double>(cfg.n_embd), H = static_cast<double>(standard_width(cfg));
     return 2 * C * H + (cfg.bias ? H + C : 0);  // fc [C, H] and proj [H, C]
   };
   standard.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return 2.0 * static_cast<double>(T) * static_cast<double>(mlp_hidden(cfg, 4 * cfg.n_embd));  // act(z), act'(z)
+    return 2.0 * static_cast<double>(T) * static_cast<double>(standard_width(cfg));  // act(z), act'(z)
   };
   static Registry<MlpKind> kinds(
       "model.mlp", {standard, gated_kind("swiglu", "silu", "(silu(x W_g) * x W_u) W2 (Shazeer 2020)"),
