@@ -2,6 +2,7 @@
 
 #include <sstream>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/data/tokenizer.h"
@@ -29,15 +30,18 @@ struct Family {
   std::vector<Entry> kinds;
 };
 
+// Whether a family's kinds declare keys of their own (a member `options`).
+template <class Kind, class = void>
+struct has_options : std::false_type {};
+template <class Kind>
+struct has_options<Kind, std::void_t<decltype(std::declval<Kind>().options)>> : std::true_type {};
+
 template <class Kind>
 Family family(const Registry<Kind>& registry, const std::string& prefix) {
   Family f{registry.key(), prefix, {}};
   for (const Kind& k : registry.kinds()) {
     Entry e{k.name, k.summary, {}};
-    if constexpr (std::is_same_v<Kind, AttentionKind> || std::is_same_v<Kind, PositionalKind> ||
-                  std::is_same_v<Kind, BlockKind> || std::is_same_v<Kind, MlpKind> ||
-                  std::is_same_v<Kind, OptimizerKind> || std::is_same_v<Kind, ModelKind>)
-      e.options = k.options;
+    if constexpr (has_options<Kind>::value) e.options = k.options;
     f.kinds.push_back(std::move(e));
   }
   return f;
