@@ -67,19 +67,23 @@ namespace {
 // The value of option `name`, which a kind's code reads as variant index `type`
 // (a copy: the declarations are gathered afresh from the registries).
 OptionValue option(const ModelConfig& cfg, const std::string& name, size_t type) {
-  for (const DeclaredOption& d : model_options()) {
-    if (d.option.name != name) continue;
-    TAPEFORMER_CHECK(d.option.default_value.index() == type, "model.", name, " is declared as ",
-                     kTypeNames[d.option.default_value.index()], " but read as ", kTypeNames[type]);
-    const auto it = cfg.options.find(name);
-    OptionValue v = it == cfg.options.end() ? d.option.default_value : it->second;
-    TAPEFORMER_CHECK(v.index() == type, "model.", name, " must be ", kTypeNames[type], ", got ", option_to_string(v));
-    return v;
-  }
+  for (const DeclaredOption& d : model_options())
+    if (d.option.name == name) return declared_value(d.option, cfg.options, "model", type);
   fail("model.", name, ": no registered kind declares this option");
 }
 
 }  // namespace
+
+OptionValue declared_value(const ModelOption& decl, const std::map<std::string, OptionValue>& values,
+                           const std::string& section, size_t type) {
+  TAPEFORMER_CHECK(decl.default_value.index() == type, section, ".", decl.name, " is declared as ",
+                   kTypeNames[decl.default_value.index()], " but read as ", kTypeNames[type]);
+  const auto it = values.find(decl.name);
+  OptionValue v = it == values.end() ? decl.default_value : it->second;
+  TAPEFORMER_CHECK(v.index() == type, section, ".", decl.name, " must be ", kTypeNames[type], ", got ",
+                   option_to_string(v));
+  return v;
+}
 
 std::string ModelConfig::option_string(const std::string& name) const {
   return std::get<std::string>(option(*this, name, 3));

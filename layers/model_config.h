@@ -90,6 +90,13 @@ struct DeclaredOption {
 };
 std::vector<DeclaredOption> model_options();
 
+// The value `values` holds for the option `decl` (its default when unset),
+// read by code as variant index `type`; Error naming `section`.NAME when the
+// declaration or the value has another type. The model's and the optimizers'
+// kind-specific keys are both read through it.
+OptionValue declared_value(const ModelOption& decl, const std::map<std::string, OptionValue>& values,
+                           const std::string& section, size_t type);
+
 // "elu1", 16, 0.5, true: how a value reads in a config file and in errors.
 std::string option_to_string(const OptionValue& v);
 // "a string", "an integer", ...

@@ -259,16 +259,8 @@ namespace {
 
 // optimizer.NAME of the selected kind, read as variant index `type`.
 OptionValue optimizer_option(const OptimizerConfig& c, const std::string& name, size_t type) {
-  for (const ModelOption& o : optimizer_kinds().get(c.name).options) {
-    if (o.name != name) continue;
-    TAPEFORMER_CHECK(o.default_value.index() == type, "optimizer.", name, " is declared as ",
-                     option_type_name(o.default_value), " but read as another type");
-    const auto it = c.options.find(name);
-    const OptionValue v = it == c.options.end() ? o.default_value : it->second;
-    TAPEFORMER_CHECK(v.index() == type, "optimizer.", name, " must be ", option_type_name(o.default_value),
-                     ", got ", option_to_string(v));
-    return v;
-  }
+  for (const ModelOption& o : optimizer_kinds().get(c.name).options)
+    if (o.name == name) return declared_value(o, c.options, "optimizer", type);
   fail("optimizer.", name, ": optimizer.name \"", c.name, "\" declares no such option");
 }
 
