@@ -73,6 +73,16 @@ void StreamSampler::check(const std::string& what) {
                    " (use a smaller block or batch size or more data)");
 }
 
+void StreamSampler::load_position(cereal::BinaryInputArchive& ar) {
+  int64_t position = 0, drawn = 0;
+  ar(position, drawn);
+  TAPEFORMER_CHECK(position >= 0 && position <= stream_ && position % block_ == 0 && drawn >= 0,
+                   "StreamSampler: position ", position, " is not a segment start of streams of ", stream_,
+                   " tokens read ", block_, " at a time");
+  position_ = position;
+  drawn_ = drawn;
+}
+
 Batch StreamSampler::next() {
   if (position_ + block_ > stream_) position_ = 0;  // a stream ran out: start them all over
   const int64_t e = std::min(ext_, position_);  // tokens fed again before the segment

@@ -14,6 +14,7 @@
 // continues with exactly the batches the original would have drawn next.
 #pragma once
 
+#include <cereal/archives/binary.hpp>
 #include <cereal/types/array.hpp>  // Rng's state words, so callers need no extra include
 #include <cstdint>
 #include <memory>
@@ -36,8 +37,7 @@ struct Batch {
 
 // BatchSource: where a training loop's batches come from. Random windows and
 // ordered streams (below) and the synthetic tasks (data/tasks.h) each are
-// one; the Trainer, TaskLoop and train_step read them through next(). Each
-// keeps its own position for checkpoints (cereal serialize).
+// one; the Trainer and train_step read them through next().
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
@@ -45,6 +45,11 @@ class BatchSource {
   // Whether the batch last returned starts the data over, so that a memory
   // carried from the one before must be cleared (ordered streams).
   virtual bool restarted() const { return false; }
+  // The source's position, for checkpoints: a source built alike that loads
+  // it returns exactly the batches this one would return next. load_position
+  // throws (cereal's or Error) on a short or inconsistent archive.
+  virtual void save_position(cereal::BinaryOutputArchive& ar) const = 0;
+  virtual void load_position(cereal::BinaryInputArchive& ar) = 0;
 };
 
 // The batch of windows starting at `starts` (one row each): inputs
@@ -73,6 +78,8 @@ class RandomWindowSampler : public BatchSource {
   void serialize(Archive& ar) {
     ar(rng_, drawn_);
   }
+  void save_position(cereal::BinaryOutputArchive& ar) const override { ar(rng_, drawn_); }
+  void load_position(cereal::BinaryInputArchive& ar) override { serialize(ar); }
 
  private:
   void check(const std::string& what) const;
@@ -117,6 +124,8 @@ class StreamSampler : public BatchSource {
   void serialize(Archive& ar) {
     ar(position_, drawn_);
   }
+  void save_position(cereal::BinaryOutputArchive& ar) const override { ar(position_, drawn_); }
+  void load_position(cereal::BinaryInputArchive& ar) override;  // checks the position fits the streams
 
  private:
   void check(const std::string& what);

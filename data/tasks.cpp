@@ -71,4 +71,29 @@ Batch RecallTask::next() {
   return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets))};
 }
 
+void RecallTask::save_position(cereal::BinaryOutputArchive& ar) const {
+  ar(rng_, segments_);
+  for (const std::vector<int32_t>& past : keys_) {
+    ar(static_cast<uint64_t>(past.size()));
+    for (int32_t k : past) ar(k);
+  }
+}
+
+void RecallTask::load_position(cereal::BinaryInputArchive& ar) {
+  ar(rng_, segments_);
+  TAPEFORMER_CHECK(segments_ >= 0, "RecallTask: a segment count of ", segments_);
+  for (std::vector<int32_t>& past : keys_) {
+    uint64_t n = 0;
+    ar(n);
+    TAPEFORMER_CHECK(n <= static_cast<uint64_t>(cfg_.distance), "RecallTask: ", n, " pending keys, more than the ",
+                     cfg_.distance, " segments a query looks back");
+    past.resize(static_cast<size_t>(n));
+    for (int32_t& k : past) {
+      ar(k);
+      TAPEFORMER_CHECK(k >= cfg_.fillers && k < cfg_.fillers + cfg_.keys, "RecallTask: a pending key ", k,
+                       " outside the key ids [", cfg_.fillers, ", ", cfg_.fillers + cfg_.keys, ")");
+    }
+  }
+}
+
 }  // namespace tapeformer

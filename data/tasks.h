@@ -36,10 +36,8 @@ class CopyTask : public BatchSource {
   int32_t sep() const { return static_cast<int32_t>(cfg_.symbols); }
   int32_t pad() const { return static_cast<int32_t>(cfg_.symbols + 1); }
 
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(rng_);
-  }
+  void save_position(cereal::BinaryOutputArchive& ar) const override { ar(rng_); }
+  void load_position(cereal::BinaryInputArchive& ar) override { ar(rng_); }
 
  private:
   CopyTaskConfig cfg_;
@@ -74,6 +72,9 @@ class RecallTask : public BatchSource {
   int64_t vocab_size() const { return cfg_.fillers + cfg_.keys + 2; }
   int32_t key_marker() const { return static_cast<int32_t>(cfg_.fillers + cfg_.keys); }
   int32_t query_marker() const { return key_marker() + 1; }
+  // The generator, the segment count and every stream's pending keys.
+  void save_position(cereal::BinaryOutputArchive& ar) const override;
+  void load_position(cereal::BinaryInputArchive& ar) override;
 
  private:
   RecallTaskConfig cfg_;

@@ -30,6 +30,8 @@ Loaded load_model(const std::string& checkpoint, const std::string& weights) {
   const Checkpoint c = load_checkpoint(path);
   Loaded l;
   l.cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + path + "'");
+  TAPEFORMER_CHECK(!c.tokenizer.empty(), "checkpoint '", path, "' holds no tokenizer: its batches came from a "
+                   "program's own task (a synthetic task), which evaluates and reads it itself");
   l.tokenizer = load_tokenizer(c.tokenizer);
   l.cfg.model.vocab_size = l.tokenizer->vocab_size();
   Rng unused(0);
@@ -49,6 +51,19 @@ bool key_may_change_on_resume(const std::string& key) {
          key.rfind("eval.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("log.", 0) == 0;
 }
 
+void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir) {
+  const auto was = saved.fields(), now = wanted.fields();
+  for (size_t i = 0; i < was.size(); ++i) {
+    if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
+      fail("cannot resume '", out_dir, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
+           " but the config asks for ", now[i].second,
+           " (only train.max_iters, train.threads, train.shards, data.path, eval.*, checkpoint.* and log.* may change)");
+  }
+  const int64_t vocab_size = saved.model.vocab_size;
+  saved = wanted;
+  saved.model.vocab_size = vocab_size;
+}
+
 int run_train(const TrainArgs& args) {
   const std::string ckpt = (fs::path(args.out) / "checkpoint.bin").string();
   std::unique_ptr<Trainer> trainer;
@@ -59,15 +74,7 @@ int run_train(const TrainArgs& args) {
                                                : TrainConfig::load(args.config, args.overrides);
       if (!args.data.empty()) wanted.data.path = args.data;
       if (wanted.data.path.empty()) wanted.data.path = saved.data.path;
-      const auto was = saved.fields(), now = wanted.fields();
-      for (size_t i = 0; i < was.size(); ++i) {
-        if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
-          fail("cannot resume '", args.out, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
-               " but the config asks for ", now[i].second,
-               " (only train.max_iters, train.threads, train.shards, data.path, eval.*, checkpoint.* and log.* may change)");
-      }
-      wanted.model.vocab_size = saved.model.vocab_size;
-      saved = wanted;
+      adopt_resume_config(saved, wanted, args.out);
     });
   } else {
     TAPEFORMER_CHECK(!args.config.empty(), "train: --config is required (or --resume to continue a run)");

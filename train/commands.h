@@ -91,4 +91,9 @@ int run_eval(const EvalArgs& args);
 // --resume (they change how long and how verbosely a run goes, not its math).
 bool key_may_change_on_resume(const std::string& key);
 
+// A resumed run's config: `saved` (the checkpoint's) becomes `wanted` (the
+// command's), which may differ only in the keys above; otherwise Error
+// naming the key and both values. The vocabulary stays the checkpoint's.
+void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir);
+
 }  // namespace tapeformer

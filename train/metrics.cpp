@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tapeformer/core/error.h"
@@ -58,6 +59,15 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
   r.tokens_per_s = number("tokens_per_s").value_or(0);
   r.elapsed_s = number("elapsed_s").value_or(0);
   return r;
+}
+
+std::vector<MetricsRecord> read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<MetricsRecord> records;
+  std::string line;
+  while (std::getline(in, line))
+    if (std::optional<MetricsRecord> r = MetricsRecord::parse(line)) records.push_back(std::move(*r));
+  return records;
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {

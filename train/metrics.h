@@ -36,6 +36,10 @@ struct MetricsRecord {
   static std::optional<MetricsRecord> parse(const std::string& line);
 };
 
+// The records of a metrics.jsonl file in order, lines that are not one
+// skipped; none when the file is missing.
+std::vector<MetricsRecord> read_metrics(const std::string& path);
+
 // Appends one JSON object per line; each line is flushed as it is written.
 class MetricsLog {
  public:

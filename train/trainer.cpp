@@ -44,24 +44,31 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 uint64_t stream_seed(int64_t seed, uint64_t stream) { return static_cast<uint64_t>(seed) * 1000003ULL + stream; }
 enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches = 3, kFinalBatches = 4 };
 
-// A Transformer-XL run's data stream in the checkpoint: the stream sampler
-// and the segment memory it carries (each layer's (B, M, C), M <= max_m).
+// The train batch source's position in the checkpoint.
+struct SourcePosition {
+  BatchSource* source;
+  void save(cereal::BinaryOutputArchive& ar) const { source->save_position(ar); }
+  void load(cereal::BinaryInputArchive& ar) { source->load_position(ar); }
+};
+
+// A memory run's data stream in the checkpoint (Transformer-XL): the batch
+// source's position and the segment memory it carries (each layer's
+// (B, M, C), M <= max_m).
 struct StreamState {
-  StreamSampler* sampler;
+  BatchSource* source;
   SegmentMemory* memory;
   int64_t batch, width, layers, max_m;
 
-  template <class Archive>
-  void save(Archive& ar) const {
-    ar(*sampler, static_cast<uint64_t>(memory->layers.size()));
+  void save(cereal::BinaryOutputArchive& ar) const {
+    source->save_position(ar);
+    ar(static_cast<uint64_t>(memory->layers.size()));
     for (const Tensor& t : memory->layers) {
       const std::vector<float> v = t.to_vector();
       ar(static_cast<int64_t>(t.dim(1)), v);
     }
   }
-  template <class Archive>
-  void load(Archive& ar) {
-    ar(*sampler);
+  void load(cereal::BinaryInputArchive& ar) {
+    source->load_position(ar);
     const size_t n = read_count(ar, static_cast<uint64_t>(layers), "segment memory layers");
     TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(layers), "segment memory: ", n, " layers for a model of ",
                      layers);
@@ -82,13 +89,16 @@ struct StreamState {
 }  // namespace
 
 Interrupted::Interrupted(const std::string& message, int signal) : Error(message), signal_(signal) {}
+Diverged::Diverged(const std::string& message, int64_t step, double train_seconds)
+    : Error(message), step_(step), train_seconds_(train_seconds) {}
 
 // ---------------------------------------------------------------------------
 
 struct Trainer::State {
   TrainConfig cfg;
   std::string out_dir;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer;  // none for a task
+  TaskData task;                         // a program's task; no batches for a corpus run
   std::unique_ptr<TextCorpus> corpus;  // a text file's ids, in memory; or none, with token files
   std::unique_ptr<TokenSource> train_tokens, val_tokens;  // the splits the samplers read
   double val_tokens_per_char = 1;                         // turns nats per token into bits per character
@@ -124,11 +134,13 @@ struct Trainer::State {
                                          : "; no checkpoint was written yet";
   }
 
+  bool is_task() const { return task.batches != nullptr; }
+  // A segment memory is carried from step to step.
+  bool carries_memory() const { return model->mem_len() > 0; }
+
   // Builds everything from cfg (and a tokenizer, when resuming).
   void build(std::unique_ptr<Tokenizer> tok) {
-    parallel::set_num_threads(static_cast<int>(cfg.train.threads));
-    Storage::keep_freed_memory_mapped();
-    group = ProcessGroup::world();
+    start_process();
     TrainingData data = load_training_data(cfg.data.path, cfg.data.tokenizer_options(), cfg.data.val_fraction,
                                            cfg.data.vocab_size, std::move(tok));
     tokenizer = std::move(data.tokenizer);
@@ -137,16 +149,9 @@ struct Trainer::State {
     val_tokens = std::move(data.val);
     val_tokens_per_char = data.val_tokens_per_char;
     cfg.model.vocab_size = tokenizer->vocab_size();
-    const int64_t num_shards = shard_count(cfg);
-    check_fits_in_memory(cfg, num_shards);
-    Rng init(stream_seed(cfg.train.seed, kInit));
-    model = make_model(cfg.model, init);
-    optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
-    shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards), group);
-    if (group) check_same_run_on_every_rank(*tokenizer);
-    schedule = make_schedule(cfg);
+    build_model(save_tokenizer(*tokenizer));
     const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
-    if (model->mem_len() > 0) {
+    if (carries_memory()) {
       // Segments in order, so each row's memory holds what came just before it;
       // evaluation reads the val split's streams from their starts.
       train_streams = std::make_unique<StreamSampler>(*train_tokens, B, T, "train split", model->ext_len());
@@ -162,11 +167,48 @@ struct Trainer::State {
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
   }
 
+  // Builds a task's run from cfg and `task`.
+  void build_task() {
+    TAPEFORMER_CHECK(task.evaluate, task.name, ": a task needs an evaluation (TaskData::evaluate)");
+    TAPEFORMER_CHECK(task.vocab_size >= 1, task.name, ": a task's vocabulary must hold a token, got ", task.vocab_size);
+    TAPEFORMER_CHECK(task.warmup_batches >= 0, task.name, ": warmup_batches must be >= 0, got ", task.warmup_batches);
+    start_process();
+    cfg.model.vocab_size = task.vocab_size;
+    build_model(task.name);
+    dropout_rng = Rng(task.dropout_seed ? *task.dropout_seed : stream_seed(cfg.train.seed, kDropout));
+  }
+
+  void start_process() {
+    parallel::set_num_threads(static_cast<int>(cfg.train.threads));
+    Storage::keep_freed_memory_mapped();
+    group = ProcessGroup::world();
+  }
+
+  // The model, its optimizer, shards and schedule; `data` identifies the
+  // data for the check that every rank runs the same.
+  void build_model(const std::string& data) {
+    const int64_t num_shards = shard_count(cfg);
+    check_fits_in_memory(cfg, num_shards);
+    Rng init(stream_seed(cfg.train.seed, kInit));
+    model = make_model(cfg.model, init);
+    optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
+    shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards), group);
+    if (group) check_same_run_on_every_rank(data);
+    schedule = make_schedule(cfg);
+  }
+
+  // A task's first batches, read forward only to fill the segment memory.
+  void warm_up() {
+    NoGradGuard no_grad;
+    for (int64_t i = 0; i < task.warmup_batches; ++i)
+      shards->train_batch(next_train_batch(), 1.0f, dropout_rng, carries_memory() ? &train_memory : nullptr);
+  }
+
   // Every rank must train the same run: the same config (with the data's
   // vocabulary), shard count and tokenizer; a rank that differs (another
   // config file, another data file at the same path) is named.
-  void check_same_run_on_every_rank(const Tokenizer& tok) {
-    const uint64_t mine = std::hash<std::string>()(cfg.to_json() + "\n" + save_tokenizer(tok)) ^
+  void check_same_run_on_every_rank(const std::string& data) {
+    const uint64_t mine = std::hash<std::string>()(cfg.to_json() + "\n" + data) ^
                           static_cast<uint64_t>(shards->shards());
     const std::vector<uint64_t> all = allgather_equal(*group, std::vector<uint64_t>{mine});
     for (size_t r = 1; r < all.size(); ++r)
@@ -195,11 +237,29 @@ struct Trainer::State {
     return total / static_cast<double>(n);
   }
 
-  double evaluate_periodic() { return train_streams ? evaluate_streams(cfg.eval.iters) : evaluate(val_batches); }
-  double evaluate_final() { return train_streams ? evaluate_streams(cfg.eval.final_iters) : evaluate(final_batches); }
+  TaskEvaluation evaluate_task(bool final) {
+    model->eval();
+    TaskEvaluation e;
+    {
+      NoGradGuard no_grad;
+      e = task.evaluate(*model, final);
+    }
+    model->train();
+    return e;
+  }
 
-  // Random windows, or a memory run's ordered streams.
+  TaskEvaluation evaluate_periodic() {
+    if (is_task()) return evaluate_task(false);
+    return {train_streams ? evaluate_streams(cfg.eval.iters) : evaluate(val_batches), {}};
+  }
+  TaskEvaluation evaluate_final() {
+    if (is_task()) return evaluate_task(true);
+    return {train_streams ? evaluate_streams(cfg.eval.final_iters) : evaluate(final_batches), {}};
+  }
+
+  // A task's batches, random windows, or a memory run's ordered streams.
   BatchSource& train_source() const {
+    if (is_task()) return *task.batches;
     return train_streams ? static_cast<BatchSource&>(*train_streams) : *train_batches;
   }
 
@@ -210,7 +270,7 @@ struct Trainer::State {
   }
 
   StreamState stream_state() {
-    return {train_streams.get(), &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
+    return {&train_source(), &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
             model->mem_len()};
   }
 
@@ -226,14 +286,14 @@ struct Trainer::State {
     if (!writes()) return;
     Checkpoint c;
     c.config_json = cfg.to_json();
-    c.tokenizer = save_tokenizer(*tokenizer);
+    c.tokenizer = tokenizer ? save_tokenizer(*tokenizer) : std::string();  // empty: a task
     c.model = model->state();
     c.optimizer = optimizer->state_tensors();
     c.optimizer_step = optimizer->step_count();
     c.step = step;
     c.train_seconds = train_seconds;
     c.rng = dropout_rng;
-    c.sampler = train_streams ? to_bytes(stream_state()) : to_bytes(*train_batches);
+    c.sampler = carries_memory() ? to_bytes(stream_state()) : to_bytes(SourcePosition{&train_source()});
     save_checkpoint(checkpoint_path(), c);
   }
 
@@ -255,39 +315,78 @@ struct Trainer::State {
   }
 };
 
+namespace {
+
+// Creates the run directory (after the build, so a run refused for its data
+// or config leaves none behind).
+void make_run_directory(const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  TAPEFORMER_CHECK(fs::is_directory(out_dir), "cannot create output directory '", out_dir, "'",
+                   ec ? ": " + ec.message() : "");
+}
+
+}  // namespace
+
 Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<State>()) {
   cfg.validate();
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
-  s_->build(nullptr);  // first, so a run refused for its data or config leaves no directory behind
+  s_->build(nullptr);
   if (!s_->writes()) return;
-  std::error_code ec;
-  fs::create_directories(s_->out_dir, ec);
-  TAPEFORMER_CHECK(fs::is_directory(s_->out_dir), "cannot create output directory '", s_->out_dir, "'",
-                   ec ? ": " + ec.message() : "");
+  make_run_directory(s_->out_dir);
+  s_->remove_stale_temp_files();
+}
+
+Trainer::Trainer(TrainConfig cfg, std::string out_dir, TaskData task) : s_(std::make_unique<State>()) {
+  TAPEFORMER_CHECK(task.batches, "Trainer: a task needs its batches (TaskData::batches)");
+  cfg.validate();
+  s_->cfg = std::move(cfg);
+  s_->out_dir = std::move(out_dir);
+  s_->task = std::move(task);
+  s_->build_task();
+  s_->warm_up();
+  if (!s_->writes()) return;
+  make_run_directory(s_->out_dir);
   s_->remove_stale_temp_files();
 }
 
 Trainer::~Trainer() = default;
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::function<void(TrainConfig&)>& adjust) {
+  return resume(out_dir, TaskData{}, adjust);
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData task,
+                                         const std::function<void(TrainConfig&)>& adjust) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->s_ = std::make_unique<State>();
   State& s = *t->s_;
   s.out_dir = out_dir;
+  s.task = std::move(task);
   const Checkpoint c = load_checkpoint(s.checkpoint_path());
-  s.cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + s.checkpoint_path() + "'");
+  const std::string path = "checkpoint '" + s.checkpoint_path() + "'";
+  TAPEFORMER_CHECK(!s.is_task() || c.tokenizer.empty(), path, " is a run on a text corpus, not on ", s.task.name,
+                   "'s task; resume it with: tapeformer train --out ", out_dir, " --resume");
+  TAPEFORMER_CHECK(s.is_task() || !c.tokenizer.empty(), path, " holds no tokenizer: its batches came from a "
+                   "program's own task (a synthetic task), so only that program can resume it");
+  s.cfg = TrainConfig::parse(c.config_json, "in " + path);
   if (adjust) adjust(s.cfg);
-  s.build(load_tokenizer(c.tokenizer));
+  if (s.is_task()) {
+    s.build_task();
+  } else {
+    s.build(load_tokenizer(c.tokenizer));
+  }
   s.model->load_state(c.model);
   s.shards->sync_buffers();  // the replicas were built before the checkpoint's buffers (FAVOR+ features) loaded
   s.optimizer->load_state(c.optimizer, c.optimizer_step);
-  const std::string what = "checkpoint '" + s.checkpoint_path() + "': cannot decode the batch sampler";
-  if (s.train_streams) {
+  const std::string what = path + ": cannot decode the batch sampler";
+  if (s.carries_memory()) {
     StreamState state = s.stream_state();
     from_bytes(c.sampler, state, what);
   } else {
-    from_bytes(c.sampler, *s.train_batches, what);
+    SourcePosition position{&s.train_source()};
+    from_bytes(c.sampler, position, what);
   }
   s.dropout_rng = c.rng;
   s.step = c.step;
@@ -299,6 +398,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
 }
 
 const TrainConfig& Trainer::config() const { return s_->cfg; }
+LanguageModel& Trainer::model() { return *s_->model; }
 void Trainer::set_profile(bool on) { s_->profile = on; }
 
 TrainResult Trainer::run() {
@@ -320,16 +420,19 @@ TrainResult Trainer::run() {
     if (profiler) profiler->begin_step();
     const StepResult step = train_step(c, s.step, *s.shards, s.model->parameters(), *s.optimizer, *s.schedule,
                                        [&] { return s.next_train_batch(); }, s.dropout_rng,
-                                       s.train_streams ? &s.train_memory : nullptr);
+                                       s.carries_memory() ? &s.train_memory : nullptr);
     if (profiler) profiler->end_step(seconds_since(t0));
     const float lr = step.lr;
     last_loss = step.loss;
-    if (!std::isfinite(last_loss))
-      fail("training diverged: loss is ", last_loss, " at step ", s.step + 1, " (lr ", lr, ")", s.checkpoint_note());
     last_norm = step.grad_norm;
-    if (!std::isfinite(last_norm))
-      fail("training diverged: gradient norm is ", last_norm, " at step ", s.step + 1, " (lr ", lr, ")",
-           s.checkpoint_note());
+    if (!std::isfinite(last_loss) || !std::isfinite(last_norm)) {
+      progress.finish();
+      std::ostringstream what;
+      what << "training diverged: " << (std::isfinite(last_loss) ? "gradient norm" : "loss") << " is "
+           << (std::isfinite(last_loss) ? last_norm : last_loss) << " at step " << s.step + 1 << " (lr " << lr << ")"
+           << s.checkpoint_note();
+      throw Diverged(what.str(), s.step + 1, s.train_seconds);
+    }
     ++s.step;
     const double step_seconds = seconds_since(t0);
     s.train_seconds += step_seconds;
@@ -345,9 +448,11 @@ TrainResult Trainer::run() {
       r.tokens_per_s = static_cast<double>(tokens_per_step) * s.step / s.train_seconds;
       r.elapsed_s = s.train_seconds;
       if (eval_now) {
-        r.val_loss = s.evaluate_periodic();
-        r.val_bpc = *r.val_loss / std::log(2.0) * s.val_tokens_per_char;
+        TaskEvaluation e = s.evaluate_periodic();
+        r.val_loss = e.loss;
+        if (!s.is_task()) r.val_bpc = e.loss / std::log(2.0) * s.val_tokens_per_char;
         r.layers = s.model->layer_metrics();
+        r.extra = std::move(e.fields);
       }
       if (metrics) metrics->write(r);
       progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);
@@ -386,7 +491,9 @@ TrainResult Trainer::run() {
   TrainResult result;
   result.steps = s.step;
   result.train_loss = last_loss;
-  result.val_loss = s.evaluate_final();
+  TaskEvaluation final_eval = s.evaluate_final();
+  result.val_loss = final_eval.loss;
+  result.val_fields = std::move(final_eval.fields);
   result.val_tokens_per_char = s.val_tokens_per_char;
   result.train_seconds = s.train_seconds;
   result.tokens_per_s = s.train_seconds > 0 ? static_cast<double>(tokens_per_step) * s.step / s.train_seconds : 0;
