@@ -4,21 +4,19 @@
 //
 //   build/examples/copy_task --config configs/e2a_copy.json --out out/e2a/linear
 //       --set model.attention=linear [--set model.feature_map=cos] [--max-len 32] [--symbols 10]
+//   build/examples/copy_task --config ... --out out/e2a/linear --resume   (same task flags)
 //
 // The config is a training config (configs/*.json): model.*, optimizer.*,
-// schedule.*, train.* (batch_size, max_iters, seed, threads, shards),
-// eval.interval / eval.iters / eval.final_iters and log.interval are used;
-// data.* and checkpoint.* are not (the data is generated from train.seed,
-// runs are short and not checkpointed). model.block_size must be 2 * max-len.
-// Writes OUT/metrics.jsonl ({"step", "lr", "train_loss", "grad_norm",
-// "elapsed_s"}, plus "val_loss", "accuracy" and "seq_accuracy" on evaluation
-// steps) and prints one JSON line with the final figures. Accuracy counts
-// the argmax predictions of the second copy's symbols; seq_accuracy the
-// sequences whose every symbol is right. For stability sweeps (E5a),
-// --target-loss reports the first evaluation step at or below a val loss and
-// --divergence-ok ends a diverging run with "diverged": 1 instead of an
-// error. Built on the library's own pieces:
-// TransformerLM, make_optimizer / make_schedule / train_step, DataParallel.
+// schedule.*, train.*, eval.*, log.* and checkpoint.* are used; data.* is
+// not (the data is generated from train.seed). model.block_size must be
+// 2 * max-len. The library's Trainer runs it on the task (TaskData):
+// OUT/metrics.jsonl gets "accuracy" and "seq_accuracy" on evaluation steps,
+// OUT/checkpoint.bin resumes it, SIGINT saves and stops. Prints one JSON line
+// with the final figures. Accuracy counts the argmax predictions of the
+// second copy's symbols; seq_accuracy the sequences whose every symbol is
+// right. For stability sweeps (E5a), --target-loss reports the first
+// evaluation step at or below a val loss and --divergence-ok ends a diverging
+// run with "diverged": 1 instead of an error.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -30,9 +28,9 @@
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/tasks.h"
 #include "tapeformer/layers/attention/lsh.h"
-#include "tapeformer/train/build.h"
-#include "examples/task_loop.h"
+#include "tapeformer/train/commands.h"
 #include "tapeformer/train/metrics.h"
+#include "tapeformer/train/trainer.h"
 
 using namespace tapeformer;
 
@@ -43,7 +41,7 @@ struct Accuracy {
 };
 
 // Loss and argmax accuracy over the counted targets of `batches`.
-Accuracy evaluate(TransformerLM& model, const std::vector<Batch>& batches) {
+Accuracy evaluate(LanguageModel& model, const std::vector<Batch>& batches) {
   model.eval();
   NoGradGuard no_grad;
   Rng unused(0);
@@ -99,45 +97,61 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--divergence-ok", divergence_ok,
                "a non-finite loss ends the run with \"diverged\": 1 in its result instead of an error (sweeps)");
+  bool resume = false;
+  app.add_flag("--resume", resume, "continue the run saved in OUT (give the same task flags and --set values)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  const TrainConfig cfg0 = TrainConfig::load(config_path, overrides);
-  TrainConfig cfg = cfg0;
-  parallel::set_num_threads(static_cast<int>(cfg.train.threads));
-  // Three streams from the seed: weights, training batches, evaluation batches.
-  const auto seed = static_cast<uint64_t>(cfg.train.seed);
-  CopyTask train_task(task_cfg, cfg.train.batch_size, seed * 1000003ULL + 1);
-  CopyTask val_task(task_cfg, cfg.train.batch_size, seed * 1000003ULL + 2);
-  TAPEFORMER_CHECK(cfg.model.block_size == train_task.sequence_length(), "copy_task: model.block_size (",
-                   cfg.model.block_size, ") must be 2 * --max-len = ", train_task.sequence_length(),
-                   " (add --set model.block_size=", train_task.sequence_length(), ")");
-  cfg.model.vocab_size = train_task.vocab_size();
+  const TrainConfig cfg = TrainConfig::load(config_path, overrides);
+  // Random streams from train.seed, s = seed * 1000003: the weights s (the
+  // Trainer's), training batches s + 1, evaluation batches s + 2, dropout s + 3.
+  const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
+  auto train_task = std::make_unique<CopyTask>(task_cfg, cfg.train.batch_size, seed + 1);
+  CopyTask val_task(task_cfg, cfg.train.batch_size, seed + 2);
+  TAPEFORMER_CHECK(cfg.model.block_size == train_task->sequence_length(), "copy_task: model.block_size (",
+                   cfg.model.block_size, ") must be 2 * --max-len = ", train_task->sequence_length(),
+                   " (add --set model.block_size=", train_task->sequence_length(), ")");
   std::vector<Batch> val, final_val;
   for (int64_t i = 0; i < cfg.eval.iters; ++i) val.push_back(val_task.next());
   for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_val.push_back(val_task.next());
 
-  TaskLoop loop(cfg, out, "copy_task", seed * 1000003ULL);
-  TransformerLM& model = *loop.model;
-  int64_t steps_to_target = -1;
-  const TaskLoop::Result result = loop.run(
-      [&] { return train_task.next(); },
-      [&](int64_t step, MetricsRecord& m) {
-        const Accuracy acc = evaluate(model, val);
-        if (target_loss > 0 && steps_to_target < 0 && acc.loss <= target_loss) steps_to_target = step;
-        std::fprintf(stderr, "step %lld: val loss %.4f, copy accuracy %.4f\n", static_cast<long long>(step), acc.loss,
-                     acc.tokens);
-        m.val_loss = acc.loss;
-        m.extra = {{"accuracy", acc.tokens}, {"seq_accuracy", acc.sequences}};
-      },
-      nullptr, divergence_ok);
-  const bool diverged = result.diverged;
+  TaskData task;
+  task.name = "copy_task";
+  task.vocab_size = train_task->vocab_size();
+  task.batches = std::move(train_task);
+  task.dropout_seed = seed + 3;
+  task.evaluate = [&](LanguageModel& m, bool final) {
+    const Accuracy acc = evaluate(m, final ? final_val : val);
+    if (!final) std::fprintf(stderr, "copy accuracy %.4f\n", acc.tokens);
+    return TaskEvaluation{acc.loss, {{"accuracy", acc.tokens}, {"seq_accuracy", acc.sequences}}};
+  };
+  std::unique_ptr<Trainer> trainer =
+      resume ? Trainer::resume(out, std::move(task), [&](TrainConfig& saved) { adopt_resume_config(saved, cfg, out); })
+             : std::make_unique<Trainer>(cfg, out, std::move(task));
+  TrainResult result;
+  bool diverged = false;
+  try {
+    result = trainer->run();
+  } catch (const Diverged& e) {
+    if (!divergence_ok) throw;
+    std::fprintf(stderr, "%s\n", e.what());
+    diverged = true;
+    result.steps = e.step() - 1;
+    result.train_seconds = e.train_seconds();
+  }
+  LanguageModel& model = trainer->model();
+  int64_t steps_to_target = -1;  // the first evaluation step at or below --target-loss
+  if (target_loss > 0) {
+    for (const MetricsRecord& r : read_metrics(out + "/metrics.jsonl"))
+      if (steps_to_target < 0 && r.val_loss && *r.val_loss <= target_loss) steps_to_target = r.step;
+  }
   const int64_t steps_run = result.steps;
-  const double seconds = result.seconds, loss = result.train_loss;
-  const Accuracy fin = diverged ? Accuracy{NAN, NAN, NAN} : evaluate(model, final_val);
+  const double seconds = result.train_seconds, loss = result.train_loss;
+  const Accuracy fin = diverged ? Accuracy{NAN, NAN, NAN}
+                                : Accuracy{result.val_loss, result.val_fields.at(0).second, result.val_fields.at(1).second};
   const double tokens = static_cast<double>(steps_run * cfg.train.batch_size * cfg.model.block_size);
   std::string lsh_results;  // ", \"lsh_eval\": {\"1\": acc, ..., \"full\": acc}"
   if (!lsh_eval.empty() && !diverged) {

@@ -10,9 +10,9 @@
 //
 // The config is a training config (model.*, optimizer.*, schedule.*, train.*,
 // eval.interval / eval.iters (segments per evaluation) / eval.final_iters,
-// log.interval); model.block_size is the segment length. Writes
-// OUT/metrics.jsonl ({"step", "lr", "train_loss", "grad_norm", "elapsed_s"},
-// plus "val_loss" and "recall" on evaluation steps) and prints one JSON line
+// log.*, checkpoint.*); model.block_size is the segment length. The library's
+// Trainer runs it on the task (TaskData; --resume continues OUT):
+// OUT/metrics.jsonl gets "recall" on evaluation steps. Prints one JSON line
 // with the final figures (recall: the fraction of queries answered with the
 // right key; chance is 1 / keys).
 #include <CLI/CLI.hpp>
@@ -25,9 +25,9 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/tasks.h"
-#include "tapeformer/train/build.h"
-#include "examples/task_loop.h"
+#include "tapeformer/train/commands.h"
 #include "tapeformer/train/metrics.h"
+#include "tapeformer/train/trainer.h"
 
 using namespace tapeformer;
 
@@ -39,7 +39,7 @@ struct Recall {
 
 // Reads `warmup` segments, then scores the queries of `segments` more, from
 // fresh streams of `seed` and a fresh memory.
-Recall evaluate(TransformerLM& model, const RecallTaskConfig& task_cfg, int64_t batch, uint64_t seed,
+Recall evaluate(LanguageModel& model, const RecallTaskConfig& task_cfg, int64_t batch, uint64_t seed,
                 int64_t segments) {
   model.eval();
   NoGradGuard no_grad;
@@ -79,38 +79,40 @@ int run(int argc, char** argv) {
   app.add_option("--distance", task_cfg.distance, "segments between a key and its query")->capture_default_str();
   app.add_option("--keys", task_cfg.keys, "distinct keys (chance is 1 / keys)")->capture_default_str();
   app.add_option("--fillers", task_cfg.fillers, "distinct filler symbols")->capture_default_str();
+  bool resume = false;
+  app.add_flag("--resume", resume, "continue the run saved in OUT (give the same task flags and --set values)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  TrainConfig cfg = TrainConfig::load(config_path, overrides);
+  const TrainConfig cfg = TrainConfig::load(config_path, overrides);
   task_cfg.segment = cfg.model.block_size;
-  const auto seed = static_cast<uint64_t>(cfg.train.seed);
-  RecallTask train_task(task_cfg, cfg.train.batch_size, seed * 1000003ULL + 1);
-  cfg.model.vocab_size = train_task.vocab_size();
-  TaskLoop loop(cfg, out, "recall_task", seed * 1000003ULL);
-  TransformerLM& model = *loop.model;
-  SegmentMemory memory;
-  SegmentMemory* carried = model.mem_len() > 0 ? &memory : nullptr;
-  {
-    NoGradGuard no_grad;  // the first `distance` segments have no query to answer yet
-    for (int64_t i = 0; i < task_cfg.distance; ++i)
-      loop.shards->train_batch(train_task.next(), 1.0f, loop.dropout_rng(), carried);
-  }
-  const TaskLoop::Result result = loop.run(
-      [&] { return train_task.next(); },
-      [&](int64_t step, MetricsRecord& m) {
-        const Recall v = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 2, cfg.eval.iters);
-        std::fprintf(stderr, "step %lld: val loss %.4f, recall %.4f\n", static_cast<long long>(step), v.loss,
-                     v.accuracy);
-        m.val_loss = v.loss;
-        m.extra = {{"recall", v.accuracy}};
-      },
-      carried);
-  const double loss = result.train_loss, seconds = result.seconds;
-  const Recall fin = evaluate(model, task_cfg, cfg.train.batch_size, seed * 1000003ULL + 4, cfg.eval.final_iters);
+  // Random streams from train.seed, s = seed * 1000003: the weights s (the
+  // Trainer's), training segments s + 1, evaluation s + 2 and final
+  // evaluation s + 4, dropout s + 3.
+  const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
+  TaskData task;
+  task.name = "recall_task";
+  auto train_task = std::make_unique<RecallTask>(task_cfg, cfg.train.batch_size, seed + 1);
+  task.vocab_size = train_task->vocab_size();
+  task.batches = std::move(train_task);
+  task.warmup_batches = task_cfg.distance;  // the first `distance` segments have no query to answer yet
+  task.dropout_seed = seed + 3;
+  task.evaluate = [&](LanguageModel& m, bool final) {
+    const Recall v = final ? evaluate(m, task_cfg, cfg.train.batch_size, seed + 4, cfg.eval.final_iters)
+                           : evaluate(m, task_cfg, cfg.train.batch_size, seed + 2, cfg.eval.iters);
+    if (!final) std::fprintf(stderr, "recall %.4f\n", v.accuracy);
+    return TaskEvaluation{v.loss, {{"recall", v.accuracy}}};
+  };
+  std::unique_ptr<Trainer> trainer =
+      resume ? Trainer::resume(out, std::move(task), [&](TrainConfig& saved) { adopt_resume_config(saved, cfg, out); })
+             : std::make_unique<Trainer>(cfg, out, std::move(task));
+  const TrainResult result = trainer->run();
+  const LanguageModel& model = trainer->model();
+  const double loss = result.train_loss, seconds = result.train_seconds;
+  const Recall fin{result.val_loss, result.val_fields.at(0).second};
   std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"recall\": %s, \"chance\": %s, "
               "\"distance\": %lld, \"mem_len\": %lld, \"layers\": %lld, \"train_seconds\": %.3f}\n",
               static_cast<long long>(cfg.train.max_iters), json_number(loss).c_str(), json_number(fin.loss).c_str(),
