@@ -159,6 +159,9 @@ int cli_main(int argc, char** argv) {
   bool markdown = false;
   auto* k = app.add_subcommand("kinds", "list every family of kinds, each kind's summary and the keys it declares");
   k->add_flag("--markdown", markdown, "as Markdown (docs/kinds.md)");
+  bool readme = false;
+  k->add_flag("--readme", readme, "README.md's tables of the model families, with their markers")
+      ->excludes("--markdown");
 
   int threads = -1;
   app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")
@@ -189,7 +192,7 @@ int cli_main(int argc, char** argv) {
     if (*x) return run_export(exp);
     if (*pr) return run_prepare(prep);
     if (*k) {
-      std::fputs(kinds_listing(markdown).c_str(), stdout);
+      std::fputs((readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
       return 0;
     }
   } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved (every rank stops together)

@@ -4,6 +4,7 @@
 //
 //   tapeformer kinds              # plain text
 //   tapeformer kinds --markdown   # docs/kinds.md (the ctest docs_kinds fails when that file drifts)
+//   tapeformer kinds --readme     # README.md's tables of the model families, between its markers
 #pragma once
 
 #include <string>
@@ -11,5 +12,11 @@
 namespace tapeformer {
 
 std::string kinds_listing(bool markdown);
+
+// The tables of model.attention, model.positional, model.block and
+// model.mlp (kind, summary, keys), between the marker lines below.
+std::string kinds_readme();
+extern const char* const kReadmeBegin;
+extern const char* const kReadmeEnd;
 
 }  // namespace tapeformer

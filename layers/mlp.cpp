@@ -81,7 +81,7 @@ MlpKind gated_kind(const std::string& name, const std::string& activation, const
 Registry<MlpKind>& mlp_kinds() {
   MlpKind standard;
   standard.name = "standard";
-  standard.summary = "act(x W1 + b1) W2 + b2, act = model.activation (GPT-2)";
+  standard.summary = "act(x W1 + b1) W2 + b2 (GPT-2), hidden 4C, act = model.activation, fused into one op";
   standard.options = {mlp_hidden_option()};
   standard.reads_activation = true;
   standard.make = [](const ModelConfig& cfg, Rng& rng) -> std::shared_ptr<Mlp> {
@@ -96,8 +96,9 @@ Registry<MlpKind>& mlp_kinds() {
     return 2.0 * static_cast<double>(T) * static_cast<double>(standard_width(cfg));  // act(z), act'(z)
   };
   static Registry<MlpKind> kinds(
-      "model.mlp", {standard, gated_kind("swiglu", "silu", "(silu(x W_g) * x W_u) W2 (Shazeer 2020)"),
-                    gated_kind("geglu", "gelu", "(gelu(x W_g) * x W_u) W2 (Shazeer 2020)")});
+      "model.mlp", {standard, gated_kind("swiglu", "silu", "(silu(x W_g) * x W_u) W2 (Shazeer 2020), hidden 8C/3 (about the "
+                                                            "standard MLP's parameters)"),
+                    gated_kind("geglu", "gelu", "(gelu(x W_g) * x W_u) W2 (Shazeer 2020), hidden 8C/3")});
   return kinds;
 }
 

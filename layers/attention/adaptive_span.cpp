@@ -103,7 +103,8 @@ std::vector<std::pair<std::string, std::vector<double>>> AdaptiveSpanAttention::
 AttentionKind adaptive_span_attention_kind() {
   AttentionKind kind;
   kind.name = "adaptive_span";
-  kind.summary = "softmax attention with a learned soft span per head (Sukhbaatar et al.); far keys skipped";
+  kind.summary = "softmax attention with a learned soft span per head (Sukhbaatar et al. 2019); keys beyond every head's "
+                 "reach are not computed, spans logged in metrics.jsonl; generates with a KV cache";
   kind.options = {{"span_max", int64_t{0}, "adaptive_span: S, the longest span (0: model.block_size)"},
                   {"span_ramp", int64_t{32}, "adaptive_span: R, the soft mask's ramp"},
                   {"span_loss", 2e-6, "adaptive_span: lambda of the loss term lambda S mean(rho)"}};

@@ -193,7 +193,8 @@ Var LinearAttention::forward(const Var& x, InferenceState& state) const {
 AttentionKind linear_attention_kind() {
   AttentionKind kind;
   kind.name = "linear";
-  kind.summary = "kernelised linear attention, O(T), an RNN when generating (Katharopoulos et al. 2020)";
+  kind.summary = "kernelised linear attention phi(q_i)^T S_i / (phi(q_i) . z_i + eps) (Katharopoulos et al. 2020), a chunked "
+                 "O(T) kernel with a hand-written backward; an RNN when generating (running sums S, z)";
   kind.options = {{"feature_map", std::string("elu1"),
                    "linear attention's feature map, a name in model.feature_map's table: \"elu1\" (elu + 1), \"cos\" "
                    "(1 + cos, Su), \"efficient\" (softmax over features for q and over positions for k, Shen et al.), "

@@ -72,7 +72,8 @@ Var LinformerAttention::forward(const Var&, InferenceState&) const { fail(kNotCa
 AttentionKind linformer_attention_kind() {
   AttentionKind kind;
   kind.name = "linformer";
-  kind.summary = "Linformer: keys and values projected along the sequence to model.linformer_k rows; not causal";
+  kind.summary = "Linformer (Wang et al. 2020): keys and values projected along the sequence to model.linformer_k rows; "
+                 "not causal, so language models refuse it (an encoder's attention)";
   kind.options = {{"linformer_k", int64_t{32}, "linformer: the projected length k"},
                   {"linformer_sharing", std::string("headwise"),
                    "linformer: \"headwise\" (E, F per layer), \"kv\" (E = F) or \"none\" (per head)"}};

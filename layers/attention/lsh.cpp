@@ -141,7 +141,9 @@ Var LSHAttention::forward(const Var& x, InferenceState& state) const {
 AttentionKind lsh_attention_kind() {
   AttentionKind kind;
   kind.name = "lsh";
-  kind.summary = "Reformer's LSH attention: shared-QK, hashed into buckets, chunked, rounds combined";
+  kind.summary = "Reformer's LSH attention (Kitaev et al. 2020): shared-QK, random-rotation hashing into buckets, sorted "
+                 "chunks attending to themselves and the one before, rounds combined by their log-sum-exps; generates by "
+                 "re-running the window";
   kind.options = {{"lsh_buckets", int64_t{8}, "lsh: buckets per round (even)", int64_t{2}},
                   {"lsh_hashes", int64_t{2}, "lsh: hashing rounds"},
                   {"lsh_chunk", int64_t{64}, "lsh: chunk of sorted rows (each sees its chunk and the one before)",

@@ -215,7 +215,9 @@ Var MultiHeadAttention::forward(const Var& x, InferenceState& state) const {
 AttentionKind softmax_attention_kind() {
   AttentionKind kind;
   kind.name = "softmax";
-  kind.summary = "multi-head scaled dot-product attention (Vaswani et al. 2017), causal or bidirectional";
+  kind.summary = "multi-head scaled dot-product attention (Vaswani et al. 2017), causal or bidirectional; a fused kernel "
+                 "for short rows with no positional terms, else a memory-lean one (row log-sum-exp, tiles recomputed in "
+                 "the backward); generates with a KV cache";
   kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
     return std::make_shared<MultiHeadAttention>(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout,
                                                 residual_init_std(cfg), rng, std::move(pos), nullptr, cfg.causal);

@@ -246,7 +246,8 @@ Registry<SparsePatternKind>& sparse_pattern_kinds() {
 AttentionKind sparse_attention_kind(const SparsePatternKind& pattern) {
   AttentionKind kind;
   kind.name = pattern.name;
-  kind.summary = pattern.summary + " (block-sparse softmax attention)";
+  kind.summary = pattern.summary + " (block-sparse softmax attention: only the pattern's tiles are computed; "
+                 "generates with a KV cache)";
   kind.options = pattern.options;
   const std::string name = pattern.name;
   kind.make = [name](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {

@@ -34,7 +34,8 @@ Var GatedBlock::forward(const Var& e, const Tensor& memory, Rng& rng) const {
 BlockKind gtrxl_block_kind() {
   BlockKind kind;
   kind.name = "gtrxl";
-  kind.summary = "GTrXL: LN on branch inputs, ReLU on branch outputs, gated residuals (Parisotto et al. 2020)";
+  kind.summary = "GTrXL (Parisotto et al. 2020): y = gate_1(x, relu(attn(ln_1(x)))); x' = gate_2(y, relu(mlp(ln_2(y)))), "
+                 "model.gate picks the gate";
   kind.options = {{"gate", std::string("gru"), "gtrxl blocks: none | input | output | highway | sigtanh | gru"},
                   {"gate_bias", 2.0, "gtrxl blocks: the gates' initial bias b_g (the paper: 2 for gru, 1 for the others)"}};
   for (ModelOption& o : memory_options()) kind.options.push_back(std::move(o));

@@ -127,8 +127,9 @@ Var ReversibleStack::forward(const Var& x, InferenceState& state) const {
 BlockKind reversible_block_kind() {
   BlockKind kind;
   kind.name = "reversible";
-  kind.summary = "RevNet couplings Y1 = X1 + attn(ln_1(X2)), Y2 = X2 + mlp(ln_2(Y1)), inputs recomputed "
-                 "in the backward (Gomez et al. 2017; Kitaev et al. 2020)";
+  kind.summary = "RevNet couplings Y1 = X1 + attn(ln_1(X2)), Y2 = X2 + mlp(ln_2(Y1)) (Gomez et al. 2017; Kitaev et al. "
+                 "2020): each layer's inputs are rebuilt in the backward (dropout replayed) instead of kept; the "
+                 "parameters and checkpoint keys of standard";
   kind.options = {{"ff_chunks", int64_t{1},
                    "reversible blocks: the feed-forward runs over this many slices of the sequence "
                    "(Kitaev et al. 2020 §3)"}};

@@ -80,7 +80,8 @@ void check_memory(const ModelConfig& cfg) {
 BlockKind standard_block_kind() {
   BlockKind kind;
   kind.name = "standard";
-  kind.summary = "pre-LN residual blocks x += attn(ln_1(x)); x += mlp(ln_2(x)) (nanoGPT)";
+  kind.summary = "pre-LN residual blocks x += attn(ln_1(x)); x += mlp(ln_2(x)) (GPT-2, nanoGPT), every activation kept for "
+                 "the backward";
   kind.options = memory_options();
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<StandardStack>(cfg, positional, rng);

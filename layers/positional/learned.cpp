@@ -38,7 +38,7 @@ class LearnedPositional : public Positional {
 PositionalKind learned_positional_kind() {
   PositionalKind kind;
   kind.name = "learned";
-  kind.summary = "a learned vector per absolute position, added to the token embeddings (at most block_size)";
+  kind.summary = "a learned vector per absolute position, added to the token embeddings (at most block_size; any attention)";
   kind.make = [](const ModelConfig& cfg, Rng& rng) {
     return std::make_shared<LearnedPositional>(cfg.block_size, cfg.n_embd, rng);
   };

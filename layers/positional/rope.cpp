@@ -26,7 +26,8 @@ class RopePositional : public Positional {
 PositionalKind rope_positional_kind() {
   PositionalKind kind;
   kind.name = "rope";
-  kind.summary = "rotary embedding of q and k in every layer (relative, any length)";
+  kind.summary = "RoPE (Su et al. 2021): q and k rotated in every layer (relative, any length); with linear attention the "
+                 "numerator is rotated, not the denominator (not with the efficient feature map)";
   kind.needs = kRopeNeeds;
   kind.make = [](const ModelConfig&, Rng&) { return std::make_shared<RopePositional>(); };
   kind.parameters = [](const ModelConfig&) { return 0.0; };

@@ -54,7 +54,8 @@ class ShawPositional : public Positional {
 PositionalKind shaw_positional_kind() {
   PositionalKind kind;
   kind.name = "shaw";
-  kind.summary = "learned relative keys and values per clipped offset, per layer (Shaw et al.)";
+  kind.summary = "learned relative keys and values per offset clipped to model.rel_clip, per layer (Shaw et al. 2018; not "
+                 "with linear attention)";
   kind.needs = kShawNeeds;
   kind.options = {
       {"rel_clip", int64_t{16}, "Shaw's positions: offsets are clipped to [-K, K], K = model.rel_clip", int64_t{3}}};

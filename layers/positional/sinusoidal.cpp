@@ -34,7 +34,7 @@ class SinusoidalPositional : public Positional {
 PositionalKind sinusoidal_positional_kind() {
   PositionalKind kind;
   kind.name = "sinusoidal";
-  kind.summary = "Vaswani's fixed sin/cos table added to the token embeddings, any length";
+  kind.summary = "Vaswani's fixed sin/cos table added to the token embeddings (any length; any attention)";
   kind.make = [](const ModelConfig&, Rng&) { return std::make_shared<SinusoidalPositional>(); };
   kind.parameters = [](const ModelConfig&) { return 0.0; };
   kind.check = [](const ModelConfig&) {};

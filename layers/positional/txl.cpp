@@ -109,7 +109,8 @@ class TxlPositional : public Positional {
 PositionalKind txl_positional_kind() {
   PositionalKind kind;
   kind.name = "txl";
-  kind.summary = "Transformer-XL's relative positions: sinusoids through a per-layer W_kR, shared biases u, v";
+  kind.summary = "Transformer-XL's relative positions (Dai et al. 2019): (q_i + u) k_j + (q_i + v) W_kR R_(i-j), sinusoids R "
+                 "through a per-layer W_kR, u and v shared (not with linear attention)";
   kind.needs = kTxlNeeds;
   kind.options = {
       {"clamp_len", int64_t{0}, "txl positions: distances above this reuse its encoding (0: no clamp)"},
