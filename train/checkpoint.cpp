@@ -299,11 +299,13 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
     sink.sputn(placeholder.data(), static_cast<std::streamsize>(placeholder.size()));
     TAPEFORMER_CHECK(sink.start_payload(), "writing '", path, "' failed: ", std::strerror(sink.error()));
     std::ostream out(&sink);
-    {
+    try {
       cereal::BinaryOutputArchive ar(out);
       Rng rng = c.rng;
       ar(c.config_json, c.tokenizer, TensorsOut{c.model}, TensorsOut{c.optimizer}, c.optimizer_step, c.step,
-         c.train_seconds, rng, c.sampler);
+         c.train_seconds, rng, c.sampler, c.train_loss);
+    } catch (const cereal::Exception&) {  // the sink refused bytes: say why, not how many
+      fail("writing '", path, "' failed: ", std::strerror(sink.error() != 0 ? sink.error() : EIO));
     }
     TAPEFORMER_CHECK(sink.flush(), "writing '", path, "' failed: ", std::strerror(sink.error()));
     const std::string header = checkpoint_header(sink.count(), sink.hash());
@@ -322,8 +324,8 @@ Checkpoint load_checkpoint(const std::string& path) {
                        std::memcmp(header.data(), kMagic, sizeof kMagic) == 0,
                    "checkpoint '", path, "': not a tapeformer checkpoint (bad header)");
   const uint32_t version = get<uint32_t>(header, 8);
-  TAPEFORMER_CHECK(version == kCheckpointVersion, "checkpoint '", path, "': format version ", version,
-                   " is not supported (this build reads version ", kCheckpointVersion, ")");
+  TAPEFORMER_CHECK(version == 1 || version == kCheckpointVersion, "checkpoint '", path, "': format version ",
+                   version, " is not supported (this build reads versions 1 to ", kCheckpointVersion, ")");
   const uint64_t length = get<uint64_t>(header, 12), checksum = get<uint64_t>(header, 20);
   std::string payload;  // the rest of the file, read once into its final place
   in.seekg(0, std::ios::end);
@@ -354,6 +356,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     r.read(c.train_seconds);
     r.read(c.rng);
     r.read(c.sampler, "the sampler state");
+    if (version >= 2) r.read(c.train_loss);
     TAPEFORMER_CHECK(r.bytes_left() == 0, "stray bytes after the last field: ", r.bytes_left());
   } catch (const std::runtime_error& e) {  // cereal's short reads and the checks here, not bad_alloc
     fail("checkpoint '", path, "': cannot decode payload (", e.what(), ")");
@@ -367,6 +370,8 @@ Checkpoint load_checkpoint(const std::string& path) {
                    " outside [0, 2^24]");
   TAPEFORMER_CHECK(std::isfinite(c.train_seconds) && c.train_seconds >= 0, "checkpoint '", path,
                    "': training time ", c.train_seconds, " s is not a finite duration");
+  TAPEFORMER_CHECK(version == 1 || c.step == 0 || std::isfinite(c.train_loss), "checkpoint '", path,
+                   "': the loss of step ", c.step, " is ", c.train_loss, " (a checkpoint holds a finite one)");
   return c;
 }
 

@@ -12,6 +12,7 @@
 // checkpoint or the new one, never half of one.
 #pragma once
 
+#include <cmath>
 #include <string>
 
 #include "tapeformer/core/rng.h"
@@ -19,7 +20,8 @@
 
 namespace tapeformer {
 
-inline constexpr uint32_t kCheckpointVersion = 1;
+// 2 added train_loss; version 1 files still load (train_loss NaN: unknown).
+inline constexpr uint32_t kCheckpointVersion = 2;
 
 struct Checkpoint {
   std::string config_json;     // TrainConfig::to_json() of the run
@@ -31,6 +33,7 @@ struct Checkpoint {
   double train_seconds = 0;    // training-loop wall time so far (eval excluded)
   Rng rng;                     // dropout generator
   std::string sampler;         // the train batch sampler's state, serialised
+  double train_loss = NAN;     // mean loss of the step `step` (NaN: a version 1 file, or no step yet)
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);

@@ -83,6 +83,9 @@ int run_train(const TrainArgs& args) {
     TrainConfig cfg = TrainConfig::load(args.config, args.overrides);
     if (!args.data.empty()) cfg.data.path = args.data;
     trainer = std::make_unique<Trainer>(cfg, args.out);
+    // Checked again under the run lock: a run that ended meanwhile may have saved one.
+    TAPEFORMER_CHECK(!fs::exists(ckpt), "'", args.out,
+                     "' already holds a checkpoint: continue it with --resume, or choose another --out");
   }
   trainer->set_profile(args.profile);
   const TrainResult r = trainer->run();

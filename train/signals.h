@@ -1,7 +1,10 @@
-// StopSignals: while one is alive, SIGTERM and SIGINT (unless a shell left
-// SIGINT ignored: a background job, nohup) only record that they came; the
-// training loop reads received() after each step, saves a checkpoint and
-// stops. The previous actions come back when it goes.
+// StopSignals: while one is alive, SIGTERM, SIGINT and SIGHUP (a closed
+// terminal) only record that they came; the training loop reads received()
+// after each step, saves a checkpoint and stops. SIGINT and SIGHUP are left
+// alone when the process ignores them (a background job, nohup). SIGXFSZ
+// (a write past `ulimit -f`) is ignored, so the write fails with EFBIG and
+// the writer reports it instead of the process dying with no message. The
+// previous actions come back when it goes.
 //
 //   const StopSignals stop;
 //   for (...) { step(); if (stop.received()) { save(); throw Interrupted(...); } }
@@ -17,12 +20,14 @@ class StopSignals {
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
-  // The last signal received since construction (SIGINT or SIGTERM), or 0.
+  // The last signal received since construction (SIGINT, SIGTERM or SIGHUP), or 0.
   int received() const;
+  // "SIGINT", "SIGTERM", "SIGHUP" (or "signal N").
+  static const char* name(int signal);
 
  private:
-  struct sigaction old_term_ {}, old_int_ {};
-  bool catch_int_ = false;
+  struct sigaction old_term_ {}, old_int_ {}, old_hup_ {}, old_xfsz_ {};
+  bool catch_int_ = false, catch_hup_ = false;
 };
 
 }  // namespace tapeformer

@@ -2,6 +2,7 @@
 
 #include <cereal/types/array.hpp>
 #include <cereal/types/vector.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -26,6 +27,7 @@
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/process_group.h"
 #include "tapeformer/train/profile_report.h"
+#include "tapeformer/train/run_lock.h"
 #include "tapeformer/train/signals.h"
 
 namespace tapeformer {
@@ -114,7 +116,10 @@ struct Trainer::State {
   Rng dropout_rng;
   int64_t step = 0;
   double train_seconds = 0;
-  double last_train_loss = 0;  // mean loss of the latest step (restored from metrics on resume)
+  double last_train_loss = NAN;  // mean loss of the latest step (from the checkpoint on resume)
+  int64_t saved_step = -1;       // the step of the checkpoint on disk (-1: none yet)
+  Batch last_batch;              // the latest step's last micro-batch: the probe before a save
+  std::unique_ptr<RunLock> lock;  // rank 0: this process alone writes out_dir
   bool resumed = false;
   bool profile = false;
 
@@ -130,8 +135,9 @@ struct Trainer::State {
   }
   // For divergence errors: what the user still has.
   std::string checkpoint_note() const {
-    return fs::exists(checkpoint_path()) ? "; the last checkpoint '" + checkpoint_path() + "' is untouched"
-                                         : "; no checkpoint was written yet";
+    return saved_step >= 0 ? "; the checkpoint of step " + std::to_string(saved_step) + " ('" + checkpoint_path() +
+                                 "') is kept"
+                           : "; no checkpoint was written yet";
   }
 
   bool is_task() const { return task.batches != nullptr; }
@@ -282,7 +288,51 @@ struct Trainer::State {
     return total / static_cast<double>(batches.size());
   }
 
-  void save() {
+  // The name of the first tensor holding a NaN or an infinity, or "".
+  static std::string first_non_finite(const NamedTensors& tensors) {
+    for (const auto& [name, t] : tensors) {
+      const Tensor c = t.contiguous();
+      const Scalar* p = c.data();
+      for (int64_t i = 0; i < c.numel(); ++i)
+        if (!std::isfinite(p[i])) return name;
+    }
+    return "";
+  }
+
+  // A checkpoint holds weights a run can continue from: finite weights and
+  // optimizer state, a finite loss, and weights that still give a finite
+  // loss on the step's own last batch (an update can overflow after a
+  // finite loss). What is wrong, or "".
+  std::string unsaveable(double loss) {
+    if (!std::isfinite(loss)) return "the loss is " + std::to_string(loss);
+    const std::string weight = first_non_finite(model->state());
+    if (!weight.empty()) return "the weights '" + weight + "' are not finite";
+    const std::string moment = first_non_finite(optimizer->state_tensors());
+    if (!moment.empty()) return "the optimizer state '" + moment + "' is not finite";
+    const auto& targets = last_batch.targets.data;
+    if (std::all_of(targets.begin(), targets.end(), [](int32_t t) { return t == kIgnoreTarget; })) return "";
+    model->eval();
+    double probe = 0;
+    {
+      NoGradGuard no_grad;
+      Rng unused = dropout_rng;  // eval mode draws no masks; the training stream stays untouched
+      probe = cross_entropy(model->forward(last_batch.inputs, unused), last_batch.targets).item();
+    }
+    model->train();
+    if (!std::isfinite(probe)) return "the updated weights give a loss of " + std::to_string(probe) + " on a batch";
+    return "";
+  }
+
+  // Every rank calls it at the same steps; rank 0 writes. Weights that
+  // cannot be saved (unsaveable) end the run on every rank as diverged, and
+  // the checkpoint on disk stays.
+  void save(double loss) {
+    std::string why = unsaveable(loss);
+    if (group && group->max(why.empty() ? 0 : 1) != 0 && why.empty()) why = "another rank's weights are not usable";
+    if (!why.empty())
+      throw Diverged("training diverged: " + why + " after step " + std::to_string(step) + checkpoint_note() +
+                         " (lower optimizer.lr or set optimizer.grad_clip)",
+                     step, train_seconds);
     if (!writes()) return;
     Checkpoint c;
     c.config_json = cfg.to_json();
@@ -294,7 +344,15 @@ struct Trainer::State {
     c.train_seconds = train_seconds;
     c.rng = dropout_rng;
     c.sampler = carries_memory() ? to_bytes(stream_state()) : to_bytes(SourcePosition{&train_source()});
-    save_checkpoint(checkpoint_path(), c);
+    c.train_loss = loss;
+    try {
+      save_checkpoint(checkpoint_path(), c);
+    } catch (const std::runtime_error& e) {  // Error, or a library's own; not bad_alloc
+      fail("cannot save the checkpoint of step ", step, ": ", e.what(),
+           saved_step >= 0 ? "; the checkpoint of step " + std::to_string(saved_step) + " is untouched"
+                           : std::string("; no checkpoint was written"));
+    }
+    saved_step = step;
   }
 
   // On resume, metrics written after the checkpoint by the interrupted run are
@@ -308,7 +366,7 @@ struct Trainer::State {
     while (std::getline(in, line)) {
       const std::optional<MetricsRecord> r = MetricsRecord::parse(line);
       if (!r || r->step > last_step) continue;
-      if (r->step == last_step) last_train_loss = r->train_loss;
+      if (r->step == last_step && std::isnan(last_train_loss)) last_train_loss = r->train_loss;  // a version 1 checkpoint
       kept += line + "\n";
     }
     if (writes()) write_file_atomic(metrics_path(), kept);
@@ -335,6 +393,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   s_->build(nullptr);
   if (!s_->writes()) return;
   make_run_directory(s_->out_dir);
+  s_->lock = std::make_unique<RunLock>(s_->out_dir);
   s_->remove_stale_temp_files();
 }
 
@@ -348,6 +407,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir, TaskData task) : s_(std::
   s_->warm_up();
   if (!s_->writes()) return;
   make_run_directory(s_->out_dir);
+  s_->lock = std::make_unique<RunLock>(s_->out_dir);
   s_->remove_stale_temp_files();
 }
 
@@ -364,6 +424,9 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   State& s = *t->s_;
   s.out_dir = out_dir;
   s.task = std::move(task);
+  // Another process still training here would overwrite what this one writes.
+  const std::shared_ptr<ProcessGroup> world = ProcessGroup::world();
+  if ((!world || world->rank() == 0) && fs::is_directory(out_dir)) s.lock = std::make_unique<RunLock>(out_dir);
   const Checkpoint c = load_checkpoint(s.checkpoint_path());
   const std::string path = "checkpoint '" + s.checkpoint_path() + "'";
   TAPEFORMER_CHECK(!s.is_task() || c.tokenizer.empty(), path, " is a run on a text corpus, not on ", s.task.name,
@@ -372,6 +435,9 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
                    "program's own task (a synthetic task), so only that program can resume it");
   s.cfg = TrainConfig::parse(c.config_json, "in " + path);
   if (adjust) adjust(s.cfg);
+  TAPEFORMER_CHECK(s.cfg.train.max_iters >= c.step, "cannot resume '", out_dir, "': train.max_iters = ",
+                   s.cfg.train.max_iters, " is below the checkpoint's step ", c.step,
+                   " (a run does not go back; ask for train.max_iters >= ", c.step, ")");
   if (s.is_task()) {
     s.build_task();
   } else {
@@ -389,6 +455,8 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
     from_bytes(c.sampler, position, what);
   }
   s.dropout_rng = c.rng;
+  s.last_train_loss = c.train_loss;
+  s.saved_step = c.step;
   s.step = c.step;
   s.train_seconds = c.train_seconds;
   s.resumed = true;
@@ -419,7 +487,7 @@ TrainResult Trainer::run() {
     const auto t0 = std::chrono::steady_clock::now();
     if (profiler) profiler->begin_step();
     const StepResult step = train_step(c, s.step, *s.shards, s.model->parameters(), *s.optimizer, *s.schedule,
-                                       [&] { return s.next_train_batch(); }, s.dropout_rng,
+                                       [&] { return s.last_batch = s.next_train_batch(); }, s.dropout_rng,
                                        s.carries_memory() ? &s.train_memory : nullptr);
     if (profiler) profiler->end_step(seconds_since(t0));
     const float lr = step.lr;
@@ -467,13 +535,13 @@ TrainResult Trainer::run() {
     // after a different one).
     const int signal = s.group ? static_cast<int>(s.group->max(stop.received())) : stop.received();
     if (s.step % c.checkpoint.interval == 0 || last) {
-      s.save();
+      s.save(last_loss);
     } else if (signal != 0) {
-      s.save();  // nothing is lost: the next run resumes at this very step
+      s.save(last_loss);  // nothing is lost: the next run resumes at this very step
     }
     if (signal != 0 && !last) {
       progress.finish();
-      throw Interrupted(std::string(signal == SIGINT ? "interrupted (SIGINT)" : "stopped (SIGTERM)") +
+      throw Interrupted(std::string(signal == SIGINT ? "interrupted (" : "stopped (") + StopSignals::name(signal) + ")" +
                             " at step " + std::to_string(s.step) + ": checkpoint saved to '" + s.checkpoint_path() +
                             "'; continue with: tapeformer train --out " + s.out_dir + " --resume",
                         signal);
@@ -506,13 +574,16 @@ TrainResult Trainer::run() {
 double TrainResult::val_bpc() const { return val_loss / std::log(2.0) * val_tokens_per_char; }
 
 std::string TrainResult::to_json() const {
+  char number[32] = "null";  // unknown: a version 1 checkpoint resumed with no step left
+  if (std::isfinite(train_loss)) std::snprintf(number, sizeof number, "%.6f", train_loss);
+  const std::string loss = number;
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
+                "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %.6f, "
                 "\"val_bpc\": %.6f, \"val_perplexity\": %.4f, "
                 "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"ranks\": %d, \"shards\": %d, "
                 "\"params\": %lld}",
-                static_cast<long long>(steps), train_loss, val_loss, val_bpc(), std::exp(val_loss),
+                static_cast<long long>(steps), loss.c_str(), val_loss, val_bpc(), std::exp(val_loss),
                 train_seconds, tokens_per_s, parallel::num_threads(), ranks, shards, static_cast<long long>(parameters));
   return buf;
 }

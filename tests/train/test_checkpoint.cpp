@@ -31,6 +31,7 @@ Checkpoint sample_checkpoint() {
   c.rng = Rng(5);
   (void)c.rng.normal();
   c.sampler = "sampler-state";
+  c.train_loss = 2.5;
   return c;
 }
 
@@ -119,8 +120,9 @@ TEST_CASE("checkpoint: damaged fields behind a valid checksum are refused, count
   CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("cannot decode payload (the config: a count of 1099511627776, more than the"), Error);
   CHECK_THROWS_WITH_AS(load_payload(good + "x"), doctest::Contains("stray bytes after the last field: 1"), Error);
 
-  // The tail: ... step (i64), train_seconds (f64), rng (32 + 1 + 4 bytes), sampler (u64 count + 13 bytes).
-  const size_t sampler_at = good.size() - (8 + 13), rng_flag_at = sampler_at - 4 - 1,
+  // The tail: ... step (i64), train_seconds (f64), rng (32 + 1 + 4 bytes), sampler (u64 count + 13 bytes),
+  // train_loss (f64).
+  const size_t loss_at = good.size() - 8, sampler_at = loss_at - (8 + 13), rng_flag_at = sampler_at - 4 - 1,
                seconds_at = rng_flag_at - 32 - 8, step_at = seconds_at - 8;
   int64_t step = 0;
   std::memcpy(&step, good.data() + step_at, 8);
@@ -136,6 +138,18 @@ TEST_CASE("checkpoint: damaged fields behind a valid checksum are refused, count
   p = good;
   p[rng_flag_at] = 2;
   CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("the cached-normal flag must be 0 or 1, got 2"), Error);
+  p = good;
+  std::memcpy(p.data() + loss_at, &nan, 8);
+  CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("the loss of step 42 is nan"), Error);
+
+  // A version 1 file (no train_loss) still loads, its loss unknown.
+  std::string v1 = checkpoint_file_bytes(good.substr(0, loss_at));
+  v1[8] = 1;
+  write_all(path, v1);
+  const Checkpoint old = load_checkpoint(path.string());
+  CHECK(old.step == 42);
+  CHECK(std::isnan(old.train_loss));
+  CHECK(load_payload(good).train_loss == 2.5);
 }
 
 TEST_CASE("checkpoint: overwriting keeps the old file until the new one is complete") {
