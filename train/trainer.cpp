@@ -574,17 +574,22 @@ TrainResult Trainer::run() {
 double TrainResult::val_bpc() const { return val_loss / std::log(2.0) * val_tokens_per_char; }
 
 std::string TrainResult::to_json() const {
-  char number[32] = "null";  // unknown: a version 1 checkpoint resumed with no step left
-  if (std::isfinite(train_loss)) std::snprintf(number, sizeof number, "%.6f", train_loss);
-  const std::string loss = number;
-  char buf[400];
+  // Fixed digits; null for what JSON cannot hold (a loss unknown after a
+  // version 1 checkpoint, a perplexity that overflows).
+  const auto fixed = [](double v, int digits) {
+    char b[64] = "null";
+    if (std::isfinite(v)) std::snprintf(b, sizeof b, "%.*f", digits, v);
+    return std::string(b);
+  };
+  char buf[640];  // four numbers of up to 47 characters each, and the rest
   std::snprintf(buf, sizeof buf,
-                "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %.6f, "
-                "\"val_bpc\": %.6f, \"val_perplexity\": %.4f, "
+                "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, "
+                "\"val_bpc\": %s, \"val_perplexity\": %s, "
                 "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"ranks\": %d, \"shards\": %d, "
                 "\"params\": %lld}",
-                static_cast<long long>(steps), loss.c_str(), val_loss, val_bpc(), std::exp(val_loss),
-                train_seconds, tokens_per_s, parallel::num_threads(), ranks, shards, static_cast<long long>(parameters));
+                static_cast<long long>(steps), fixed(train_loss, 6).c_str(), fixed(val_loss, 6).c_str(),
+                fixed(val_bpc(), 6).c_str(), fixed(std::exp(val_loss), 4).c_str(), train_seconds, tokens_per_s,
+                parallel::num_threads(), ranks, shards, static_cast<long long>(parameters));
   return buf;
 }
 
