@@ -199,6 +199,10 @@ int cli_main(int argc, char** argv) {
     std::fflush(stdout);
     if (job_rank() <= 0) std::fprintf(stderr, "tapeformer: %s\n", stop.what());
     return 128 + stop.signal();
+  } catch (const Diverged& diverged) {  // every rank sees the same loss and weights, and stops together
+    std::fflush(stdout);
+    if (job_rank() <= 0) std::fprintf(stderr, "tapeformer: error: %s\n", diverged.what());
+    return 3;
   } catch (const std::bad_alloc&) {
     return fail_job("out of memory; make the model, batch or block size smaller");
   } catch (const std::exception& err) {

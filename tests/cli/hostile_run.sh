@@ -55,8 +55,10 @@ PY
   || fail "the first run does not resume"
 
 # 2. Divergence: SGD at lr 100 with no clipping grows, then overflows after a finite loss.
-if run --out "$work/div" --set optimizer.name=sgd --set optimizer.lr=100 --set optimizer.grad_clip=0 \
-     --set checkpoint.interval=1 > /dev/null 2> "$work/div.err"; then fail "a diverging run exited 0"; fi
+run --out "$work/div" --set optimizer.name=sgd --set optimizer.lr=100 --set optimizer.grad_clip=0 \
+  --set checkpoint.interval=1 > /dev/null 2> "$work/div.err"
+status=$?
+[ "$status" = 3 ] || fail "a diverging run exited $status, not 3"
 grep -q "training diverged" "$work/div.err" || { fail "no divergence message:"; cat "$work/div.err"; }
 kept=$(grep -o "the checkpoint of step [0-9]*" "$work/div.err" | grep -o "[0-9]*$")
 [ -n "$kept" ] || { fail "the message does not name the kept checkpoint's step:"; cat "$work/div.err"; }
