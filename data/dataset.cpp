@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/nanogpt_meta.h"
 
 namespace tapeformer {
@@ -24,13 +25,19 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
     if (!tok && !fs::exists(dir / "tokenizer.bin") && fs::exists(dir / "meta.pkl")) {
       tok = read_nanogpt_meta((dir / "meta.pkl").string());  // nanoGPT's char-level data directory
     } else if (!tok) {
+      check_regular_file((dir / "tokenizer.bin").string(), "tokenizer file");
       std::ifstream in(dir / "tokenizer.bin", std::ios::binary);
       TAPEFORMER_CHECK(in.good(), what,
                        " has no tokenizer.bin (tapeformer prepare writes one) or meta.pkl (nanoGPT's char-level "
                        "prepare.py writes one)");
       std::stringstream bytes;
       bytes << in.rdbuf();
-      tok = load_tokenizer(bytes.str());
+      try {
+        tok = load_tokenizer(bytes.str());
+      } catch (const Error& e) {
+        fail("tokenizer file '", (dir / "tokenizer.bin").string(), "' is truncated or damaged (", e.what(),
+             "); write the token files again with: tapeformer prepare --data FILE --out ", path);
+      }
     }
     TAPEFORMER_CHECK(tok->kind() == options.kind, "data.tokenizer is \"", options.kind, "\" but ",
                      what, " was prepared with the \"", tok->kind(), "\" tokenizer (set data.tokenizer=",

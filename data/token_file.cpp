@@ -12,6 +12,7 @@
 #include <set>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/data/utf8.h"
 
@@ -25,6 +26,7 @@ void VectorTokens::read(int64_t start, int64_t n, int32_t* out) const {
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
+  check_regular_file(path, "token file");
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TAPEFORMER_CHECK(fd_ >= 0, "token file '", path, "': cannot open (", std::strerror(errno), ")");
   struct stat st {};
@@ -133,6 +135,7 @@ PreparedFiles prepare_token_files(const std::string& text_path, const std::strin
   TAPEFORMER_CHECK(val_fraction > 0 && val_fraction < 1, "prepare: val fraction must be in (0, 1), got ", val_fraction);
   const TokenizerKind& kind = tokenizer_kinds().get(options.kind);
   if (kind.check) kind.check(options);
+  check_regular_file(text_path, "data file");
   TAPEFORMER_CHECK(fs::is_regular_file(text_path), "data file '", text_path, "': not found (or not a file)");
   const bool chars = kind.text;
   const std::string origin = "data file '" + text_path + "'";

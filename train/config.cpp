@@ -8,9 +8,11 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/utf8.h"
 #include "tapeformer/optim/optimizer.h"
 #include "tapeformer/train/build.h"
@@ -282,6 +284,7 @@ std::string OptimizerConfig::option_string(const std::string& name) const {
 TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
   TAPEFORMER_CHECK(!std::filesystem::is_directory(path, ec), "config: '", path, "' is a directory, not a JSON file");
+  check_regular_file(path, "config");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "config: cannot open '", path, "'");
   std::stringstream buf;
