@@ -74,6 +74,7 @@ int run_train(const TrainArgs& args) {
                                                : TrainConfig::load(args.config, args.overrides);
       if (!args.data.empty()) wanted.data.path = args.data;
       if (wanted.data.path.empty()) wanted.data.path = saved.data.path;
+      wanted.validate();  // --data may be a path a checkpoint cannot store
       adopt_resume_config(saved, wanted, args.out);
     });
   } else {
