@@ -65,6 +65,8 @@ std::string read_corpus_file(const std::string& path, const std::string& tokeniz
   if (bad != std::string::npos)
     fail(origin_of(path), " is not valid UTF-8 (bad byte ", hex_byte(static_cast<unsigned char>(text[bad])),
          " at offset ", bad, "); the byte tokenizer accepts arbitrary bytes");
+  text.erase(0, utf8_bom_length(text));
+  if (text.empty()) fail(origin_of(path), " holds only a byte order mark");
   return text;
 }
 

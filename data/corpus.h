@@ -34,7 +34,8 @@ std::string read_text_file(const std::string& path);
 
 // The bytes of a corpus for a tokenizer of `tokenizer_kind`:
 //   one that reads text (char, sentencepiece): as read_text_file, and the
-//           file must be valid UTF-8 (the error names the offset of the first bad byte);
+//           file must be valid UTF-8 (the error names the offset of the first
+//           bad byte); a byte order mark at its start is dropped;
 //   "byte": any non-empty file (NUL bytes and invalid UTF-8 included).
 // Throws Error for a kind not in tokenizer_kinds().
 std::string read_corpus_file(const std::string& path, const std::string& tokenizer_kind);

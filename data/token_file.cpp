@@ -88,8 +88,9 @@ constexpr size_t kChunk = 16 << 20;
 
 // Calls f(chunk) for consecutive chunks of the file. With `utf8`, each ends
 // on its last line end, or, in a chunk without one, on a whole UTF-8
-// sequence (the rest is carried into the next chunk); `progress(stage, ...)`
-// after each.
+// sequence (the rest is carried into the next chunk), and a byte order mark
+// at the start of the file is dropped (as read_corpus_file does);
+// `progress(stage, ...)` after each.
 template <class F>
 void for_each_chunk(const std::string& path, bool utf8, const char* stage, const PrepareProgress& progress, F&& f) {
   std::ifstream in(path, std::ios::binary);
@@ -103,6 +104,7 @@ void for_each_chunk(const std::string& path, bool utf8, const char* stage, const
     buf.resize(static_cast<size_t>(in.gcount()));
     done += static_cast<int64_t>(buf.size());
     const bool last = buf.empty() || !in;
+    if (utf8 && done == static_cast<int64_t>(buf.size())) buf.erase(0, utf8_bom_length(buf));  // the first chunk
     std::string text = carry + buf;
     carry.clear();
     if (utf8 && !last) {
