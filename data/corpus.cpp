@@ -45,7 +45,8 @@ std::string read_nonempty_file(const std::string& path, bool text_only) {
       if (nul) binary_file(path, text.size() + static_cast<size_t>(static_cast<const char*>(nul) - chunk));
     }
     if (text.size() + got > kMaxCorpusBytes)
-      fail(origin, " is larger than ", kMaxCorpusBytes >> 30, " GiB, the most tapeformer reads into memory");
+      fail(origin, " is larger than ", kMaxCorpusBytes >> 30, " GiB, the most tapeformer reads into memory; ",
+           prepare_advice(path));
     text.append(chunk, got);
   }
   if (std::ferror(file.get())) fail(origin, ": cannot read (", std::strerror(errno), ")");
@@ -54,6 +55,11 @@ std::string read_nonempty_file(const std::string& path, bool text_only) {
 }
 
 }  // namespace
+
+std::string prepare_advice(const std::string& path) {
+  return "write it as token files with 'tapeformer prepare --data " + path +
+         " --out DIR' and train on DIR (token files are read window by window, never held in memory)";
+}
 
 std::string read_text_file(const std::string& path) { return read_nonempty_file(path, true); }
 

@@ -40,6 +40,11 @@ std::string read_text_file(const std::string& path);
 // Throws Error for a kind not in tokenizer_kinds().
 std::string read_corpus_file(const std::string& path, const std::string& tokenizer_kind);
 
+// Advice for a text corpus too large to hold in memory: the `tapeformer
+// prepare` command that writes it as token files, which training reads
+// window by window.
+std::string prepare_advice(const std::string& path);
+
 // Where the val split starts in text, in bytes: after int(n * (1 - val_fraction))
 // of its n characters (`characters`) or bytes. Error naming `origin` unless
 // 0 < val_fraction < 1 and both splits get at least one.

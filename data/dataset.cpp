@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include "tapeformer/core/error.h"
@@ -54,7 +55,7 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
     d.val = std::move(val_file);
     d.val_tokens_per_char = static_cast<double>(d.val->size()) /
                             static_cast<double>(std::max<int64_t>(1, count_characters(*d.val, *d.tokenizer)));
-  } else {
+  } else try {
     // A byte-level run takes any non-empty file; the others valid UTF-8 text.
     const std::string kind = tok ? tok->kind() : options.kind;
     const std::string text = read_corpus_file(path, kind);
@@ -70,6 +71,12 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
     d.val = std::make_unique<VectorTokens>(d.corpus->val());
     d.val_tokens_per_char =
         static_cast<double>(d.corpus->val().size()) / static_cast<double>(d.corpus->val_characters());
+  } catch (const std::bad_alloc&) {
+    // The corpus, not the model, is what did not fit: the model is built later.
+    std::error_code ec;
+    const auto bytes = fs::file_size(path, ec);
+    fail("out of memory reading data file '", path, "' (", ec ? 0 : bytes >> 20,
+         " MiB) into memory as text and token ids (about 5 bytes per character); ", prepare_advice(path));
   }
   return d;
 }
