@@ -166,7 +166,7 @@ int run_sample(const SampleArgs& args) {
     });
   } catch (const NonFiniteLogits& e) {
     if (prompt_printed) std::fputs("\n", stdout);  // the error line starts a line of its own
-    fail(e.what(), ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
+    fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
   }
   print_prompt();
   std::fputs(text.flush().c_str(), stdout);

@@ -32,7 +32,7 @@ int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, 
   for (int64_t i = 0; i < V; ++i) {
     if (std::isfinite(logits[i])) continue;
     std::ostringstream what;
-    what << "sample: the model's logit for token " << i << " is "
+    what << "the model's logit for token " << i << " is "
          << (std::isnan(logits[i]) ? "nan" : logits[i] > 0 ? "inf" : "-inf");  // never printf's "-nan"
     throw NonFiniteLogits(what.str());
   }

@@ -47,7 +47,9 @@ int64_t sample_context(const LanguageModel& model, const SampleOptions& opt);
 // the model's weights are unusable, which the caller names.
 class NonFiniteLogits : public Error {
  public:
-  using Error::Error;
+  explicit NonFiniteLogits(const std::string& logit)
+      : Error("sample: " + logit + " (the weights hold NaN or inf values)"), logit(logit) {}
+  std::string logit;  // "the model's logit for token 3 is nan"
 };
 
 // Picks a token from one row of logits (V); NonFiniteLogits on a NaN or inf.
