@@ -84,7 +84,8 @@ void check_sp_options(const TokenizerOptions& o) {
   if (text.find(".cc(") != std::string::npos && bracket != std::string::npos) text = text.substr(bracket + 2);
   long long have = 0, need = 0;
   const size_t small = text.find("required_chars. ");
-  if (small != std::string::npos && std::sscanf(text.c_str() + small, "required_chars. %lld vs %lld", &have, &need) == 2)
+  if (small != std::string::npos &&
+      std::sscanf(text.c_str() + small, "required_chars. %lld vs %lld", &have, &need) == 2)
     fail(origin, ": data.vocab_size = ", o.vocab_size, " is too small for this text: a sentencepiece vocabulary of it "
          "needs at least ", need, " pieces (256 bytes, <unk>, \"\\n\" and every distinct character of the training "
          "split); set data.vocab_size to ", need, " or more");
@@ -93,8 +94,8 @@ void check_sp_options(const TokenizerOptions& o) {
     fail(origin, ": data.vocab_size = ", o.vocab_size, " is too large for this text: a sentencepiece ", o.sp_type,
          " vocabulary learnt from it holds at most ", need, " pieces; set data.vocab_size to ", need,
          " or less, or train on more text");
-  fail(origin, ": learning a ", o.vocab_size, "-piece sentencepiece ", o.sp_type, " vocabulary (data.vocab_size) failed: ",
-       text);
+  fail(origin, ": learning a ", o.vocab_size, "-piece sentencepiece ", o.sp_type,
+       " vocabulary (data.vocab_size) failed: ", text);
 }
 
 }  // namespace

@@ -42,10 +42,9 @@ std::string read_prompt(std::istream& in, const std::string& origin) {
   char chunk[1 << 16];
   while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
     const auto got = static_cast<size_t>(in.gcount());
-    const void* nul = std::memchr(chunk, '\0', got);
+    const auto* nul = static_cast<const char*>(std::memchr(chunk, '\0', got));
     if (nul != nullptr)
-      fail(origin, " looks binary (NUL byte at offset ", text.size() + static_cast<size_t>(static_cast<const char*>(nul) - chunk),
-           "), not text");
+      fail(origin, " looks binary (NUL byte at offset ", text.size() + static_cast<size_t>(nul - chunk), "), not text");
     TAPEFORMER_CHECK(text.size() + got <= kMaxPromptBytes, origin, " is larger than ", kMaxPromptBytes >> 20,
                      " MiB, more than a prompt");
     text.append(chunk, got);

@@ -221,7 +221,10 @@ json parse_json(const std::string& text, const std::string& what) {
     TAPEFORMER_CHECK(depth <= kMaxJsonDepth, what, ": JSON nested deeper than ", kMaxJsonDepth, " levels");
     if (event == json::parse_event_t::object_start) {
       std::string path;
-      if (!open.empty()) path = open.back().path.empty() ? open.back().last_key : open.back().path + "." + open.back().last_key;
+      if (!open.empty()) {
+        const OpenObject& parent = open.back();
+        path = parent.path.empty() ? parent.last_key : parent.path + "." + parent.last_key;
+      }
       open.push_back({path, {}, {}});
     } else if (event == json::parse_event_t::object_end && !open.empty()) {
       open.pop_back();
