@@ -2,7 +2,9 @@
 // `return tapeformer::cli_main(argc, argv);`, and a program that registers
 // kinds of its own calls the same function (see cli/cli.h).
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -22,21 +24,49 @@ namespace tapeformer {
 
 namespace {
 
-// Flag-value checks: a bad value is a command-line mistake (exit status 2).
+// Flag-value checks: a bad value is a command-line mistake (exit status 2),
+// and CLI11 puts the flag's name before the message. Each checks the text
+// exactly as given, since the conversion afterwards would cap a value out of
+// its type's range (--tokens 9223372036854775808) without a word.
 // CLI11's NonNegativeNumber would print DBL_MAX in its message.
 double number(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   return end != text.c_str() && *end == '\0' ? v : std::nan("");
 }
-const CLI::Validator at_least_zero(
-    [](std::string& text) { return number(text) >= 0 ? std::string() : "must be a number >= 0, got " + text; }, "");
+// A float flag's value as the float the option holds (1e39 becomes inf).
+float float_number(const std::string& text) { return static_cast<float>(number(text)); }
+const CLI::Validator finite_at_least_zero(
+    [](std::string& text) {
+      const float v = float_number(text);
+      return std::isfinite(v) && v >= 0 ? std::string() : "must be a finite number >= 0, got " + text;
+    },
+    "");
 const CLI::Validator probability_mass(
     [](std::string& text) {
-      const double v = number(text);
+      const float v = float_number(text);
       return v > 0 && v <= 1 ? std::string() : "must be a number in (0, 1], got " + text;
     },
     "");
+const CLI::Validator open_fraction(
+    [](std::string& text) {
+      const double v = number(text);
+      return v > 0 && v < 1 ? std::string() : "must be a number in (0, 1), got " + text;
+    },
+    "");
+// An integer in [0, hi], digits only (no sign, exponent or fraction).
+CLI::Validator integer_up_to(uint64_t hi) {
+  return CLI::Validator(
+      [hi](std::string& text) {
+        const std::string range = "must be an integer in [0, " + std::to_string(hi) + "], got " + text;
+        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return range;
+        errno = 0;
+        const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+        return errno == ERANGE || v > hi ? range : std::string();
+      },
+      "");
+}
+constexpr uint64_t kMaxCount = INT32_MAX;  // tokens, top-k, context, vocabulary size: as config counts
 
 // A kind that a config or checkpoint names but this program lacks was most
 // likely registered by another program (a user's, built on cli_main).
@@ -102,24 +132,28 @@ int cli_main(int argc, char** argv) {
   SampleArgs sample;
   auto* s = app.add_subcommand("sample", "generate text from a checkpoint");
   s->add_option("--checkpoint", sample.checkpoint, "run directory (or checkpoint.bin)")->required();
-  s->add_option("--prompt", sample.prompt, "text to continue")->default_str("\\n");
+  s->add_option("--prompt", sample.prompt, "text to continue ('-': read it from stdin)")->default_str("\\n");
+  s->add_option("--prompt-file", sample.prompt_file, "read the text to continue from this UTF-8 file")
+      ->excludes("--prompt");
   s->add_option("--weights", sample.weights, "safetensors file replacing the checkpoint's weights");
   s->add_option("--tokens", sample.options.tokens, "tokens to generate (0: print the prompt only)")
-      ->check(at_least_zero)
+      ->check(integer_up_to(kMaxCount))
       ->capture_default_str();
   s->add_option("--temperature", sample.options.temperature, "softmax temperature (0 = greedy)")
-      ->check(at_least_zero)
+      ->check(finite_at_least_zero)
       ->capture_default_str();
   s->add_option("--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)")
-      ->check(at_least_zero)
+      ->check(integer_up_to(kMaxCount))
       ->capture_default_str();
   s->add_option("--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)")
       ->check(probability_mass)
       ->capture_default_str();
-  s->add_option("--seed", sample.options.seed, "random seed")->check(at_least_zero)->capture_default_str();
+  s->add_option("--seed", sample.options.seed, "random seed")
+      ->check(integer_up_to(UINT64_MAX))
+      ->capture_default_str();
   s->add_option("--context", sample.options.context,
                 "positions softmax layers keep (0 = block size; past block size needs a scheme without a table)")
-      ->check(at_least_zero)
+      ->check(integer_up_to(kMaxCount))
       ->capture_default_str();
 
   EvalArgs eval;
@@ -129,7 +163,7 @@ int cli_main(int argc, char** argv) {
   e->add_option("--weights", eval.weights, "safetensors file replacing the checkpoint's weights");
   e->add_option("--context", eval.context,
                 "window length in tokens (0 = block size; past block size needs a scheme without a table)")
-      ->check(at_least_zero)
+      ->check(integer_up_to(kMaxCount))
       ->capture_default_str();
 
   PrepareArgs prep;
@@ -137,10 +171,12 @@ int cli_main(int argc, char** argv) {
   pr->add_option("--data", prep.data, "the text file")->required();
   pr->add_option("--out", prep.out, "directory for train.bin, val.bin and tokenizer.bin")->required();
   pr->add_option("--tokenizer", prep.tokenizer.kind, "char | byte | sentencepiece")->capture_default_str();
-  pr->add_option("--vocab-size", prep.tokenizer.vocab_size, "sentencepiece: pieces to learn from the train split");
+  pr->add_option("--vocab-size", prep.tokenizer.vocab_size, "sentencepiece: pieces to learn from the train split")
+      ->check(integer_up_to(kMaxCount));
   pr->add_option("--sp-type", prep.tokenizer.sp_type, "sentencepiece: bpe | unigram")->capture_default_str();
   pr->add_option("--sp-model", prep.tokenizer.sp_model, "sentencepiece: an existing .model file instead of learning one");
   pr->add_option("--val-fraction", prep.val_fraction, "the last fraction of the text is validation")
+      ->check(open_fraction)
       ->capture_default_str();
 
   ExportArgs exp;
@@ -165,7 +201,7 @@ int cli_main(int argc, char** argv) {
 
   int threads = -1;
   app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")
-      ->check(CLI::Range(0, 1024));
+      ->check(integer_up_to(1024));
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&

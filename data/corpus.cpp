@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 
 namespace tapeformer {
 namespace {
@@ -20,10 +21,9 @@ constexpr size_t kMaxCorpusBytes = size_t{1} << 31;
   fail(origin_of(path), " looks binary (NUL byte at offset ", nul, "), not text");
 }
 
-// The non-empty contents of a regular (or special, e.g. a pipe) file, read
-// in chunks so that an endless or binary source (/dev/zero, /dev/urandom) is
-// refused as soon as it shows: at the first NUL byte when `text_only`, at
-// kMaxCorpusBytes otherwise.
+// The non-empty contents of a regular file, read in chunks so that a binary
+// file is refused as soon as it shows: at the first NUL byte when
+// `text_only`, at kMaxCorpusBytes otherwise.
 std::string read_nonempty_file(const std::string& path, bool text_only) {
   namespace fs = std::filesystem;
   const std::string origin = origin_of(path);
@@ -32,6 +32,7 @@ std::string read_nonempty_file(const std::string& path, bool text_only) {
   if (status.type() == fs::file_type::not_found) fail(origin, ": cannot open (no such file)");
   if (ec) fail(origin, ": cannot open (", ec.message(), ")");
   if (fs::is_directory(status)) fail(origin, " is a directory, not a text file");
+  check_regular_file(path, "data file");
 
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) fail(origin, ": cannot open (", std::strerror(errno), ")");
@@ -44,7 +45,8 @@ std::string read_nonempty_file(const std::string& path, bool text_only) {
       if (nul) binary_file(path, text.size() + static_cast<size_t>(static_cast<const char*>(nul) - chunk));
     }
     if (text.size() + got > kMaxCorpusBytes)
-      fail(origin, " is larger than ", kMaxCorpusBytes >> 30, " GiB, the most tapeformer reads into memory");
+      fail(origin, " is larger than ", kMaxCorpusBytes >> 30, " GiB, the most tapeformer reads into memory; ",
+           prepare_advice(path));
     text.append(chunk, got);
   }
   if (std::ferror(file.get())) fail(origin, ": cannot read (", std::strerror(errno), ")");
@@ -53,6 +55,11 @@ std::string read_nonempty_file(const std::string& path, bool text_only) {
 }
 
 }  // namespace
+
+std::string prepare_advice(const std::string& path) {
+  return "write it as token files with 'tapeformer prepare --data " + path +
+         " --out DIR' and train on DIR (token files are read window by window, never held in memory)";
+}
 
 std::string read_text_file(const std::string& path) { return read_nonempty_file(path, true); }
 
@@ -64,6 +71,8 @@ std::string read_corpus_file(const std::string& path, const std::string& tokeniz
   if (bad != std::string::npos)
     fail(origin_of(path), " is not valid UTF-8 (bad byte ", hex_byte(static_cast<unsigned char>(text[bad])),
          " at offset ", bad, "); the byte tokenizer accepts arbitrary bytes");
+  text.erase(0, utf8_bom_length(text));
+  if (text.empty()) fail(origin_of(path), " holds only a byte order mark");
   return text;
 }
 

@@ -34,10 +34,16 @@ std::string read_text_file(const std::string& path);
 
 // The bytes of a corpus for a tokenizer of `tokenizer_kind`:
 //   one that reads text (char, sentencepiece): as read_text_file, and the
-//           file must be valid UTF-8 (the error names the offset of the first bad byte);
+//           file must be valid UTF-8 (the error names the offset of the first
+//           bad byte); a byte order mark at its start is dropped;
 //   "byte": any non-empty file (NUL bytes and invalid UTF-8 included).
 // Throws Error for a kind not in tokenizer_kinds().
 std::string read_corpus_file(const std::string& path, const std::string& tokenizer_kind);
+
+// Advice for a text corpus too large to hold in memory: the `tapeformer
+// prepare` command that writes it as token files, which training reads
+// window by window.
+std::string prepare_advice(const std::string& path);
 
 // Where the val split starts in text, in bytes: after int(n * (1 - val_fraction))
 // of its n characters (`characters`) or bytes. Error naming `origin` unless

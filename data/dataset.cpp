@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/nanogpt_meta.h"
 
 namespace tapeformer {
@@ -24,13 +26,19 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
     if (!tok && !fs::exists(dir / "tokenizer.bin") && fs::exists(dir / "meta.pkl")) {
       tok = read_nanogpt_meta((dir / "meta.pkl").string());  // nanoGPT's char-level data directory
     } else if (!tok) {
+      check_regular_file((dir / "tokenizer.bin").string(), "tokenizer file");
       std::ifstream in(dir / "tokenizer.bin", std::ios::binary);
       TAPEFORMER_CHECK(in.good(), what,
                        " has no tokenizer.bin (tapeformer prepare writes one) or meta.pkl (nanoGPT's char-level "
                        "prepare.py writes one)");
       std::stringstream bytes;
       bytes << in.rdbuf();
-      tok = load_tokenizer(bytes.str());
+      try {
+        tok = load_tokenizer(bytes.str());
+      } catch (const Error& e) {
+        fail("tokenizer file '", (dir / "tokenizer.bin").string(), "' is truncated or damaged (", e.what(),
+             "); write the token files again with: tapeformer prepare --data FILE --out ", path);
+      }
     }
     TAPEFORMER_CHECK(tok->kind() == options.kind, "data.tokenizer is \"", options.kind, "\" but ",
                      what, " was prepared with the \"", tok->kind(), "\" tokenizer (set data.tokenizer=",
@@ -47,7 +55,7 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
     d.val = std::move(val_file);
     d.val_tokens_per_char = static_cast<double>(d.val->size()) /
                             static_cast<double>(std::max<int64_t>(1, count_characters(*d.val, *d.tokenizer)));
-  } else {
+  } else try {
     // A byte-level run takes any non-empty file; the others valid UTF-8 text.
     const std::string kind = tok ? tok->kind() : options.kind;
     const std::string text = read_corpus_file(path, kind);
@@ -63,6 +71,12 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
     d.val = std::make_unique<VectorTokens>(d.corpus->val());
     d.val_tokens_per_char =
         static_cast<double>(d.corpus->val().size()) / static_cast<double>(d.corpus->val_characters());
+  } catch (const std::bad_alloc&) {
+    // The corpus, not the model, is what did not fit: the model is built later.
+    std::error_code ec;
+    const auto bytes = fs::file_size(path, ec);
+    fail("out of memory reading data file '", path, "' (", ec ? 0 : bytes >> 20,
+         " MiB) into memory as text and token ids (about 5 bytes per character); ", prepare_advice(path));
   }
   return d;
 }

@@ -28,6 +28,9 @@ struct TrainingData {
   double val_tokens_per_char = 1;           // turns nats per token into bits per character
 };
 
+// A text file is held in memory, as text and as token ids; when that runs
+// out of memory the Error says so and points at token files (`tapeformer
+// prepare`), which are read window by window.
 // `options` are data.tokenizer and its settings, `val_fraction` data.val_fraction,
 // `vocab_size` data.vocab_size (0: any, for token files). `tok`, when given
 // (a resumed run's), is used instead of building or reading one.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/utf8.h"
 
 namespace tapeformer {
@@ -166,6 +167,7 @@ const Value* lookup(const Dict& d, const std::string& key) {
 
 std::unique_ptr<Tokenizer> read_nanogpt_meta(const std::string& path) {
   const std::string origin = "nanoGPT meta file '" + path + "'";
+  check_regular_file(path, "nanoGPT meta file");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), origin, ": cannot open");
   std::ostringstream buf;

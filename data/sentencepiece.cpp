@@ -3,11 +3,13 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/rng.h"
 #include "tapeformer/data/utf8.h"
@@ -73,6 +75,29 @@ void check_sp_options(const TokenizerOptions& o) {
                    o.vocab_size);
 }
 
+// SentencePiece's trainer reports a failed check as "./src/FILE.cc(LINE)
+// [CONDITION] text": the text, with the key to change when it is about the
+// vocabulary size (the sizes it allows depend on the text).
+[[noreturn]] void learning_failed(const std::string& message, const TokenizerOptions& o, const std::string& origin) {
+  std::string text = message;
+  const size_t bracket = text.find("] ");
+  if (text.find(".cc(") != std::string::npos && bracket != std::string::npos) text = text.substr(bracket + 2);
+  long long have = 0, need = 0;
+  const size_t small = text.find("required_chars. ");
+  if (small != std::string::npos &&
+      std::sscanf(text.c_str() + small, "required_chars. %lld vs %lld", &have, &need) == 2)
+    fail(origin, ": data.vocab_size = ", o.vocab_size, " is too small for this text: a sentencepiece vocabulary of it "
+         "needs at least ", need, " pieces (256 bytes, <unk>, \"\\n\" and every distinct character of the training "
+         "split); set data.vocab_size to ", need, " or more");
+  const size_t large = text.find("set it to a value <= ");
+  if (large != std::string::npos && std::sscanf(text.c_str() + large, "set it to a value <= %lld", &need) == 1)
+    fail(origin, ": data.vocab_size = ", o.vocab_size, " is too large for this text: a sentencepiece ", o.sp_type,
+         " vocabulary learnt from it holds at most ", need, " pieces; set data.vocab_size to ", need,
+         " or less, or train on more text");
+  fail(origin, ": learning a ", o.vocab_size, "-piece sentencepiece ", o.sp_type,
+       " vocabulary (data.vocab_size) failed: ", text);
+}
+
 }  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(std::string model_proto, const std::string& origin)
@@ -117,13 +142,12 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::learn(const Toke
   };
   std::string proto;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
-  TAPEFORMER_CHECK(status.ok(), corpus.origin, ": learning a ", o.vocab_size, "-piece sentencepiece ", o.sp_type,
-                   " vocabulary failed: ", status.ToString(),
-                   " (the vocabulary holds 256 bytes, <unk>, \"\\n\" and every character of the training split)");
+  if (!status.ok()) learning_failed(std::string(status.message()), o, corpus.origin);
   return std::make_unique<SentencePieceTokenizer>(std::move(proto), corpus.origin);
 }
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::read(const std::string& path) {
+  check_regular_file(path, "data.sp_model");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "data.sp_model '", path, "': cannot open");
   std::ostringstream bytes;

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/data/utf8.h"
 
@@ -25,6 +26,7 @@ void VectorTokens::read(int64_t start, int64_t n, int32_t* out) const {
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
+  check_regular_file(path, "token file");
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TAPEFORMER_CHECK(fd_ >= 0, "token file '", path, "': cannot open (", std::strerror(errno), ")");
   struct stat st {};
@@ -86,8 +88,9 @@ constexpr size_t kChunk = 16 << 20;
 
 // Calls f(chunk) for consecutive chunks of the file. With `utf8`, each ends
 // on its last line end, or, in a chunk without one, on a whole UTF-8
-// sequence (the rest is carried into the next chunk); `progress(stage, ...)`
-// after each.
+// sequence (the rest is carried into the next chunk), and a byte order mark
+// at the start of the file is dropped (as read_corpus_file does);
+// `progress(stage, ...)` after each.
 template <class F>
 void for_each_chunk(const std::string& path, bool utf8, const char* stage, const PrepareProgress& progress, F&& f) {
   std::ifstream in(path, std::ios::binary);
@@ -101,6 +104,7 @@ void for_each_chunk(const std::string& path, bool utf8, const char* stage, const
     buf.resize(static_cast<size_t>(in.gcount()));
     done += static_cast<int64_t>(buf.size());
     const bool last = buf.empty() || !in;
+    if (utf8 && done == static_cast<int64_t>(buf.size())) buf.erase(0, utf8_bom_length(buf));  // the first chunk
     std::string text = carry + buf;
     carry.clear();
     if (utf8 && !last) {
@@ -133,6 +137,7 @@ PreparedFiles prepare_token_files(const std::string& text_path, const std::strin
   TAPEFORMER_CHECK(val_fraction > 0 && val_fraction < 1, "prepare: val fraction must be in (0, 1), got ", val_fraction);
   const TokenizerKind& kind = tokenizer_kinds().get(options.kind);
   if (kind.check) kind.check(options);
+  check_regular_file(text_path, "data file");
   TAPEFORMER_CHECK(fs::is_regular_file(text_path), "data file '", text_path, "': not found (or not a file)");
   const bool chars = kind.text;
   const std::string origin = "data file '" + text_path + "'";

@@ -109,6 +109,8 @@ size_t utf8_incomplete_tail(std::string_view text) {
   return 0;
 }
 
+size_t utf8_bom_length(std::string_view text) { return text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0; }
+
 size_t character_offset(std::string_view text, int64_t n) {
   size_t at = 0;
   for (int64_t seen = 0; at < text.size(); ++at) {

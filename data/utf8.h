@@ -43,6 +43,11 @@ int64_t count_characters(std::string_view text);
 // (E2 98 of E2 98 83): 0..3. Text read in chunks carries them to the next.
 size_t utf8_incomplete_tail(std::string_view text);
 
+// 3 when text starts with a UTF-8 byte order mark (EF BB BF, U+FEFF), else 0.
+// Text corpora drop it: editors add it to mark the encoding, it is no
+// character of the text.
+size_t utf8_bom_length(std::string_view text);
+
 // The byte offset where character number `n` (0-based, as count_characters
 // counts them) starts; text.size() when there are not more than n.
 size_t character_offset(std::string_view text, int64_t n);

@@ -315,6 +315,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
+  check_regular_file(path, "checkpoint");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "checkpoint '", path, "': cannot open (", std::strerror(errno), ")");
   // The header first, so any other file is refused without reading it whole.

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <string>
 
+#include "tapeformer/core/files.h"  // check_regular_file, for the files this layer reads
 #include "tapeformer/core/rng.h"
 #include "tapeformer/layers/module.h"
 
@@ -37,6 +38,7 @@ struct Checkpoint {
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
+// Refuses a FIFO, device or socket before opening it (core/files.h).
 Checkpoint load_checkpoint(const std::string& path);
 
 // The file save_checkpoint writes for a payload: header (magic, version,

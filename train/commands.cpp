@@ -4,9 +4,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/corpus.h"
 #include "tapeformer/data/token_file.h"
 #include "tapeformer/data/tokenizer.h"
@@ -21,6 +25,45 @@ namespace {
 
 std::string checkpoint_file(const std::string& path) {
   return fs::is_directory(path) ? (fs::path(path) / "checkpoint.bin").string() : path;
+}
+
+// The file a checkpoint's model has its weights from, for errors about them.
+std::string weights_file(const std::string& checkpoint, const std::string& weights) {
+  return weights.empty() ? checkpoint_file(checkpoint) : weights;
+}
+
+// A prompt longer than the command line allows (128 KiB) comes from a file or stdin.
+constexpr size_t kMaxPromptBytes = size_t{64} << 20;
+
+// The text of a prompt file (or of stdin for "-"): refused when not a
+// regular file, unreadable, larger than kMaxPromptBytes or holding a NUL byte.
+std::string read_prompt(std::istream& in, const std::string& origin) {
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    const auto got = static_cast<size_t>(in.gcount());
+    const auto* nul = static_cast<const char*>(std::memchr(chunk, '\0', got));
+    if (nul != nullptr)
+      fail(origin, " looks binary (NUL byte at offset ", text.size() + static_cast<size_t>(nul - chunk), "), not text");
+    TAPEFORMER_CHECK(text.size() + got <= kMaxPromptBytes, origin, " is larger than ", kMaxPromptBytes >> 20,
+                     " MiB, more than a prompt");
+    text.append(chunk, got);
+  }
+  TAPEFORMER_CHECK(!in.bad(), origin, ": cannot read");
+  return text;
+}
+
+std::string prompt_text(const SampleArgs& args) {
+  if (!args.prompt_file.empty()) {
+    const std::string origin = "--prompt-file '" + args.prompt_file + "'";
+    check_regular_file(args.prompt_file, "--prompt-file");
+    TAPEFORMER_CHECK(!fs::is_directory(args.prompt_file), origin, " is a directory, not a text file");
+    std::ifstream in(args.prompt_file, std::ios::binary);
+    TAPEFORMER_CHECK(in.good(), origin, ": cannot open (", std::strerror(errno), ")");
+    return read_prompt(in, origin);
+  }
+  if (args.prompt == "-") return read_prompt(std::cin, "--prompt - (stdin)");
+  return args.prompt;
 }
 
 }  // namespace
@@ -74,6 +117,7 @@ int run_train(const TrainArgs& args) {
                                                : TrainConfig::load(args.config, args.overrides);
       if (!args.data.empty()) wanted.data.path = args.data;
       if (wanted.data.path.empty()) wanted.data.path = saved.data.path;
+      wanted.validate();  // --data may be a path a checkpoint cannot store
       adopt_resume_config(saved, wanted, args.out);
     });
   } else {
@@ -98,21 +142,35 @@ int run_train(const TrainArgs& args) {
 
 int run_sample(const SampleArgs& args) {
   args.options.validate();  // before anything reaches stdout
+  const std::string prompt_str = prompt_text(args);
   Loaded l = load_model(args.checkpoint, args.weights);
   std::vector<int32_t> prompt;
   try {
-    prompt = l.tokenizer->encode(args.prompt);
+    prompt = l.tokenizer->encode(prompt_str);
   } catch (const Error& e) {
-    fail("prompt: ", e.what());
+    fail(args.prompt_file.empty() ? "prompt" : "--prompt-file '" + args.prompt_file + "'", ": ", e.what());
   }
   sample_context(*l.model, args.options);  // refused before anything reaches stdout
   Rng rng(args.options.seed);
-  std::fputs(args.prompt.c_str(), stdout);
+  // The prompt is printed with the first token, so that weights giving NaN
+  // logits (refused at the first token) leave stdout empty.
+  bool prompt_printed = false;
+  const auto print_prompt = [&] {
+    if (!prompt_printed) std::fwrite(prompt_str.data(), 1, prompt_str.size(), stdout);
+    prompt_printed = true;
+  };
   StreamDecoder text(*l.tokenizer);  // a byte token waits for the rest of its character
-  generate(*l.model, prompt, args.options, rng, [&](int32_t id) {
-    std::fputs(text.push(id).c_str(), stdout);
-    std::fflush(stdout);
-  });
+  try {
+    generate(*l.model, prompt, args.options, rng, [&](int32_t id) {
+      print_prompt();
+      std::fputs(text.push(id).c_str(), stdout);
+      std::fflush(stdout);
+    });
+  } catch (const NonFiniteLogits& e) {
+    if (prompt_printed) std::fputs("\n", stdout);  // the error line starts a line of its own
+    fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
+  }
+  print_prompt();
   std::fputs(text.flush().c_str(), stdout);
   std::fputs("\n", stdout);
   return 0;
@@ -148,7 +206,11 @@ EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_
     counted += len;
   }
   const double per_char = static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, count_characters(text)));
-  return {total / static_cast<double>(counted), counted, per_char};
+  const double loss = total / static_cast<double>(counted);
+  TAPEFORMER_CHECK(std::isfinite(loss), "the model's loss on the data is ", std::isnan(loss) ? "nan" : "inf",
+                   ": the weights in '",
+                   weights_file(checkpoint, weights), "' are not usable");
+  return {loss, counted, per_char};
 }
 
 double EvalResult::bpc() const { return loss / std::log(2.0) * tokens_per_char; }

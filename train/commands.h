@@ -35,7 +35,8 @@ struct TrainArgs {
 struct SampleArgs {
   std::string checkpoint;  // run directory or checkpoint file
   std::string weights;     // a safetensors file replacing the checkpoint's weights (optional)
-  std::string prompt = "\n";
+  std::string prompt = "\n";  // "-": read from stdin
+  std::string prompt_file;    // when set, the prompt is this file's text
   SampleOptions options;
 };
 
@@ -56,7 +57,8 @@ struct EvalResult {
 
 // Loss of a checkpoint's model on a whole text file, in consecutive windows of
 // `context` tokens (0: the block size): every token after the first is
-// predicted exactly once. A context past the block size needs a positional
+// predicted exactly once. A loss that is not finite is an Error naming the
+// file the weights came from. A context past the block size needs a positional
 // scheme without a table (sinusoidal, rope, alibi, shaw).
 EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context = 0,
                          const std::string& weights = "");
@@ -82,7 +84,9 @@ int run_export(const ExportArgs& args);
 
 // Trains (or resumes); prints the final TrainResult JSON line on stdout.
 int run_train(const TrainArgs& args);
-// Prints the prompt followed by the generated text on stdout.
+// Prints the prompt followed by the generated text on stdout. A prompt file
+// or stdin must be text (no NUL byte, at most 64 MiB); NaN or inf logits are
+// an Error naming the file the weights came from, before the prompt is printed.
 int run_sample(const SampleArgs& args);
 // Prints {"loss", "bpc", "perplexity", "tokens"} as one JSON line on stdout.
 int run_eval(const EvalArgs& args);

@@ -8,9 +8,11 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/data/utf8.h"
 #include "tapeformer/optim/optimizer.h"
 #include "tapeformer/train/build.h"
@@ -203,11 +205,44 @@ std::vector<std::string> known_keys() {
 // printing a value nested thousands deep would recurse off the stack.
 constexpr int kMaxJsonDepth = 64;
 
+// A JSON object open while parsing: its dotted path and the keys seen in it.
+struct OpenObject {
+  std::string path;
+  std::set<std::string> keys;
+  std::string last_key;
+};
+
+// Parses JSON, refusing deep nesting and a key repeated in one object: JSON
+// keeps only the last of duplicate keys, so a second "model" section would
+// silently replace the first.
 json parse_json(const std::string& text, const std::string& what) {
-  return json::parse(text, [&](int depth, json::parse_event_t, json&) {
+  std::vector<OpenObject> open;
+  return json::parse(text, [&](int depth, json::parse_event_t event, json& parsed) {
     TAPEFORMER_CHECK(depth <= kMaxJsonDepth, what, ": JSON nested deeper than ", kMaxJsonDepth, " levels");
+    if (event == json::parse_event_t::object_start) {
+      std::string path;
+      if (!open.empty()) {
+        const OpenObject& parent = open.back();
+        path = parent.path.empty() ? parent.last_key : parent.path + "." + parent.last_key;
+      }
+      open.push_back({path, {}, {}});
+    } else if (event == json::parse_event_t::object_end && !open.empty()) {
+      open.pop_back();
+    } else if (event == json::parse_event_t::key && !open.empty()) {
+      OpenObject& o = open.back();
+      o.last_key = parsed.get<std::string>();
+      const std::string dotted = o.path.empty() ? o.last_key : o.path + "." + o.last_key;
+      TAPEFORMER_CHECK(o.keys.insert(o.last_key).second, what, ": key '", dotted, "' appears twice");
+    }
     return true;
   });
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " tag.
+std::string json_message(const json::exception& e) {
+  const std::string what = e.what();
+  const size_t tag_end = what.find("] ");
+  return what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos ? what.substr(tag_end + 2) : what;
 }
 
 json parse_override_value(const std::string& key, const std::string& text) {
@@ -226,7 +261,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
   try {
     root = parse_json(text, "config " + origin);
   } catch (const json::exception& e) {  // syntax, and numbers beyond a double (1e400)
-    fail("config ", origin, ": invalid JSON: ", e.what());
+    fail("config ", origin, ": invalid JSON: ", json_message(e));
   }
   TAPEFORMER_CHECK(root.is_object(), "config ", origin, ": top level must be a JSON object");
   std::map<std::string, json> flat;
@@ -282,6 +317,7 @@ std::string OptimizerConfig::option_string(const std::string& name) const {
 TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
   TAPEFORMER_CHECK(!std::filesystem::is_directory(path, ec), "config: '", path, "' is a directory, not a JSON file");
+  check_regular_file(path, "config");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "config: cannot open '", path, "'");
   std::stringstream buf;
@@ -289,11 +325,27 @@ TrainConfig TrainConfig::load(const std::string& path, const std::vector<std::st
   return parse(buf.str(), "'" + path + "'", overrides);
 }
 
+namespace {
+
+// JSON text of a value; a string that is not UTF-8 (validate() refuses one,
+// but a caller may skip it) is an Error naming the key, not nlohmann's.
+std::string dump_field(const std::string& key, const json& j, int indent = -1) {
+  try {
+    return j.dump(indent);
+  } catch (const json::exception& e) {
+    fail("config: '", key, "' cannot be stored as JSON: ", json_message(e));
+  }
+}
+
+}  // namespace
+
 std::string TrainConfig::to_json() const {
   json root = json::object();
   TrainConfig copy = *this;
   visit_fields(copy, [&](const std::string& key, auto& field) {
-    root[json::json_pointer("/" + std::string(key).replace(key.find('.'), 1, "/"))] = write(field);
+    json value = write(field);
+    dump_field(key, value);
+    root[json::json_pointer("/" + std::string(key).replace(key.find('.'), 1, "/"))] = std::move(value);
   });
   return root.dump(2);
 }
@@ -301,11 +353,25 @@ std::string TrainConfig::to_json() const {
 std::vector<std::pair<std::string, std::string>> TrainConfig::fields() const {
   std::vector<std::pair<std::string, std::string>> out;
   TrainConfig copy = *this;
-  visit_fields(copy, [&](const std::string& key, auto& field) { out.emplace_back(key, write(field).dump()); });
+  visit_fields(copy, [&](const std::string& key, auto& field) { out.emplace_back(key, dump_field(key, write(field))); });
   return out;
 }
 
 void TrainConfig::validate() const {
+  // Every string is stored in the checkpoint as JSON, which holds UTF-8 only:
+  // refused here, not at the first checkpoint. data.path usually comes from
+  // --data, a file name in any bytes.
+  TrainConfig copy = *this;
+  visit_fields(copy, [&](const std::string& key, auto& field) {
+    const json value = write(field);
+    if (!value.is_string()) return;
+    const std::string& s = value.get_ref<const std::string&>();
+    const size_t bad = utf8_error_offset(s);
+    if (bad == std::string::npos) return;
+    const bool file = key == "data.path" || key == "data.sp_model";
+    fail("config: '", key, "' = \"", s, "\" is not valid UTF-8 (bad byte ", hex_byte(static_cast<unsigned char>(s[bad])),
+         " at offset ", bad, "); a checkpoint stores it as JSON: ", file ? "rename the file" : "use UTF-8");
+  });
   // Sizes and counts: at least 1, at most 2^31 - 1, so products of a few of
   // them (tokens per step, iteration arithmetic) cannot overflow.
   const auto positive = [](const char* key, int64_t v) {
@@ -377,7 +443,9 @@ void TrainConfig::validate() const {
                    optimizer.eps);
   TAPEFORMER_CHECK(optimizer.weight_decay >= 0, "config: 'optimizer.weight_decay' must be >= 0, got ",
                    optimizer.weight_decay);
-  TAPEFORMER_CHECK(optimizer.momentum >= 0, "config: 'optimizer.momentum' must be >= 0, got ", optimizer.momentum);
+  // A momentum of 1 or more never forgets a gradient: the steps grow without bound.
+  TAPEFORMER_CHECK(optimizer.momentum >= 0 && as_float(optimizer.momentum) < 1,
+                   "config: 'optimizer.momentum' must be in [0, 1) (as a float), got ", optimizer.momentum);
   TAPEFORMER_CHECK(optimizer.grad_clip == 0 || as_float(optimizer.grad_clip) > 0,
                    "config: 'optimizer.grad_clip' must be 0 (off) or > 0 (as a float), got ", optimizer.grad_clip);
   TAPEFORMER_CHECK(schedule_kinds().find(schedule.name) != nullptr, "config: 'schedule.name' must be one of ",
@@ -395,6 +463,12 @@ void TrainConfig::validate() const {
   positive("eval.final_iters", eval.final_iters);
   TAPEFORMER_CHECK(eval.mem_len >= 0 && eval.mem_len <= 1 << 20, "config: 'eval.mem_len' must be in [0, 2^20], got ",
                    eval.mem_len);
+  const auto model_mem = model.options.find("mem_len");
+  const bool has_memory = model_mem != model.options.end() && std::holds_alternative<int64_t>(model_mem->second) &&
+                          std::get<int64_t>(model_mem->second) > 0;
+  TAPEFORMER_CHECK(eval.mem_len == 0 || has_memory, "config: 'eval.mem_len' = ", eval.mem_len,
+                   " applies only to a model with a memory; this model has none (model.mem_len = 0): leave "
+                   "eval.mem_len at 0 or set model.mem_len");
   positive("checkpoint.interval", checkpoint.interval);
   positive("log.interval", log.interval);
 }

@@ -101,6 +101,7 @@ void export_safetensors(const LanguageModel& model, const std::string& path) {
 }
 
 void import_safetensors(LanguageModel& model, const std::string& path) {
+  check_regular_file(path, "safetensors");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "safetensors '", path, "': cannot open");
   std::stringstream buf;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/data/corpus.h"
 #include "tapeformer/layers/language_model.h"
 
 namespace tapeformer {
@@ -26,14 +27,36 @@ double estimated_training_bytes(const TrainConfig& c, int64_t shards) {
   return 4 * (params * (3 + static_cast<double>(shards)) + B * f.activation_floats + eval_batches);
 }
 
+namespace {
+
+// Bytes of memory the process holds now (resident set), 0 when unknown.
+double resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const bool ok = std::fscanf(f, "%llu %llu", &size, &resident) == 2;
+  std::fclose(f);
+  return ok ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) : 0;
+}
+
+}  // namespace
+
 void check_fits_in_memory(const TrainConfig& c, int64_t shards) {
   const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
   const double ram = pages * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  const double need = estimated_training_bytes(c, shards);
+  const double model = estimated_training_bytes(c, shards);
+  const double held = resident_bytes();  // mostly a text corpus's text and ids
+  const double need = model + held;
   if (pages <= 0 || need <= ram) return;
   const double gib = 1024.0 * 1024.0 * 1024.0;
   char buf[64];
   std::snprintf(buf, sizeof buf, "at least %.3g GiB, but this machine has %.3g GiB", need / gib, ram / gib);
+  if (held > model) {
+    char held_buf[32];
+    std::snprintf(held_buf, sizeof held_buf, "%.3g GiB", held / gib);
+    fail("this run needs ", buf, " of memory, ", held_buf, " of it already held for the data (data.path '",
+         c.data.path, "' as text and token ids); ", prepare_advice(c.data.path));
+  }
   fail("config: this run needs ", buf, " of memory (model.n_layer=", c.model.n_layer, ", model.n_embd=",
        c.model.n_embd, ", model.block_size=", c.model.block_size, ", train.batch_size=", c.train.batch_size,
        ", eval.iters=", c.eval.iters, ", eval.final_iters=", c.eval.final_iters,

@@ -16,7 +16,10 @@ namespace tapeformer {
 // keeps for backward (the model kind's footprint, layers/language_model.h),
 // and the evaluation batches.
 double estimated_training_bytes(const TrainConfig& c, int64_t shards);
-// Error naming the sizing keys when the estimate exceeds this machine's RAM.
+// Error when the estimate plus what the process already holds (a text
+// corpus, read before the model is built) exceeds this machine's RAM: it
+// names the sizing keys, or, when the memory held is the larger part, points
+// at token files for data.path (`tapeformer prepare`, read window by window).
 void check_fits_in_memory(const TrainConfig& c, int64_t shards);
 
 }  // namespace tapeformer

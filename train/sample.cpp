@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <sstream>
 
 #include "tapeformer/core/error.h"
 
@@ -28,9 +29,13 @@ int64_t sample_context(const LanguageModel& model, const SampleOptions& opt) {
 
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng) {
   // A NaN would break the sort's ordering and silently pick the last token.
-  for (int64_t i = 0; i < V; ++i)
-    TAPEFORMER_CHECK(std::isfinite(logits[i]), "sample: the model's logit for token ", i, " is ", logits[i],
-                     " (the weights hold NaN or inf values)");
+  for (int64_t i = 0; i < V; ++i) {
+    if (std::isfinite(logits[i])) continue;
+    std::ostringstream what;
+    what << "the model's logit for token " << i << " is "
+         << (std::isnan(logits[i]) ? "nan" : logits[i] > 0 ? "inf" : "-inf");  // never printf's "-nan"
+    throw NonFiniteLogits(what.str());
+  }
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
   // Most likely first; ties keep the lower id, so results do not depend on the sort.

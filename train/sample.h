@@ -24,6 +24,7 @@
 #include <functional>
 #include <vector>
 
+#include "tapeformer/core/error.h"
 #include "tapeformer/layers/transformer.h"
 
 namespace tapeformer {
@@ -42,7 +43,16 @@ struct SampleOptions {
 // size when 0); Error when a learned position table cannot hold it.
 int64_t sample_context(const LanguageModel& model, const SampleOptions& opt);
 
-// Picks a token from one row of logits (V).
+// Thrown by sample_token (and so generate) when a logit is NaN or infinite:
+// the model's weights are unusable, which the caller names.
+class NonFiniteLogits : public Error {
+ public:
+  explicit NonFiniteLogits(const std::string& logit)
+      : Error("sample: " + logit + " (the weights hold NaN or inf values)"), logit(logit) {}
+  std::string logit;  // "the model's logit for token 3 is nan"
+};
+
+// Picks a token from one row of logits (V); NonFiniteLogits on a NaN or inf.
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng);
 
 // Returns prompt followed by opt.tokens sampled tokens. `on_token`, when set,

@@ -234,6 +234,12 @@ AttentionKind linear_attention_kind() {
                      "softmaxes is not a rotation of a kernel's features (use elu1 or cos with it)");
     TAPEFORMER_CHECK(cfg.option_int("n_features") >= 0 && cfg.option_int("feature_redraw") >= 0,
                      "model.n_features and model.feature_redraw must be >= 0");
+    // Only FAVOR+ draws random features: for another map these keys would be ignored.
+    if (map != LinearAttention::FeatureMap::Favor)
+      for (const char* key : {"n_features", "feature_redraw"})
+        TAPEFORMER_CHECK(cfg.option_int(key) == 0, "model.", key, " = ", cfg.option_int(key),
+                         " applies to model.feature_map \"favor\" only (random features); this config selects "
+                         "model.feature_map \"", cfg.option_string("feature_map"), "\"");
   };
   return kind;
 }

@@ -43,6 +43,10 @@ cat > "$work/tiny.json" <<'JSON'
 JSON
 for i in $(seq 40); do echo "The quick brown fox jumps over the lazy dog, line $i."; done > "$work/text.txt"
 tf() { "$bin" "$@"; }
+# For inputs that used to hang (a FIFO with no writer): a hang fails the check
+# with status 124 instead of hanging ctest.
+tft() { timeout 30 "$bin" "$@"; }
+mkfifo "$work/fifo"
 
 # Data files.
 expect_error "missing data file" "'$work/nope.txt': cannot open" -- tf train --config "$work/tiny.json" --data "$work/nope.txt" --out "$work/o1"
@@ -73,6 +77,38 @@ expect_error "unknown attention kind" "model.attention: unknown kind \"flash\" (
 expect_error "ALiBi with linear attention" "model.positional \"alibi\" does not combine with model.attention \"linear\"" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o20" --set model.attention=linear --set model.positional=alibi
 expect_error "a feature map with softmax attention" "model.feature_map = \"cos\" applies to model.attention \"linear\" only" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o21" --set model.feature_map=cos
 expect_error "a kind-specific key of the wrong type" "model.rel_clip' must be an integer" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o22" --set model.positional=shaw --set model.rel_clip=wide
+# Keys that would be ignored, values that cannot train, keys given twice.
+expect_error "feature_redraw without favor" "model.feature_redraw = 100 applies to model.feature_map \"favor\" only" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o23" --set model.attention=linear --set model.feature_map=elu1 --set model.feature_redraw=100
+expect_error "eval.mem_len without a memory" "'eval.mem_len' = 8 applies only to a model with a memory; this model has none (model.mem_len = 0)" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o24" --set eval.mem_len=8
+expect_error "momentum 2" "'optimizer.momentum' must be in [0, 1) (as a float), got 2" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o25" --set optimizer.name=sgd --set optimizer.momentum=2
+echo '{"train": {"batch_size": 4, "max_iters": 20, "batch_size": 8}}' > "$work/dupkey.json"
+expect_error "duplicate key" "config '$work/dupkey.json': key 'train.batch_size' appears twice" -- tf train --config "$work/dupkey.json" --data "$work/text.txt" --out "$work/o26"
+printf '{"model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},\n "model": {"dropout": 0.1}}\n' > "$work/dupsection.json"
+expect_error "a repeated model section" "config '$work/dupsection.json': key 'model' appears twice" -- tf train --config "$work/dupsection.json" --data "$work/text.txt" --out "$work/o27"
+latin1_name="$work/caf$(printf '\xe9').txt"
+cp "$work/text.txt" "$latin1_name"
+expect_error "non-UTF-8 data path" "is not valid UTF-8 (bad byte 0xE9 at offset" -- tf train --config "$work/tiny.json" --data "$latin1_name" --out "$work/o28"
+expect_error "non-UTF-8 data path, the advice" "a checkpoint stores it as JSON: rename the file" -- tf train --config "$work/tiny.json" --data "$latin1_name" --out "$work/o28"
+expect_error "sentencepiece vocabulary too small" "data.vocab_size = 100 is too small for this text" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o29" --set data.tokenizer=sentencepiece --set data.vocab_size=100
+# A text corpus that does not fit in memory (a 200 MB address space for a 40
+# MB text held as text and ids): the advice is token files, not a smaller model.
+yes "The quick brown fox jumps over the lazy dog." | head -c 40000000 > "$work/big.txt"
+expect_error "corpus beyond memory" "write it as token files with 'tapeformer prepare --data $work/big.txt --out DIR'" -- \
+  env MALLOC_ARENA_MAX=1 sh -c 'ulimit -v 200000 && exec "$@"' sh "$bin" train --config "$work/tiny.json" --data "$work/big.txt" --out "$work/o37" --threads 1
+rm -f "$work/big.txt"
+# FIFOs (no writer: opening one blocks) and devices are refused before they are opened.
+expect_error "FIFO as data file" "data file '$work/fifo' is a FIFO, not a regular file" -- tft train --config "$work/tiny.json" --data "$work/fifo" --out "$work/o30"
+expect_error "FIFO as config" "config '$work/fifo' is a FIFO, not a regular file" -- tft train --config "$work/fifo" --data "$work/text.txt" --out "$work/o31"
+# Token directories: a FIFO among the files, a truncated tokenizer.bin.
+if ! "$bin" prepare --data "$work/text.txt" --out "$work/tokens" > /dev/null 2>&1; then
+  echo "FAIL: prepare did not write token files"; failures=$((failures + 1))
+fi
+cp -r "$work/tokens" "$work/tokens_fifo"; rm "$work/tokens_fifo/val.bin"; mkfifo "$work/tokens_fifo/val.bin"
+expect_error "FIFO in a token directory" "token file '$work/tokens_fifo/val.bin' is a FIFO, not a regular file" -- tft train --config "$work/tiny.json" --data "$work/tokens_fifo" --out "$work/o32"
+cp -r "$work/tokens" "$work/tokens_fifo2"; rm "$work/tokens_fifo2/tokenizer.bin"; mkfifo "$work/tokens_fifo2/tokenizer.bin"
+expect_error "FIFO as tokenizer.bin" "tokenizer file '$work/tokens_fifo2/tokenizer.bin' is a FIFO, not a regular file" -- tft train --config "$work/tiny.json" --data "$work/tokens_fifo2" --out "$work/o33"
+cp -r "$work/tokens" "$work/tokens_trunc"; truncate -s 20 "$work/tokens_trunc/tokenizer.bin"
+expect_error "truncated tokenizer.bin" "tokenizer file '$work/tokens_trunc/tokenizer.bin' is truncated or damaged" -- tf train --config "$work/tiny.json" --data "$work/tokens_trunc" --out "$work/o34"
 
 # A real run to get a checkpoint, then damaged copies of it.
 if ! "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/run" > "$work/run.json" 2> "$work/run.log"; then
@@ -86,10 +122,15 @@ cp "$ckpt" "$work/corrupt/checkpoint.bin"
 printf '\xff\xff\xff\xff' | dd of="$work/corrupt/checkpoint.bin" bs=1 seek=200 conv=notrunc status=none
 expect_error "corrupted checkpoint" "corrupted" -- tf sample --checkpoint "$work/corrupt" --tokens 5
 expect_error "missing checkpoint" "cannot open" -- tf sample --checkpoint "$work/nothing" --tokens 5
+expect_error "FIFO as checkpoint" "checkpoint '$work/fifo' is a FIFO, not a regular file" -- tft sample --checkpoint "$work/fifo" --tokens 5
+mkdir -p "$work/fiforun"; mkfifo "$work/fiforun/checkpoint.bin"
+expect_error "FIFO as a run's checkpoint.bin" "checkpoint '$work/fiforun/checkpoint.bin' is a FIFO" -- tft eval --checkpoint "$work/fiforun" --data "$work/text.txt"
+expect_error "FIFO as --weights" "safetensors '$work/fifo' is a FIFO, not a regular file" -- tft sample --checkpoint "$work/run" --weights "$work/fifo" --tokens 5
+expect_error "FIFO as --prompt-file" "--prompt-file '$work/fifo' is a FIFO, not a regular file" -- tft sample --checkpoint "$work/run" --prompt-file "$work/fifo" --tokens 5
 expect_error "a text file as checkpoint" "not a tapeformer checkpoint" -- tf sample --checkpoint "$work/text.txt" --tokens 5
 expect_error "--resume without a checkpoint" "--resume: no checkpoint at" -- tf train --out "$work/nothing" --resume
 expect_error "no data file" "no data file" -- tf train --config "$work/tiny.json" --out "$work/o16"
-expect_error "endless binary data" "'/dev/zero' looks binary (NUL byte at offset 0)" -- tf train --config "$work/tiny.json" --data /dev/zero --out "$work/o17"
+expect_error "endless binary data" "data file '/dev/zero' is a character device, not a regular file" -- tf train --config "$work/tiny.json" --data /dev/zero --out "$work/o17"
 printf 'a' > "$work/one.txt"
 expect_error "eval on a one-character file" "fewer than 2 tokens" -- tf eval --checkpoint "$work/run" --data "$work/one.txt"
 cp -r "$work/run" "$work/resume"
@@ -118,9 +159,48 @@ expect_error "flag without its value" "--config" --usage tf train --config
 expect_error "negative --threads" "--threads" --usage tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o14" --threads -5
 expect_error "negative --seed" "--seed" --usage tf sample --checkpoint "$work/run" --seed -1
 expect_error "negative --tokens" "--tokens" --usage tf sample --checkpoint "$work/run" --tokens -3
-expect_error "negative temperature" "--temperature: must be a number >= 0, got -1" --usage tf sample --checkpoint "$work/run" --temperature -1
-expect_error "negative top-k" "--top-k: must be a number >= 0" --usage tf sample --checkpoint "$work/run" --top-k -1
+expect_error "negative temperature" "--temperature: must be a finite number >= 0, got -1" --usage tf sample --checkpoint "$work/run" --temperature -1
+expect_error "negative top-k" "--top-k: must be an integer in [0, 2147483647], got -1" --usage tf sample --checkpoint "$work/run" --top-k -1
 expect_error "top-p above 1" "--top-p: must be a number in (0, 1], got 2" --usage tf sample --checkpoint "$work/run" --top-p 2
+# Numbers past a flag's type are refused with the range, not capped.
+expect_error "--tokens past int64" "--tokens: must be an integer in [0, 2147483647], got 9223372036854775808" --usage tft sample --checkpoint "$work/run" --tokens 9223372036854775808
+expect_error "--seed past uint64" "--seed: must be an integer in [0, 18446744073709551615], got 18446744073709551616" --usage tft sample --checkpoint "$work/run" --seed 18446744073709551616
+expect_error "--top-k past int32" "--top-k: must be an integer in [0, 2147483647], got 4294967296" --usage tft sample --checkpoint "$work/run" --top-k 4294967296
+expect_error "--context past int64" "--context: must be an integer in [0, 2147483647], got 99999999999999999999" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --context 99999999999999999999
+expect_error "--threads past int32" "--threads: must be an integer in [0, 1024], got 4294967297" --usage tf --threads 4294967297 sample --checkpoint "$work/run"
+expect_error "--vocab-size past int64" "--vocab-size: must be an integer in [0, 2147483647], got 9223372036854775808" --usage tf prepare --data "$work/text.txt" --out "$work/o35" --vocab-size 9223372036854775808
+expect_error "--val-fraction 1" "--val-fraction: must be a number in (0, 1), got 1" --usage tf prepare --data "$work/text.txt" --out "$work/o36" --val-fraction 1
+expect_error "infinite temperature" "--temperature: must be a finite number >= 0, got inf" --usage tf sample --checkpoint "$work/run" --temperature inf
+# Prompts from a file or stdin, beyond the 128 KiB a command-line argument holds.
+for i in $(seq 4000); do echo "The quick brown fox jumps over the lazy dog, line 1."; done > "$work/long_prompt.txt"
+checks=$((checks + 1))
+if [ "$("$bin" sample --checkpoint "$work/run" --prompt-file "$work/long_prompt.txt" --tokens 5 2>/dev/null | head -c 212000 | cmp - "$work/long_prompt.txt" 2>&1)" != "" ] ||
+   ! "$bin" sample --checkpoint "$work/run" --prompt-file "$work/long_prompt.txt" --tokens 5 > /dev/null 2>&1; then
+  echo "FAIL: a 212000-byte --prompt-file was not continued"; failures=$((failures + 1))
+fi
+checks=$((checks + 1))
+if [ "$(printf 'The quick' | "$bin" sample --checkpoint "$work/run" --prompt - --tokens 5 2>/dev/null | head -c 9)" != "The quick" ]; then
+  echo "FAIL: --prompt - did not read the prompt from stdin"; failures=$((failures + 1))
+fi
+expect_error "missing --prompt-file" "--prompt-file '$work/nope.txt': cannot open" -- tf sample --checkpoint "$work/run" --prompt-file "$work/nope.txt"
+expect_error "binary --prompt-file" "--prompt-file '$work/binary.bin' looks binary" -- tf sample --checkpoint "$work/run" --prompt-file "$work/binary.bin"
+expect_error "binary prompt on stdin" "--prompt - (stdin) looks binary (NUL byte at offset 3)" -- sh -c 'printf "abc\0" | "$1" sample --checkpoint "$2" --prompt -' sh "$bin" "$work/run"
+# Weights giving NaN: eval and sample refuse them, naming the file; nothing on stdout.
+# Every byte after the header 0xFF: each float a NaN.
+if "$bin" export --checkpoint "$work/run" -o "$work/good.safetensors" > /dev/null; then
+  header=$(od -An -t u8 -N8 "$work/good.safetensors" | tr -d ' ')
+  cp "$work/good.safetensors" "$work/nan.safetensors"
+  head -c $(( $(stat -c %s "$work/good.safetensors") - 8 - header )) /dev/zero | tr '\0' '\377' |
+    dd of="$work/nan.safetensors" bs=4096 seek=$((8 + header)) oflag=seek_bytes conv=notrunc status=none
+fi
+expect_error "eval on NaN weights" "the model's loss on the data is nan: the weights in '$work/nan.safetensors' are not usable" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --weights "$work/nan.safetensors"
+expect_error "sample on NaN weights" "is nan: the weights in '$work/nan.safetensors' are not usable" -- tf sample --checkpoint "$work/run" --weights "$work/nan.safetensors" --prompt "The" --tokens 5
+# A byte order mark is dropped from a text corpus: it is not in the vocabulary.
+{ printf '\xef\xbb\xbf'; cat "$work/text.txt"; } > "$work/bom.txt"
+if ! "$bin" train --config "$work/tiny.json" --data "$work/bom.txt" --out "$work/bomrun" > /dev/null 2>&1; then
+  echo "FAIL: training on a text with a byte order mark failed"; failures=$((failures + 1))
+fi
+expect_error "no U+FEFF in the vocabulary" "(U+FEFF) at byte offset 0 is not in the vocabulary" -- tf sample --checkpoint "$work/bomrun" --prompt "$(printf '\xef\xbb\xbf')The" --tokens 5
 expect_error "bad TAPEFORMER_THREADS" "TAPEFORMER_THREADS" -- env TAPEFORMER_THREADS=abc "$bin" train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o15"
 
 # TAPEFORMER_THREADS sets the default thread count of a run.
@@ -141,7 +221,8 @@ checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
   echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
 fi
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16 o17 o18 o19 o20 o21 o22; do
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16 o17 o18 o19 o20 o21 o22 o23 o24 o25 o26 o27 o28 \
+         o29 o30 o31 o32 o33 o34 o35 o36 o37; do
   if [ -e "$work/$d" ]; then echo "FAIL: failed run $d left a directory behind"; failures=$((failures + 1)); fi
 done
 

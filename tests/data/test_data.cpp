@@ -1,5 +1,6 @@
 // data/: tokenizers and strict UTF-8, corpus files and the split, the window sampler.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cereal/archives/binary.hpp>
@@ -13,6 +14,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/serialize.h"
 #include "tapeformer/data/corpus.h"
+#include "tapeformer/data/dataset.h"
 #include "tapeformer/data/sampler.h"
 #include "tapeformer/data/tasks.h"
 #include "tapeformer/data/token_file.h"
@@ -210,6 +212,59 @@ TEST_CASE("corpus files: missing, unreadable, directory, empty, binary and non-U
     CHECK_THROWS_WITH_AS(read_text_file(locked), Contains("': cannot open (Permission denied)"), Error);
   }
   CHECK(read_corpus_file(write_file(dir, "good.txt", "héllo\n"), "char") == "héllo\n");
+}
+
+TEST_CASE("corpus and token files: a FIFO or device is refused before it is opened (opening a FIFO blocks)") {
+  TempDir dir("fifo");
+  const std::string fifo = (dir.path / "in.fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string want = "data file '" + fifo + "' is a FIFO, not a regular file";
+  CHECK_THROWS_WITH_AS(read_corpus_file(fifo, "char"), want.c_str(), Error);
+  CHECK_THROWS_WITH_AS(read_corpus_file("/dev/zero", "byte"),
+                       "data file '/dev/zero' is a character device, not a regular file", Error);
+  CHECK_THROWS_WITH_AS(prepare_token_files(fifo, (dir.path / "tok").string(), TokenizerOptions{}, 0.1),
+                       want.c_str(), Error);
+  CHECK_THROWS_WITH_AS(TokenFile{fifo}, ("token file '" + fifo + "' is a FIFO, not a regular file").c_str(), Error);
+  // A token directory whose tokenizer.bin is a FIFO.
+  const fs::path tokens = dir.path / "tokens";
+  fs::create_directories(tokens);
+  std::ofstream(tokens / "train.bin", std::ios::binary) << "abcd";
+  std::ofstream(tokens / "val.bin", std::ios::binary) << "abcd";
+  REQUIRE(::mkfifo((tokens / "tokenizer.bin").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(load_training_data(tokens.string(), TokenizerOptions{}, 0.1, 0, nullptr),
+                       ("tokenizer file '" + (tokens / "tokenizer.bin").string() + "' is a FIFO, not a regular file").c_str(),
+                       Error);
+}
+
+TEST_CASE("corpus files: a UTF-8 byte order mark is no character of the text") {
+  TempDir dir("bom");
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string path = write_file(dir, "bom.txt", bom + "hello world\n");
+  CHECK(read_corpus_file(path, "char") == "hello world\n");
+  CHECK(read_corpus_file(path, "byte") == bom + "hello world\n");  // bytes are kept as they are
+  const LoadedCorpus c = load_corpus(path, "char", 0.5);
+  CHECK(c.tokenizer->vocab_size() == CharTokenizer("hello world\n").vocab_size());
+  CHECK(c.corpus.num_tokens() == 12);
+  // Token files prepared from the file hold the same ids as the text read whole.
+  const PreparedFiles p = prepare_token_files(path, (dir.path / "tok").string(), TokenizerOptions{}, 0.5);
+  CHECK(p.vocab_size == c.tokenizer->vocab_size());
+  CHECK(p.train_tokens == static_cast<int64_t>(c.corpus.train().size()));
+  CHECK(p.val_tokens == static_cast<int64_t>(c.corpus.val().size()));
+  // Only a BOM: nothing to train on.
+  const std::string only = write_file(dir, "only.txt", bom);
+  CHECK_THROWS_WITH_AS(read_corpus_file(only, "char"), ("data file '" + only + "' holds only a byte order mark").c_str(),
+                       Error);
+}
+
+TEST_CASE("token directories: a truncated tokenizer.bin is named") {
+  TempDir dir("trunc-tok");
+  const std::string text = write_file(dir, "t.txt", "the quick brown fox jumps over the lazy dog\n");
+  const std::string out = (dir.path / "tok").string();
+  prepare_token_files(text, out, TokenizerOptions{}, 0.1);
+  const fs::path tok = fs::path(out) / "tokenizer.bin";
+  fs::resize_file(tok, fs::file_size(tok) / 2);
+  const std::string want = "tokenizer file '" + tok.string() + "' is truncated or damaged (";
+  CHECK_THROWS_WITH_AS(load_training_data(out, TokenizerOptions{}, 0.1, 0, nullptr), Contains(want.c_str()), Error);
 }
 
 TEST_CASE("TextCorpus: nanoGPT's split at int(n * 0.9), checked fractions, file loading") {

@@ -165,8 +165,20 @@ TEST_CASE("sentencepiece: options are checked by field name") {
   CHECK_THROWS_WITH_AS(learn(text, 0), Contains("data.tokenizer \"sentencepiece\" needs data.vocab_size"), Error);
   CHECK_THROWS_WITH_AS(learn(text, 100000), Contains("data.vocab_size must be in [0, 65536]"), Error);
   CHECK_THROWS_WITH_AS(learn(text, 300, "wordpiece"), Contains("data.sp_type must be \"bpe\" or \"unigram\""), Error);
-  // Fewer ids than 256 bytes + <unk> + "\n" + the characters: SentencePiece's reason, and ours.
-  CHECK_THROWS_WITH_AS(learn(text, 200), Contains("test text: learning a 200-piece sentencepiece bpe vocabulary failed"),
+  // Fewer ids than 256 bytes + <unk> + "\n" + the characters: the key and the
+  // size to set, not SentencePiece's source location and condition.
+  CHECK_THROWS_WITH_AS(learn(text, 200),
+                       Contains("test text: data.vocab_size = 200 is too small for this text: a sentencepiece "
+                                "vocabulary of it needs at least "),
+                       Error);
+  try {
+    learn(text, 200);
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find(".cc(") == std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(learn(text, 60000, "unigram"),
+                       Contains("test text: data.vocab_size = 60000 is too large for this text: a sentencepiece "
+                                "unigram vocabulary learnt from it holds at most "),
                        Error);
   CHECK_THROWS_WITH_AS(learn("\n\n\n", 300), Contains("the training split has no text"), Error);
   TokenizerOptions both = sp_options(300);
