@@ -1,5 +1,8 @@
 #include "tapeformer/train/export.h"
 
+#include <algorithm>
+#include <cmath>
+#include <set>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -100,6 +103,81 @@ void export_safetensors(const LanguageModel& model, const std::string& path) {
   write_file_atomic(path, bytes);
 }
 
+namespace {
+
+// One tensor's entry in a safetensors header.
+struct Entry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // its bytes in the data section
+};
+
+// nlohmann's message without its "[json.exception.parse_error.101] " tag.
+std::string without_tag(const std::string& what) {
+  const size_t tag_end = what.find("] ");
+  return what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos ? what.substr(tag_end + 2) : what;
+}
+
+// The header's JSON; a tensor name given twice is refused (JSON would keep
+// the last one and load the wrong weights).
+nlohmann::json parse_header(const std::string& text, const std::string& path) {
+  std::set<std::string> names;
+  try {
+    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+      TAPEFORMER_CHECK(depth <= 8, "safetensors '", path, "': the header is nested deeper than 8 levels");
+      if (event == nlohmann::json::parse_event_t::key && depth == 1)
+        TAPEFORMER_CHECK(names.insert(parsed.get<std::string>()).second, "safetensors '", path, "': tensor '",
+                         parsed.get<std::string>(), "' appears twice in the header");
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {
+    fail("safetensors '", path, "': the header is not JSON (", without_tag(e.what()), ")");
+  }
+}
+
+// Every tensor entry of the header, checked: its fields, and byte ranges
+// that tile the data section exactly (no overlap, no gap, nothing after).
+std::map<std::string, Entry> header_entries(const nlohmann::json& header, uint64_t data_bytes, const std::string& path) {
+  TAPEFORMER_CHECK(header.is_object(), "safetensors '", path, "': the header is not a JSON object");
+  std::map<std::string, Entry> entries;
+  std::vector<const Entry*> by_offset;
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    Entry x;
+    x.name = name;
+    try {
+      x.dtype = e.at("dtype").get<std::string>();
+      x.shape = e.at("shape").get<std::vector<int64_t>>();
+      const auto offsets = e.at("data_offsets").get<std::vector<uint64_t>>();
+      TAPEFORMER_CHECK(offsets.size() == 2, "safetensors '", path, "': tensor '", name, "' has ", offsets.size(),
+                       " data_offsets, not 2");
+      x.begin = offsets[0], x.end = offsets[1];
+    } catch (const nlohmann::json::exception& err) {
+      fail("safetensors '", path, "': tensor '", name, "': a malformed header entry (", without_tag(err.what()), ")");
+    }
+    TAPEFORMER_CHECK(x.begin <= x.end && x.end <= data_bytes, "safetensors '", path, "': tensor '", name,
+                     "' lies outside the file (bytes ", x.begin, " to ", x.end, " of ", data_bytes, "; truncated?)");
+    by_offset.push_back(&entries.emplace(name, std::move(x)).first->second);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const Entry* a, const Entry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
+  uint64_t at = 0;
+  const Entry* previous = nullptr;
+  for (const Entry* e : by_offset) {
+    TAPEFORMER_CHECK(e->begin >= at, "safetensors '", path, "': tensors '", previous ? previous->name : "", "' and '",
+                     e->name, "' overlap (bytes ", e->begin, " to ", std::min(at, e->end), ")");
+    TAPEFORMER_CHECK(e->begin == at, "safetensors '", path, "': bytes ", at, " to ", e->begin,
+                     " of the data belong to no tensor");
+    at = e->end;
+    previous = e;
+  }
+  TAPEFORMER_CHECK(at == data_bytes, "safetensors '", path, "': ", data_bytes - at,
+                   " bytes after the last tensor belong to no tensor");
+  return entries;
+}
+
+}  // namespace
+
 void import_safetensors(LanguageModel& model, const std::string& path) {
   check_regular_file(path, "safetensors");
   std::ifstream in(path, std::ios::binary);
@@ -112,46 +190,32 @@ void import_safetensors(LanguageModel& model, const std::string& path) {
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   TAPEFORMER_CHECK(n <= bytes.size() - 8, "safetensors '", path, "': a header of ", n, " bytes in a file of ",
                    bytes.size());
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.substr(8, n));
-  } catch (const std::exception& e) {
-    fail("safetensors '", path, "': the header is not JSON (", e.what(), ")");
-  }
   const size_t data = 8 + n;
-  try {
-    for (const auto& [name, e] : header.items()) {  // every tensor inside the file, before anything is loaded
-      if (name == "__metadata__") continue;
-      const auto offsets = e.at("data_offsets").get<std::vector<uint64_t>>();
-      TAPEFORMER_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1] && data + offsets[1] <= bytes.size(),
-                       "safetensors '", path, "': tensor '", name, "' lies outside the file (truncated?)");
-      e.at("shape").get<std::vector<int64_t>>();
-      e.at("dtype").get<std::string>();
-    }
-  } catch (const nlohmann::json::exception& e) {
-    fail("safetensors '", path, "': a malformed header entry (", e.what(), ")");
-  }
+  // Every entry is checked before anything is loaded.
+  const std::map<std::string, Entry> entries = header_entries(parse_header(bytes.substr(8, n), path),
+                                                              bytes.size() - data, path);
+  std::set<std::string> used;
   const auto read = [&](const std::string& name, const Shape& want) {
-    TAPEFORMER_CHECK(header.contains(name), "safetensors '", path, "': no tensor '", name, "'");
-    const auto& e = header[name];
-    TAPEFORMER_CHECK(e.value("dtype", "") == "F32", "safetensors '", path, "': tensor '", name, "' is ",
-                     e.value("dtype", "?"), ", not F32");
-    const std::vector<int64_t> shape = e.at("shape").get<std::vector<int64_t>>();
-    TAPEFORMER_CHECK(shape == dims(want), "safetensors '", path, "': tensor '", name, "' has shape ",
-                     nlohmann::json(shape).dump(), " but the model expects ", want);
-    const auto offsets = e.at("data_offsets").get<std::vector<uint64_t>>();  // inside the file: checked above
-    TAPEFORMER_CHECK(offsets[1] - offsets[0] == static_cast<uint64_t>(want.numel()) * 4, "safetensors '", path,
-                     "': tensor '", name, "' holds ", offsets[1] - offsets[0], " bytes for its ", want.numel(),
-                     " floats");
+    const auto it = entries.find(name);
+    TAPEFORMER_CHECK(it != entries.end(), "safetensors '", path, "': no tensor '", name, "'");
+    const Entry& e = it->second;
+    used.insert(name);
+    TAPEFORMER_CHECK(e.dtype == "F32", "safetensors '", path, "': tensor '", name, "' is ", e.dtype, ", not F32");
+    TAPEFORMER_CHECK(e.shape == dims(want), "safetensors '", path, "': tensor '", name, "' has shape ",
+                     nlohmann::json(e.shape).dump(), " but the model expects ", want);
+    TAPEFORMER_CHECK(e.end - e.begin == static_cast<uint64_t>(want.numel()) * 4, "safetensors '", path, "': tensor '",
+                     name, "' holds ", e.end - e.begin, " bytes for its ", want.numel(), " floats");
     Tensor t = Tensor::empty(want);
-    std::memcpy(t.data(), bytes.data() + data + offsets[0], static_cast<size_t>(want.numel()) * sizeof(float));
+    std::memcpy(t.data(), bytes.data() + data + e.begin, static_cast<size_t>(want.numel()) * sizeof(float));
+    const Scalar* v = t.data();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      TAPEFORMER_CHECK(std::isfinite(v[i]), "safetensors '", path, "': tensor '", name,
+                       "' holds a NaN or an infinity at element ", i, " (weights must be finite)");
     return t;
   };
   const bool gpt = is_nanogpt(model);
   NamedTensors state;
-  Tensor wte;  // the token embedding, for the tied head
   for (const auto& [name, var] : model.named_parameters()) {
-    if (name == "tok_emb.weight") wte = var.value();
     if (!gpt) {
       state.emplace_back(name, read(name, var.shape()));
       continue;
@@ -160,6 +224,20 @@ void import_safetensors(LanguageModel& model, const std::string& path) {
     const Shape& s = var.shape();
     state.emplace_back(name, transpose ? transposed(read(file_name, Shape({s[1], s[0]}))) : read(file_name, s));
   }
+  // nanoGPT's state_dict lists a tied head too: it must be the embedding, bit for bit.
+  const auto head = entries.find("lm_head.weight"), wte = entries.find("transformer.wte.weight");
+  if (gpt && model.config().tie_weights && head != entries.end() && wte != entries.end()) {
+    used.insert(head->first);
+    const Entry &h = head->second, &w = wte->second;
+    TAPEFORMER_CHECK(h.shape == w.shape && h.dtype == w.dtype &&
+                         std::memcmp(bytes.data() + data + h.begin, bytes.data() + data + w.begin,
+                                     static_cast<size_t>(w.end - w.begin)) == 0 && h.end - h.begin == w.end - w.begin,
+                     "safetensors '", path, "': lm_head.weight differs from transformer.wte.weight, but this model "
+                     "ties them (model.tie_weights): the file is of an untied model");
+  }
+  for (const auto& [name, e] : entries)
+    TAPEFORMER_CHECK(used.count(name) != 0, "safetensors '", path, "': tensor '", name,
+                     "' is not a parameter of this model (a file of another model or config?)");
   for (auto& b : model.named_buffers()) state.push_back(b);
   model.load_state(state);
 }

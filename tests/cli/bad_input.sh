@@ -185,16 +185,36 @@ fi
 expect_error "missing --prompt-file" "--prompt-file '$work/nope.txt': cannot open" -- tf sample --checkpoint "$work/run" --prompt-file "$work/nope.txt"
 expect_error "binary --prompt-file" "--prompt-file '$work/binary.bin' looks binary" -- tf sample --checkpoint "$work/run" --prompt-file "$work/binary.bin"
 expect_error "binary prompt on stdin" "--prompt - (stdin) looks binary (NUL byte at offset 3)" -- sh -c 'printf "abc\0" | "$1" sample --checkpoint "$2" --prompt -' sh "$bin" "$work/run"
-# Weights giving NaN: eval and sample refuse them, naming the file; nothing on stdout.
-# Every byte after the header 0xFF: each float a NaN.
+# Weights that overflow: every byte after the header 0x7F, each float 3.4e38
+# (finite, so the file loads): eval and sample refuse the non-finite result,
+# naming the file; nothing on stdout.
 if "$bin" export --checkpoint "$work/run" -o "$work/good.safetensors" > /dev/null; then
   header=$(od -An -t u8 -N8 "$work/good.safetensors" | tr -d ' ')
+  cp "$work/good.safetensors" "$work/huge.safetensors"
+  head -c $(( $(stat -c %s "$work/good.safetensors") - 8 - header )) /dev/zero | tr '\0' '\177' |
+    dd of="$work/huge.safetensors" bs=4096 seek=$((8 + header)) oflag=seek_bytes conv=notrunc status=none
+  # Inconsistent files the import refuses before loading anything: a NaN weight
+  # (every byte 0xFF), a tensor name given twice (JSON would keep the last).
   cp "$work/good.safetensors" "$work/nan.safetensors"
   head -c $(( $(stat -c %s "$work/good.safetensors") - 8 - header )) /dev/zero | tr '\0' '\377' |
     dd of="$work/nan.safetensors" bs=4096 seek=$((8 + header)) oflag=seek_bytes conv=notrunc status=none
+  python3 - "$work/good.safetensors" "$work/twice.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+text = b[8:8 + n].decode().rstrip(" ")
+h = json.loads(text)
+name = "transformer.wte.weight"
+text = text[:-1] + ',"' + name + '":' + json.dumps(h[name]) + "}"
+t = text.encode() + b" " * (-len(text.encode()) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PY
 fi
-expect_error "eval on NaN weights" "the model's loss on the data is nan: the weights in '$work/nan.safetensors' are not usable" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --weights "$work/nan.safetensors"
-expect_error "sample on NaN weights" "is nan: the weights in '$work/nan.safetensors' are not usable" -- tf sample --checkpoint "$work/run" --weights "$work/nan.safetensors" --prompt "The" --tokens 5
+expect_error "eval on overflowing weights" "the model's loss on the data is " -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --weights "$work/huge.safetensors"
+expect_error "eval on overflowing weights, file named" "the weights in '$work/huge.safetensors' are not usable" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --weights "$work/huge.safetensors"
+expect_error "sample on overflowing weights" "the weights in '$work/huge.safetensors' are not usable" -- tf sample --checkpoint "$work/run" --weights "$work/huge.safetensors" --prompt "The" --tokens 5
+expect_error "NaN weights in a safetensors file" "safetensors '$work/nan.safetensors': tensor 'transformer.wte.weight' holds a NaN or an infinity at element 0" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --weights "$work/nan.safetensors"
+expect_error "a tensor name twice in a safetensors header" "safetensors '$work/twice.safetensors': tensor 'transformer.wte.weight' appears twice in the header" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --weights "$work/twice.safetensors"
 # A byte order mark is dropped from a text corpus: it is not in the vocabulary.
 { printf '\xef\xbb\xbf'; cat "$work/text.txt"; } > "$work/bom.txt"
 if ! "$bin" train --config "$work/tiny.json" --data "$work/bom.txt" --out "$work/bomrun" > /dev/null 2>&1; then
