@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -108,6 +109,9 @@ int fail_job(const std::string& what) {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  // A write past `ulimit -f` then fails with EFBIG, and the writer names the
+  // file, instead of the process dying with no word (prepare, export, train).
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tapeformer ") + TAPEFORMER_VERSION + " (checkpoint format " +

@@ -203,8 +203,22 @@ PreparedFiles prepare_token_files(const std::string& text_path, const std::strin
       fail(origin, ": ", e.what());
     }
   });
-  TAPEFORMER_CHECK(train.good() && val.good(), "prepare: writing the token files in '", out_dir, "' failed");
-  std::ofstream((dir / "tokenizer.bin").string(), std::ios::binary) << save_tokenizer(*tok);
+  // A failed write (a full disk, `ulimit -f`) leaves none of the files half-written.
+  const auto give_up = [&](int error) {
+    train.close();
+    val.close();
+    std::error_code ec;
+    for (const char* name : {"train.bin", "val.bin", "tokenizer.bin"}) fs::remove(dir / name, ec);
+    fail("prepare: writing the token files in '", out_dir, "' failed: ", std::strerror(error != 0 ? error : EIO),
+         " (no token file is left)");
+  };
+  train.flush();
+  val.flush();
+  if (!train.good() || !val.good()) give_up(errno);
+  std::ofstream tokenizer_file((dir / "tokenizer.bin").string(), std::ios::binary);
+  tokenizer_file << save_tokenizer(*tok);
+  tokenizer_file.flush();
+  if (!tokenizer_file.good()) give_up(errno);
   p.vocab_size = tok->vocab_size();
   return p;
 }

@@ -8,7 +8,7 @@
 #      step, and that checkpoint evaluates to a finite loss;
 #   3. SIGHUP stops like SIGTERM: a checkpoint, exit status 129;
 #   4. a 100-block `ulimit -f`: a clear error, the previous checkpoint
-#      untouched, no temp file left;
+#      untouched, no temp file left (train), no token file left (prepare);
 #   5. resume bookkeeping: the final loss comes from the checkpoint (not
 #      from metrics.jsonl, deleted here), and train.max_iters below the
 #      checkpoint's step is refused with both numbers.
@@ -91,6 +91,14 @@ grep -q "cannot save the checkpoint of step 20: .*File too large.*the checkpoint
   || { fail "ulimit -f: unclear message:"; cat "$work/big.err"; }
 cmp -s "$work/big.before" "$work/big/checkpoint.bin" || fail "ulimit -f: the previous checkpoint changed"
 ls -a "$work/big" | grep -q "tmp" && fail "ulimit -f: a temp file was left: $(ls -a "$work/big")"
+# prepare under the same limit: a clear error, and no token file left half-written.
+for i in $(seq 3000); do echo "Line $i of a corpus larger than the limit, to be written as token files."; done > "$work/large.txt"
+( ulimit -f 100; exec "$bin" prepare --data "$work/large.txt" --out "$work/tokens" ) > /dev/null 2> "$work/prep.err"
+status=$?
+[ "$status" = 1 ] || fail "prepare under ulimit -f: exit status $status, not 1"
+grep -q "writing the token files in '$work/tokens' failed: File too large (no token file is left)" "$work/prep.err" \
+  || { fail "prepare under ulimit -f: unclear message:"; cat "$work/prep.err"; }
+[ -z "$(ls -A "$work/tokens" 2>/dev/null)" ] || fail "prepare under ulimit -f left files: $(ls "$work/tokens")"
 
 # 5. Resume bookkeeping, on the first run's directory (its checkpoint at step stopped + 10).
 rm "$work/shared/metrics.jsonl"
