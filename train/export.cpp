@@ -235,9 +235,14 @@ void import_safetensors(LanguageModel& model, const std::string& path) {
                      "safetensors '", path, "': lm_head.weight differs from transformer.wte.weight, but this model "
                      "ties them (model.tie_weights): the file is of an untied model");
   }
-  for (const auto& [name, e] : entries)
-    TAPEFORMER_CHECK(used.count(name) != 0, "safetensors '", path, "': tensor '", name,
+  for (const auto& [name, e] : entries) {
+    // nanoGPT without flash attention saves its causal mask as a buffer,
+    // transformer.h.N.attn.bias (1, 1, T, T): not a weight, nothing to load.
+    const bool mask = gpt && e.shape.size() == 4 && name.rfind("transformer.h.", 0) == 0 &&
+                      name.size() > 10 && name.compare(name.size() - 10, 10, ".attn.bias") == 0;
+    TAPEFORMER_CHECK(mask || used.count(name) != 0, "safetensors '", path, "': tensor '", name,
                      "' is not a parameter of this model (a file of another model or config?)");
+  }
   for (auto& b : model.named_buffers()) state.push_back(b);
   model.load_state(state);
 }

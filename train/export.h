@@ -24,9 +24,13 @@ namespace tapeformer {
 
 void export_safetensors(const LanguageModel& model, const std::string& path);
 // Loads every parameter of `model` from `path` (written by
-// export_safetensors, or by PyTorch from a matching nanoGPT GPT). Errors name
-// the file and the missing, extra or mis-shaped tensor; a truncated or
-// damaged file is refused before anything is loaded.
+// export_safetensors, or by PyTorch from a matching nanoGPT GPT). The file is
+// checked whole before anything is loaded, and refused naming the file and
+// the tensor when its header is not JSON or names a tensor twice, byte ranges
+// overlap or leave data bytes unclaimed, a tensor is missing, mis-shaped, not
+// F32, unknown to the model or not finite, or a tied model's lm_head.weight
+// differs from the embedding (it may be absent). nanoGPT's causal-mask
+// buffers (transformer.h.N.attn.bias, 4-D) are skipped.
 void import_safetensors(LanguageModel& model, const std::string& path);
 
 }  // namespace tapeformer

@@ -156,6 +156,19 @@ TEST_CASE("safetensors: inconsistent files are refused before anything is loaded
   h["extra.weight"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {data.size(), data.size() + 8}}};
   refused(safetensors_bytes(h.dump(), data + std::string(8, '\0')), "tensor 'extra.weight' is not a parameter of this model");
 
+  // nanoGPT's causal-mask buffer (no flash attention) is not a weight: skipped, not refused.
+  {
+    h = header;
+    const uint64_t end = data.size(), mask = 4 * 8 * 8;
+    h["transformer.h.0.attn.bias"] = {{"dtype", "F32"}, {"shape", {1, 1, 8, 8}}, {"data_offsets", {end, end + mask}}};
+    const std::string with_mask = (dir.path / "mask.safetensors").string();
+    std::ofstream(with_mask, std::ios::binary | std::ios::trunc) << safetensors_bytes(h.dump(), data + std::string(mask, '\0'));
+    Rng r3(8);
+    TransformerLM target(small("learned"), r3);
+    import_safetensors(target, with_mask);
+    CHECK(logits(target).to_vector() == logits(fine).to_vector());
+  }
+
   // A tied model's head that is not its embedding.
   std::string untied = data;
   untied[static_cast<size_t>(offsets("lm_head.weight")[0].get<uint64_t>())] ^= 0x01;
