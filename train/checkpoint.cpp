@@ -345,6 +345,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   TAPEFORMER_CHECK(fnv1a64(payload) == checksum, "checkpoint '", path, "': corrupted (checksum mismatch)");
 
   Checkpoint c;
+  c.version = version;
   std::vector<TensorRecord> model, optimizer;
   try {  // the order of save_checkpoint's ar(...)
     PayloadReader r(payload);

@@ -21,7 +21,8 @@
 
 namespace tapeformer {
 
-// 2 added train_loss; version 1 files still load (train_loss NaN: unknown).
+// 2 added train_loss and, in a memory run's sampler state, the compressed memory;
+// version 1 files still load (train_loss NaN: unknown).
 inline constexpr uint32_t kCheckpointVersion = 2;
 
 struct Checkpoint {
@@ -35,6 +36,7 @@ struct Checkpoint {
   Rng rng;                     // dropout generator
   std::string sampler;         // the train batch sampler's state, serialised
   double train_loss = NAN;     // mean loss of the step `step` (NaN: a version 1 file, or no step yet)
+  uint32_t version = kCheckpointVersion;  // the file's format (load_checkpoint sets it)
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);

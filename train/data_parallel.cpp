@@ -102,6 +102,8 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
       SegmentMemory& part = work.back().memory;
       part.limit = memory->limit;
       for (const Tensor& t : memory->layers) part.layers.push_back(t.slice(0, row, row + n).contiguous());
+      for (const Tensor& t : memory->compressed)
+        part.compressed.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
     }
     row += n;
   }
@@ -128,13 +130,19 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   timed.reset();
   if (memory != nullptr) {  // the shards' rows back into the batch's memory, in row order
     NoGradGuard no_grad;
-    memory->layers.assign(work[0].memory.layers.size(), Tensor());
-    for (size_t l = 0; l < memory->layers.size(); ++l) {
-      std::vector<Var> parts;
-      for (const Shard& w : work) parts.emplace_back(w.memory.layers[l]);
-      memory->layers[l] = concat(parts, 0).value();  // (this process's rows, M, C)
-      if (group_) memory->layers[l] = gather_rows(memory->layers[l], rank_rows);  // (B, M, C) on every rank
-    }
+    // Each layer's rows, and its compressed rows (none until something falls out of the memory).
+    const auto join = [&](std::vector<Tensor>& whole, std::vector<Tensor> SegmentMemory::*part) {
+      whole.assign((work[0].memory.*part).size(), Tensor());
+      for (size_t l = 0; l < whole.size(); ++l) {
+        if (!(work[0].memory.*part)[l].defined()) continue;
+        std::vector<Var> parts;
+        for (const Shard& w : work) parts.emplace_back((w.memory.*part)[l]);
+        whole[l] = concat(parts, 0).value();                    // (this process's rows, M, C)
+        if (group_) whole[l] = gather_rows(whole[l], rank_rows);  // (B, M, C) on every rank
+      }
+    };
+    join(memory->layers, &SegmentMemory::layers);
+    join(memory->compressed, &SegmentMemory::compressed);
   }
   if (grad) {
     if (group_) {

@@ -59,32 +59,44 @@ struct SourcePosition {
 struct StreamState {
   BatchSource* source;
   SegmentMemory* memory;
-  int64_t batch, width, layers, max_m;
+  int64_t batch, width, layers, max_m, max_cm;
+  bool with_compressed = true;  // checkpoint format 2 on; format 1 has no compressed memory
 
   void save(cereal::BinaryOutputArchive& ar) const {
     source->save_position(ar);
-    ar(static_cast<uint64_t>(memory->layers.size()));
-    for (const Tensor& t : memory->layers) {
-      const std::vector<float> v = t.to_vector();
-      ar(static_cast<int64_t>(t.dim(1)), v);
-    }
+    save_layers(ar, memory->layers);
+    save_layers(ar, memory->compressed);
   }
   void load(cereal::BinaryInputArchive& ar) {
     source->load_position(ar);
-    const size_t n = read_count(ar, static_cast<uint64_t>(layers), "segment memory layers");
-    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(layers), "segment memory: ", n, " layers for a model of ",
-                     layers);
-    memory->layers.clear();
+    memory->layers = load_layers(ar, max_m, "segment memory");
+    memory->compressed = with_compressed ? load_layers(ar, max_cm, "compressed memory") : std::vector<Tensor>();
+  }
+
+  // Each layer's (B, M, C) rows: a count, then M and the values of each (a
+  // compressed memory that nothing fell into yet as M = 0).
+  static void save_layers(cereal::BinaryOutputArchive& ar, const std::vector<Tensor>& all) {
+    ar(static_cast<uint64_t>(all.size()));
+    for (const Tensor& t : all) {
+      const std::vector<float> v = t.defined() ? t.to_vector() : std::vector<float>();
+      ar(static_cast<int64_t>(t.defined() ? t.dim(1) : 0), v);
+    }
+  }
+  std::vector<Tensor> load_layers(cereal::BinaryInputArchive& ar, int64_t max_rows, const char* what) const {
+    const size_t n = read_count(ar, static_cast<uint64_t>(layers), what);
+    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(layers), what, ": ", n, " layers for a model of ", layers);
+    std::vector<Tensor> out;
     for (size_t l = 0; l < n; ++l) {
       int64_t m = 0;
       ar(m);
-      TAPEFORMER_CHECK(m >= 0 && m <= max_m, "segment memory: ", m, " positions, more than the ", max_m, " kept");
+      TAPEFORMER_CHECK(m >= 0 && m <= max_rows, what, ": ", m, " positions, more than the ", max_rows, " kept");
       std::vector<float> v;
-      read_bounded(ar, v, static_cast<uint64_t>(batch * m * width), "segment memory");
-      TAPEFORMER_CHECK(static_cast<int64_t>(v.size()) == batch * m * width, "segment memory: ", v.size(),
-                       " values for (", batch, ", ", m, ", ", width, ")");
-      memory->layers.push_back(Tensor::from({batch, m, width}, v));
+      read_bounded(ar, v, static_cast<uint64_t>(batch * m * width), what);
+      TAPEFORMER_CHECK(static_cast<int64_t>(v.size()) == batch * m * width, what, ": ", v.size(), " values for (",
+                       batch, ", ", m, ", ", width, ")");
+      out.push_back(Tensor::from({batch, m, width}, v));
     }
+    return out;
   }
 };
 
@@ -276,8 +288,8 @@ struct Trainer::State {
   }
 
   StreamState stream_state() {
-    return {&train_source(), &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
-            model->mem_len()};
+    return {&train_source(),    &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
+            model->mem_len(), MemoryCompression::of(cfg.model).len};
   }
 
   double evaluate(const std::vector<Batch>& batches) {
@@ -449,6 +461,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   const std::string what = path + ": cannot decode the batch sampler";
   if (s.carries_memory()) {
     StreamState state = s.stream_state();
+    state.with_compressed = c.version >= 2;
     from_bytes(c.sampler, state, what);
   } else {
     SourcePosition position{&s.train_source()};

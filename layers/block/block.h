@@ -42,12 +42,43 @@ namespace tapeformer {
 // Transformer-XL's segment memory (Dai et al. 2019 §3.2): for each layer, its inputs at
 // the last M <= model.mem_len positions before the current segment, kept
 // without gradient. Empty (M = 0) before the first segment.
+// With a compressed memory (Compressive Transformer, Rae et al. 2019), the
+// rows that fall out of a layer's memory are pooled c to one into it instead
+// of dropped, and the layer attends to [compressed; memory; segment].
 struct SegmentMemory {
-  std::vector<Tensor> layers;  // (B, M, C) each, or none before the first segment
-  int64_t limit = 0;           // positions kept; 0: the model's mem_len (evaluation may keep more)
+  std::vector<Tensor> layers;      // (B, M, C) each, or none before the first segment
+  std::vector<Tensor> compressed;  // (B, CM, C) each, CM <= model.cmem_len; none without compression
+  int64_t limit = 0;               // positions kept; 0: the model's mem_len (evaluation may keep more)
   int64_t length() const { return layers.empty() || !layers[0].defined() ? 0 : layers[0].dim(1); }
-  void reset() { layers.clear(); }
+  int64_t compressed_length() const {
+    return compressed.empty() || !compressed[0].defined() ? 0 : compressed[0].dim(1);
+  }
+  void reset() {
+    layers.clear();
+    compressed.clear();
+  }
 };
+
+// How a stack compresses what falls out of its memory (model.cmem_*).
+struct MemoryCompression {
+  int64_t len = 0;          // model.cmem_len: compressed rows kept per layer (0: off, rows are dropped)
+  int64_t ratio = 2;        // model.cmem_ratio, c: memory rows per compressed row
+  std::string fn = "mean";  // model.cmem_fn: "mean" or "max" over each c consecutive rows
+  static MemoryCompression of(const ModelConfig& cfg);  // off for a block kind without the keys
+};
+
+// rows (B, n, C) -> (B, n / c, C): each c consecutive rows pooled, oldest
+// first; the n mod c oldest rows are dropped.
+Tensor compress_rows(const Tensor& rows, const MemoryCompression& c);
+
+// What a layer attends to before its segment: [compressed; memory] (B, CM + M, C).
+Tensor attended_memory(const Tensor& memory, const Tensor& compressed);
+
+// One layer's memories after a segment x (B, T, C), detached: memory
+// becomes the last mem_len rows of [memory; x]; with compression the rows
+// that fell out are compress_rows'd onto compressed, which keeps its last
+// c.len rows.
+void update_memory(Tensor& memory, Tensor& compressed, const Var& x, int64_t mem_len, const MemoryCompression& c);
 
 class BlockStack : public Module {
  public:

@@ -25,7 +25,8 @@ template <class Layer>
 class SequentialStack : public BlockStack {
  public:
   SequentialStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
-      : mem_len(cfg.option_int("mem_len")), ext_len(cfg.option_int("ext_len")) {
+      : mem_len(cfg.option_int("mem_len")), ext_len(cfg.option_int("ext_len")),
+        compression(MemoryCompression::of(cfg)) {
     for (int64_t i = 0; i < cfg.n_layer; ++i)
       blocks.push_back(register_module(std::to_string(i), std::make_shared<Layer>(cfg, positional, rng)));
   }
@@ -51,14 +52,22 @@ class SequentialStack : public BlockStack {
   Var forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const override {
     TAPEFORMER_CHECK(mem_len > 0, "block stack: a segment memory needs model.mem_len > 0");
     memory.layers.resize(blocks.size());
+    const bool compress = compression.len > 0;
+    if (compress) memory.compressed.resize(blocks.size());
+    const int64_t limit = memory.limit > 0 ? memory.limit : mem_len;
     Var x = x_in;
     for (size_t i = 0; i < blocks.size(); ++i) {
       const Var in = x;
-      x = blocks[i]->forward(in, memory.layers[i], rng);
+      x = blocks[i]->forward(in, compress ? attended_memory(memory.layers[i], memory.compressed[i]) : memory.layers[i],
+                             rng);
       // The last ext_len positions come again at the start of the next input.
       const int64_t keep = std::max<int64_t>(0, in.dim(1) - ext_len);
-      if (keep > 0)
-        memory.layers[i] = next_memory(memory.layers[i], slice(in, 1, 0, keep), memory.limit > 0 ? memory.limit : mem_len);
+      if (keep == 0) continue;
+      if (compress) {
+        update_memory(memory.layers[i], memory.compressed[i], slice(in, 1, 0, keep), limit, compression);
+      } else {
+        memory.layers[i] = next_memory(memory.layers[i], slice(in, 1, 0, keep), limit);
+      }
     }
     return x;
   }
@@ -66,6 +75,7 @@ class SequentialStack : public BlockStack {
   std::vector<std::shared_ptr<Layer>> blocks;  // registered as "0", "1", ...
   int64_t mem_len = 0;                         // model.mem_len
   int64_t ext_len = 0;                         // model.ext_len
+  MemoryCompression compression;               // model.cmem_* (Compressive Transformer)
 };
 
 }  // namespace tapeformer

@@ -62,7 +62,13 @@ std::vector<ModelOption> memory_options() {
            "across training steps (0: off)"},
           {"ext_len", int64_t{0},
            "Transformer-XL: this many tokens before each segment are fed again with it (their loss not counted) and "
-           "kept out of the memory (docs/math.md#ext_len-and-evaluation; 0: off)"}};
+           "kept out of the memory (docs/math.md#ext_len-and-evaluation; 0: off)"},
+          {"cmem_len", int64_t{0},
+           "Compressive Transformer: compressed rows per layer; the rows that fall out of the memory are pooled "
+           "model.cmem_ratio to one into it instead of dropped, and attention reads [compressed; memory; segment] "
+           "(0: off)"},
+          {"cmem_ratio", int64_t{2}, "Compressive Transformer: c, memory rows per compressed row"},
+          {"cmem_fn", std::string("mean"), "Compressive Transformer: the compression, \"mean\" or \"max\" over c rows"}};
 }
 
 void check_memory(const ModelConfig& cfg) {
@@ -75,6 +81,20 @@ void check_memory(const ModelConfig& cfg) {
                    "], got ", e);
   TAPEFORMER_CHECK(e == 0 || m > 0, "model.ext_len = ", e, " needs a memory: set model.mem_len > 0");
   TAPEFORMER_CHECK(m == 0 || cfg.causal, "model.mem_len = ", m, " needs a causal model (ModelConfig::causal)");
+  const MemoryCompression c = MemoryCompression::of(cfg);
+  TAPEFORMER_CHECK(c.len >= 0 && c.len <= 1 << 20, "model.cmem_len must be in [0, 2^20], got ", c.len);
+  TAPEFORMER_CHECK(c.ratio >= 1 && c.ratio <= 1024, "model.cmem_ratio must be in [1, 1024], got ", c.ratio);
+  TAPEFORMER_CHECK(c.fn == "mean" || c.fn == "max", "model.cmem_fn must be \"mean\" or \"max\", got \"", c.fn, "\"");
+  if (c.len == 0) {
+    TAPEFORMER_CHECK(c.ratio == 2 && c.fn == "mean", "model.cmem_ratio and model.cmem_fn apply only with a "
+                     "compressed memory: set model.cmem_len > 0, or leave them at their defaults");
+    return;
+  }
+  TAPEFORMER_CHECK(m > 0, "model.cmem_len = ", c.len, " compresses what falls out of the memory: set model.mem_len > 0");
+  TAPEFORMER_CHECK(e == 0, "model.cmem_len with model.ext_len = ", e, ": a compressed memory needs ext_len 0");
+  TAPEFORMER_CHECK(m % c.ratio == 0 && cfg.block_size % c.ratio == 0, "model.cmem_ratio = ", c.ratio,
+                   " must divide model.mem_len (", m, ") and model.block_size (", cfg.block_size,
+                   "), so that whole groups of rows fall out of the memory");
 }
 
 BlockKind standard_block_kind() {

@@ -65,7 +65,7 @@ class AlibiPositional : public Positional {
 PositionalKind alibi_positional_kind() {
   PositionalKind kind;
   kind.name = "alibi";
-  kind.summary = "ALiBi (Press et al. 2022): a per-head linear penalty on the query-key distance, added to the scores (any "
+  kind.summary = "ALiBi (Press et al. 2021): a per-head linear penalty on the query-key distance, added to the scores (any "
                  "length; not with linear attention, which has no scores)";
   kind.needs = kAlibiNeeds;
   kind.make = [](const ModelConfig& cfg, Rng&) { return std::make_shared<AlibiPositional>(cfg.n_head); };

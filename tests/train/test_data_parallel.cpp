@@ -184,6 +184,7 @@ TEST_CASE("DataParallel with a segment memory: shards read and update their rows
     ModelConfig c = small_config();
     c.positional = "txl";
     c.options["mem_len"] = int64_t{8};
+    c.options["cmem_len"] = int64_t{4};  // and a compressed memory, whose rows are sharded too
     Rng init(3);
     TransformerLM model(c, init);
     DataParallel dp(model, shards);
@@ -194,6 +195,12 @@ TEST_CASE("DataParallel with a segment memory: shards read and update their rows
       dp.train_batch(random_batch(5, 8, 1), 1.0f, dropout, &memory);  // fills the memory, no gradients
     }
     CHECK(memory.length() == 8);
+    CHECK(memory.compressed_length() == 0);
+    {
+      NoGradGuard no_grad;
+      dp.train_batch(random_batch(5, 8, 4), 1.0f, dropout, &memory);  // 8 rows fall out: 4 compressed rows
+    }
+    CHECK(memory.compressed_length() == 4);
     const double loss = dp.train_batch(random_batch(5, 8, 2), 1.0f, dropout, &memory);
     NamedTensors grads;
     for (const auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().clone());
@@ -207,6 +214,12 @@ TEST_CASE("DataParallel with a segment memory: shards read and update their rows
   for (size_t l = 0; l < mem1.layers.size(); ++l) {
     REQUIRE(mem2.layers[l].shape() == Shape({5, 8, 16}));
     const auto a = mem1.layers[l].to_vector(), b = mem2.layers[l].to_vector();
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
+  }
+  REQUIRE(mem1.compressed.size() == mem2.compressed.size());
+  for (size_t l = 0; l < mem1.compressed.size(); ++l) {
+    REQUIRE(mem2.compressed[l].shape() == Shape({5, 4, 16}));
+    const auto a = mem1.compressed[l].to_vector(), b = mem2.compressed[l].to_vector();
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
   }
 }

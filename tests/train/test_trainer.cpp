@@ -165,6 +165,16 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
     c.model.options["feature_redraw"] = int64_t{7};
     c.train.shards = 2;
   });
+  // Compressive Transformer: both memories are in the checkpoint (rows fall
+  // out of the memory of 8 from the second step on).
+  check_resume_is_exact("compressive", [](TrainConfig& c) {
+    c.model.positional = "txl";
+    c.model.options["mem_len"] = int64_t{8};
+    c.model.options["cmem_len"] = int64_t{8};
+    c.model.options["cmem_ratio"] = int64_t{4};
+    c.model.options["cmem_fn"] = std::string("max");
+    c.train.shards = 2;
+  });
   check_resume_is_exact("gtrxl", [](TrainConfig& c) {
     c.model.block = "gtrxl";
     c.model.positional = "txl";
