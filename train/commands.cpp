@@ -196,13 +196,24 @@ EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_
   const int64_t n = static_cast<int64_t>(ids.size());
   NoGradGuard no_grad;
   Rng unused(0);
+  // A model with a segment memory reads the text as one stream, segment by
+  // segment, carrying its memories (eval.mem_len positions, default
+  // model.mem_len; and a compressed memory). With ext_len e each segment
+  // also starts with the e tokens before it again, their targets not counted.
+  const bool carries = l.model->mem_len() > 0;
+  const int64_t e = carries ? l.model->ext_len() : 0;
+  SegmentMemory memory;
+  memory.limit = l.cfg.eval.mem_len;
   double total = 0;
   int64_t counted = 0;
   for (int64_t start = 0; start + 1 < n; start += T) {
-    const int64_t len = std::min(T, n - 1 - start);
-    IndexTensor x({1, len}, std::vector<int32_t>(ids.begin() + start, ids.begin() + start + len));
-    IndexTensor y({1, len}, std::vector<int32_t>(ids.begin() + start + 1, ids.begin() + start + len + 1));
-    total += cross_entropy(l.model->forward(x, unused), y).item() * static_cast<double>(len);
+    const int64_t len = std::min(T, n - 1 - start), again = std::min(e, start);
+    IndexTensor x({1, again + len}, std::vector<int32_t>(ids.begin() + start - again, ids.begin() + start + len));
+    std::vector<int32_t> targets(static_cast<size_t>(again), kIgnoreTarget);
+    targets.insert(targets.end(), ids.begin() + start + 1, ids.begin() + start + len + 1);
+    IndexTensor y({1, again + len}, std::move(targets));
+    const Var logits = carries ? l.model->forward(x, memory, unused) : l.model->forward(x, unused);
+    total += cross_entropy(logits, y).item() * static_cast<double>(len);
     counted += len;
   }
   const double per_char = static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, count_characters(text)));
@@ -218,8 +229,11 @@ double EvalResult::perplexity() const { return std::exp(loss); }
 
 int run_eval(const EvalArgs& args) {
   const EvalResult r = evaluate_file(args.checkpoint, args.data, args.context, args.weights);
-  std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %.4f, \"tokens\": %lld}\n", r.loss, r.bpc(),
-              r.perplexity(), static_cast<long long>(r.tokens));
+  // A finite loss can still overflow the perplexity: JSON gets null for it.
+  char perplexity[64] = "null";
+  if (std::isfinite(r.perplexity())) std::snprintf(perplexity, sizeof perplexity, "%.4f", r.perplexity());
+  std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %s, \"tokens\": %lld}\n", r.loss, r.bpc(),
+              perplexity, static_cast<long long>(r.tokens));
   return 0;
 }
 

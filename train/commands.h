@@ -57,7 +57,9 @@ struct EvalResult {
 
 // Loss of a checkpoint's model on a whole text file, in consecutive windows of
 // `context` tokens (0: the block size): every token after the first is
-// predicted exactly once. A loss that is not finite is an Error naming the
+// predicted exactly once. A model with a segment memory (model.mem_len)
+// reads the windows as one stream carrying its memories (eval.mem_len
+// positions, default model.mem_len, and a compressed memory), as it trained. A loss that is not finite is an Error naming the
 // file the weights came from. A context past the block size needs a positional
 // scheme without a table (sinusoidal, rope, alibi, shaw).
 EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context = 0,

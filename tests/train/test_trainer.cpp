@@ -218,6 +218,40 @@ TEST_CASE("a sentencepiece run: vocabulary from the train split, bits per charac
   CHECK(e.bpc() == doctest::Approx(e.loss / std::log(2.0) * e.tokens_per_char));
 }
 
+TEST_CASE("eval of a model with a memory reads the text as one stream, carrying both memories") {
+  TempDir dir("trainer-eval-memory");
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  const std::string data = write_text(dir.path, text);
+  TrainConfig c = tiny(data, 10);
+  c.model.positional = "txl";
+  c.model.options["mem_len"] = int64_t{8};
+  c.model.options["cmem_len"] = int64_t{8};
+  c.model.options["cmem_ratio"] = int64_t{4};
+  Trainer(c, (dir.path / "run").string()).run();
+  const EvalResult e = evaluate_file((dir.path / "run").string(), data);
+
+  // The same text read here segment by segment, once with the memories carried and once without.
+  const Loaded l = load_model((dir.path / "run").string());
+  const std::vector<int32_t> ids = l.tokenizer->encode(text);
+  const int64_t n = static_cast<int64_t>(ids.size()), T = 16;
+  NoGradGuard no_grad;
+  Rng unused(0);
+  SegmentMemory memory;
+  double with = 0, without = 0;
+  for (int64_t start = 0; start + 1 < n; start += T) {
+    const int64_t len = std::min(T, n - 1 - start);
+    const IndexTensor x({1, len}, std::vector<int32_t>(ids.begin() + start, ids.begin() + start + len));
+    const IndexTensor y({1, len}, std::vector<int32_t>(ids.begin() + start + 1, ids.begin() + start + len + 1));
+    with += cross_entropy(l.model->forward(x, memory, unused), y).item() * static_cast<double>(len);
+    without += cross_entropy(l.model->forward(x, unused), y).item() * static_cast<double>(len);
+  }
+  CHECK(memory.compressed_length() == 8);
+  CHECK(e.tokens == n - 1);
+  CHECK(e.loss == with / static_cast<double>(n - 1));
+  CHECK(e.loss != without / static_cast<double>(n - 1));
+}
+
 TEST_CASE("a diverging run ends with its last good checkpoint, which evaluates to a finite loss") {
   TempDir dir("trainer-nan");
   std::string text;
