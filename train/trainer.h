@@ -14,13 +14,17 @@
 // and the progress display; every eval.interval steps (and at the end) the
 // model is evaluated on a fixed set of validation batches; every
 // checkpoint.interval steps (and at the end) OUT/checkpoint.bin is written
-// atomically. A non-finite loss stops the run with an Error; the last
-// checkpoint is untouched. Resuming restores model, optimizer, step, dropout
-// RNG and sampler position, so the curve continues exactly (same total
-// number of shards, train.shards x processes; any thread count).
-// While run() runs, SIGTERM and SIGINT (unless the process ignores it) stop
-// it cleanly: the step in progress completes, a checkpoint of it is written
-// and run() throws Interrupted; the previous signal actions are restored.
+// atomically, and only from weights a run can continue from (finite, and
+// still giving a finite loss on the step's batch). A non-finite loss,
+// gradient or weights end the run with Diverged; the last checkpoint stays.
+// Resuming restores model, optimizer, step, dropout RNG, sampler position,
+// memories and the last loss, so the curve continues exactly (same total
+// number of shards, train.shards x processes; any thread count). The
+// writing process holds OUT/train.lock (train/run_lock.h) while it lives.
+// While run() runs, SIGTERM, SIGINT and SIGHUP (the last two unless the
+// process ignores them) stop it cleanly: the step in progress completes, a
+// checkpoint of it is written and run() throws Interrupted; the previous
+// signal actions are restored.
 #pragma once
 
 #include <functional>
