@@ -15,6 +15,7 @@
 #include "tapeformer/data/token_file.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/train/export.h"
+#include "tapeformer/train/metrics.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/process_group.h"
 #include "tapeformer/train/trainer.h"
@@ -230,10 +231,8 @@ double EvalResult::perplexity() const { return std::exp(loss); }
 int run_eval(const EvalArgs& args) {
   const EvalResult r = evaluate_file(args.checkpoint, args.data, args.context, args.weights);
   // A finite loss can still overflow the perplexity: JSON gets null for it.
-  char perplexity[64] = "null";
-  if (std::isfinite(r.perplexity())) std::snprintf(perplexity, sizeof perplexity, "%.4f", r.perplexity());
   std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %s, \"tokens\": %lld}\n", r.loss, r.bpc(),
-              perplexity, static_cast<long long>(r.tokens));
+              json_fixed(r.perplexity(), 4).c_str(), static_cast<long long>(r.tokens));
   return 0;
 }
 

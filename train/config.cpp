@@ -238,13 +238,6 @@ json parse_json(const std::string& text, const std::string& what) {
   });
 }
 
-// nlohmann's message without its "[json.exception.parse_error.101] " tag.
-std::string json_message(const json::exception& e) {
-  const std::string what = e.what();
-  const size_t tag_end = what.find("] ");
-  return what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos ? what.substr(tag_end + 2) : what;
-}
-
 json parse_override_value(const std::string& key, const std::string& text) {
   try {
     return parse_json(text, "--set " + key);
@@ -261,7 +254,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& origi
   try {
     root = parse_json(text, "config " + origin);
   } catch (const json::exception& e) {  // syntax, and numbers beyond a double (1e400)
-    fail("config ", origin, ": invalid JSON: ", json_message(e));
+    fail("config ", origin, ": invalid JSON: ", json_error_text(e.what()));
   }
   TAPEFORMER_CHECK(root.is_object(), "config ", origin, ": top level must be a JSON object");
   std::map<std::string, json> flat;
@@ -333,7 +326,7 @@ std::string dump_field(const std::string& key, const json& j, int indent = -1) {
   try {
     return j.dump(indent);
   } catch (const json::exception& e) {
-    fail("config: '", key, "' cannot be stored as JSON: ", json_message(e));
+    fail("config: '", key, "' cannot be stored as JSON: ", json_error_text(e.what()));
   }
 }
 
@@ -471,6 +464,11 @@ void TrainConfig::validate() const {
                    "eval.mem_len at 0 or set model.mem_len");
   positive("checkpoint.interval", checkpoint.interval);
   positive("log.interval", log.interval);
+}
+
+std::string json_error_text(const std::string& what) {
+  const size_t tag_end = what.find("] ");
+  return what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos ? what.substr(tag_end + 2) : what;
 }
 
 }  // namespace tapeformer

@@ -108,4 +108,8 @@ struct TrainConfig {
   void validate() const;
 };
 
+// nlohmann-json's exception text without its "[json.exception.parse_error.101] "
+// tag, for error lines that name the file and field themselves.
+std::string json_error_text(const std::string& what);
+
 }  // namespace tapeformer

@@ -12,6 +12,7 @@
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/config.h"
 
 namespace tapeformer {
 namespace {
@@ -112,12 +113,6 @@ struct Entry {
   uint64_t begin = 0, end = 0;  // its bytes in the data section
 };
 
-// nlohmann's message without its "[json.exception.parse_error.101] " tag.
-std::string without_tag(const std::string& what) {
-  const size_t tag_end = what.find("] ");
-  return what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos ? what.substr(tag_end + 2) : what;
-}
-
 // The header's JSON; a tensor name given twice is refused (JSON would keep
 // the last one and load the wrong weights).
 nlohmann::json parse_header(const std::string& text, const std::string& path) {
@@ -131,7 +126,7 @@ nlohmann::json parse_header(const std::string& text, const std::string& path) {
       return true;
     });
   } catch (const nlohmann::json::exception& e) {
-    fail("safetensors '", path, "': the header is not JSON (", without_tag(e.what()), ")");
+    fail("safetensors '", path, "': the header is not JSON (", json_error_text(e.what()), ")");
   }
 }
 
@@ -153,7 +148,7 @@ std::map<std::string, Entry> header_entries(const nlohmann::json& header, uint64
                        " data_offsets, not 2");
       x.begin = offsets[0], x.end = offsets[1];
     } catch (const nlohmann::json::exception& err) {
-      fail("safetensors '", path, "': tensor '", name, "': a malformed header entry (", without_tag(err.what()), ")");
+      fail("safetensors '", path, "': tensor '", name, "': a malformed header entry (", json_error_text(err.what()), ")");
     }
     TAPEFORMER_CHECK(x.begin <= x.end && x.end <= data_bytes, "safetensors '", path, "': tensor '", name,
                      "' lies outside the file (bytes ", x.begin, " to ", x.end, " of ", data_bytes, "; truncated?)");

@@ -20,6 +20,13 @@ std::string json_number(double v, int digits) {
   return buf;
 }
 
+std::string json_fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "null";
+  char buf[400];  // a float's 39 integer digits, or a double's 309, and the decimals
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
 std::string MetricsRecord::to_json() const {
   nlohmann::ordered_json j;
   j["step"] = step;

@@ -18,6 +18,8 @@ namespace tapeformer {
 // A number as JSON: "%.6g"-style digits (or `digits`), and null for NaN or
 // infinity, which JSON cannot hold.
 std::string json_number(double v, int digits = 6);
+// The same with `digits` fixed decimals ("%.*f"), null for NaN or infinity.
+std::string json_fixed(double v, int digits);
 
 struct MetricsRecord {
   int64_t step = 0;

@@ -140,6 +140,17 @@ struct Trainer::State {
   bool writes() const { return !group || group->rank() == 0; }
   std::string checkpoint_path() const { return out_dir + "/checkpoint.bin"; }
   std::string metrics_path() const { return out_dir + "/metrics.jsonl"; }
+  // A fresh run's directory, created after the build (so a run refused for
+  // its data or config leaves none behind) and locked for this process.
+  void claim_run_directory() {
+    if (!writes()) return;
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    TAPEFORMER_CHECK(fs::is_directory(out_dir), "cannot create output directory '", out_dir, "'",
+                     ec ? ": " + ec.message() : "");
+    lock = std::make_unique<RunLock>(out_dir);
+    remove_stale_temp_files();
+  }
   // Leftovers of atomic writes cut short by a kill.
   void remove_stale_temp_files() const {
     tapeformer::remove_stale_temp_files(checkpoint_path());
@@ -385,28 +396,12 @@ struct Trainer::State {
   }
 };
 
-namespace {
-
-// Creates the run directory (after the build, so a run refused for its data
-// or config leaves none behind).
-void make_run_directory(const std::string& out_dir) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  TAPEFORMER_CHECK(fs::is_directory(out_dir), "cannot create output directory '", out_dir, "'",
-                   ec ? ": " + ec.message() : "");
-}
-
-}  // namespace
-
 Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<State>()) {
   cfg.validate();
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
   s_->build(nullptr);
-  if (!s_->writes()) return;
-  make_run_directory(s_->out_dir);
-  s_->lock = std::make_unique<RunLock>(s_->out_dir);
-  s_->remove_stale_temp_files();
+  s_->claim_run_directory();
 }
 
 Trainer::Trainer(TrainConfig cfg, std::string out_dir, TaskData task) : s_(std::make_unique<State>()) {
@@ -417,10 +412,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir, TaskData task) : s_(std::
   s_->task = std::move(task);
   s_->build_task();
   s_->warm_up();
-  if (!s_->writes()) return;
-  make_run_directory(s_->out_dir);
-  s_->lock = std::make_unique<RunLock>(s_->out_dir);
-  s_->remove_stale_temp_files();
+  s_->claim_run_directory();
 }
 
 Trainer::~Trainer() = default;
@@ -587,21 +579,16 @@ TrainResult Trainer::run() {
 double TrainResult::val_bpc() const { return val_loss / std::log(2.0) * val_tokens_per_char; }
 
 std::string TrainResult::to_json() const {
-  // Fixed digits; null for what JSON cannot hold (a loss unknown after a
-  // version 1 checkpoint, a perplexity that overflows).
-  const auto fixed = [](double v, int digits) {
-    char b[64] = "null";
-    if (std::isfinite(v)) std::snprintf(b, sizeof b, "%.*f", digits, v);
-    return std::string(b);
-  };
-  char buf[640];  // four numbers of up to 47 characters each, and the rest
+  // null for what JSON cannot hold: a loss unknown after a version 1
+  // checkpoint, a perplexity that overflows.
+  char buf[2048];  // four numbers of up to 320 characters each, and the rest
   std::snprintf(buf, sizeof buf,
                 "{\"impl\": \"tapeformer\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, "
                 "\"val_bpc\": %s, \"val_perplexity\": %s, "
                 "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"threads\": %d, \"ranks\": %d, \"shards\": %d, "
                 "\"params\": %lld}",
-                static_cast<long long>(steps), fixed(train_loss, 6).c_str(), fixed(val_loss, 6).c_str(),
-                fixed(val_bpc(), 6).c_str(), fixed(std::exp(val_loss), 4).c_str(), train_seconds, tokens_per_s,
+                static_cast<long long>(steps), json_fixed(train_loss, 6).c_str(), json_fixed(val_loss, 6).c_str(),
+                json_fixed(val_bpc(), 6).c_str(), json_fixed(std::exp(val_loss), 4).c_str(), train_seconds, tokens_per_s,
                 parallel::num_threads(), ranks, shards, static_cast<long long>(parameters));
   return buf;
 }
