@@ -37,11 +37,14 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-nlohmann::json header_of(const std::string& bytes) {
+// The 8-byte little-endian length of a safetensors file's header.
+uint64_t header_length(const std::string& bytes) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
-  return nlohmann::json::parse(bytes.substr(8, n));
+  return n;
 }
+
+nlohmann::json header_of(const std::string& bytes) { return nlohmann::json::parse(bytes.substr(8, header_length(bytes))); }
 
 // A safetensors file of this header text and data section.
 std::string safetensors_bytes(std::string head, const std::string& data) {
@@ -117,8 +120,7 @@ TEST_CASE("safetensors: inconsistent files are refused before anything is loaded
   export_safetensors(model, path);
   const std::string bytes = read_file(path);
   const nlohmann::json header = header_of(bytes);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  const uint64_t n = header_length(bytes);
   const std::string head = bytes.substr(8, n), data = bytes.substr(8 + n);
   const auto refused = [&](const std::string& file_bytes, const std::string& message) {
     const std::string bad = (dir.path / "bad.safetensors").string();

@@ -37,6 +37,13 @@ TrainConfig tiny(const std::string& data, int64_t steps) {
   return c;
 }
 
+// `n` lines "Line K: to be or not to be." with K scattered over 0..999.
+std::string numbered_lines(int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  return text;
+}
+
 std::string write_text(const fs::path& dir, const std::string& text) {
   const fs::path p = dir / "data.txt";
   std::ofstream(p) << text;
@@ -93,8 +100,7 @@ TEST_CASE("a tiny GPT overfits a 200-character string to near-zero loss") {
 void check_resume_is_exact(const std::string& label, const std::function<void(TrainConfig&)>& configure) {
   CAPTURE(label);
   TempDir dir("trainer-resume-" + label);
-  std::string text;
-  for (int i = 0; i < 80; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  const std::string text = numbered_lines(80);
   const std::string data = write_text(dir.path, text);
   const auto config = [&](int64_t steps) {
     TrainConfig c = tiny(data, steps);
@@ -190,8 +196,7 @@ TEST_CASE("a sentencepiece run: vocabulary from the train split, bits per charac
     c.data.vocab_size = 290;
   });
   TempDir dir("trainer-sentencepiece");
-  std::string text;
-  for (int i = 0; i < 300; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  const std::string text = numbered_lines(300);
   const std::string data = write_text(dir.path, text);
   TrainConfig c = tiny(data, 10);
   c.data.tokenizer = "sentencepiece";
@@ -220,8 +225,7 @@ TEST_CASE("a sentencepiece run: vocabulary from the train split, bits per charac
 
 TEST_CASE("eval of a model with a memory reads the text as one stream, carrying both memories") {
   TempDir dir("trainer-eval-memory");
-  std::string text;
-  for (int i = 0; i < 80; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  const std::string text = numbered_lines(80);
   const std::string data = write_text(dir.path, text);
   TrainConfig c = tiny(data, 10);
   c.model.positional = "txl";
@@ -356,8 +360,7 @@ TEST_CASE("a checkpoint whose weights do not fit its own config is refused namin
 
 TEST_CASE("a run on token files (tapeformer prepare) equals the run on the text they came from") {
   TempDir dir("trainer-token-files");
-  std::string text;
-  for (int i = 0; i < 80; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + ": to be or not to be.\n";
+  const std::string text = numbered_lines(80);
   const std::string data = write_text(dir.path, text);
   prepare_token_files(data, (dir.path / "tokens").string(), TokenizerOptions{}, 0.1);
   TrainResult from_text, from_files;
