@@ -224,9 +224,10 @@ void import_safetensors(LanguageModel& model, const std::string& path) {
   if (gpt && model.config().tie_weights && head != entries.end() && wte != entries.end()) {
     used.insert(head->first);
     const Entry &h = head->second, &w = wte->second;
-    TAPEFORMER_CHECK(h.shape == w.shape && h.dtype == w.dtype &&
+    // The lengths first: the head's byte range is not checked against its shape, and the comparison reads w's length.
+    TAPEFORMER_CHECK(h.shape == w.shape && h.dtype == w.dtype && h.end - h.begin == w.end - w.begin &&
                          std::memcmp(bytes.data() + data + h.begin, bytes.data() + data + w.begin,
-                                     static_cast<size_t>(w.end - w.begin)) == 0 && h.end - h.begin == w.end - w.begin,
+                                     static_cast<size_t>(w.end - w.begin)) == 0,
                      "safetensors '", path, "': lm_head.weight differs from transformer.wte.weight, but this model "
                      "ties them (model.tie_weights): the file is of an untied model");
   }
