@@ -9,9 +9,9 @@
 // come from the sampler's own Rng, so batches depend only on the seed and on
 // how many batches were drawn before.
 //
-// Persistence: `serialize` stores (Rng state, batches drawn) with any cereal
-// archive; a sampler restored into one built over the same tokens, B and T
-// continues with exactly the batches the original would have drawn next.
+// Persistence: save_position stores (Rng state, batches drawn); a sampler
+// that loads it, built over the same tokens, B and T, continues with exactly
+// the batches the original would have drawn next.
 #pragma once
 
 #include <cereal/archives/binary.hpp>
@@ -74,12 +74,8 @@ class RandomWindowSampler : public BatchSource {
   // Number of distinct start offsets: n - T.
   int64_t num_windows() const { return tokens_->size() - block_; }
 
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(rng_, drawn_);
-  }
   void save_position(cereal::BinaryOutputArchive& ar) const override { ar(rng_, drawn_); }
-  void load_position(cereal::BinaryInputArchive& ar) override { serialize(ar); }
+  void load_position(cereal::BinaryInputArchive& ar) override { ar(rng_, drawn_); }
 
  private:
   void check(const std::string& what) const;
@@ -120,10 +116,6 @@ class StreamSampler : public BatchSource {
   // Segments per pass over the streams.
   int64_t segments() const { return stream_ / block_; }
 
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(position_, drawn_);
-  }
   void save_position(cereal::BinaryOutputArchive& ar) const override { ar(position_, drawn_); }
   void load_position(cereal::BinaryInputArchive& ar) override;  // checks the position fits the streams
 

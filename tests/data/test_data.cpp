@@ -35,6 +35,21 @@ void from_binary(const std::string& bytes, T& value) {
   ar(value);
 }
 
+// A batch source's position as the checkpoint stores it, and loaded back.
+std::string position_bytes(const BatchSource& source) {
+  std::ostringstream out;
+  {
+    cereal::BinaryOutputArchive ar(out);
+    source.save_position(ar);
+  }
+  return out.str();
+}
+void load_position_bytes(const std::string& bytes, BatchSource& source) {
+  std::istringstream in(bytes);
+  cereal::BinaryInputArchive ar(in);
+  source.load_position(ar);
+}
+
 std::string write_file(const TempDir& dir, const std::string& name, const std::string& content) {
   const std::string path = (dir.path / name).string();
   std::ofstream(path, std::ios::binary) << content;
@@ -354,20 +369,20 @@ TEST_CASE("window_batch: rows are the windows at the given starts; a window past
   CHECK_THROWS_AS(window_batch(tokens, {-1}, 2), Error);
 }
 
-TEST_CASE("RandomWindowSampler: state round-trips through cereal and continues identically") {
+TEST_CASE("RandomWindowSampler: its position round-trips and the sampler continues identically") {
   const std::vector<int32_t> tokens = iota_tokens(100);
   RandomWindowSampler s(tokens, 3, 8, 11, "t");
   for (int i = 0; i < 5; ++i) s.next();
-  const std::string saved = to_bytes(s);
+  const std::string saved = position_bytes(s);
   RandomWindowSampler r(tokens, 3, 8, 999, "t");
-  from_binary(saved, r);
+  load_position_bytes(saved, r);
   CHECK(r.drawn() == 5);
   for (int i = 0; i < 10; ++i) {
     const Batch expected = s.next(), got = r.next();
     CHECK(got.inputs.data == expected.inputs.data);
     CHECK(got.targets.data == expected.targets.data);
   }
-  CHECK(to_bytes(r) == to_bytes(s));
+  CHECK(position_bytes(r) == position_bytes(s));
 }
 
 TEST_CASE("StreamSampler: B contiguous streams, each row continuing the last, restarting when a stream runs out") {
@@ -390,7 +405,7 @@ TEST_CASE("StreamSampler: B contiguous streams, each row continuing the last, re
   CHECK(c.inputs.data == a.inputs.data);
   // State round trip: a restored sampler continues identically.
   StreamSampler r(tokens, 4, 10, "t");
-  from_binary(to_bytes(s), r);
+  load_position_bytes(position_bytes(s), r);
   CHECK(r.next().inputs.data == s.next().inputs.data);
   // ext: the 3 tokens before each segment come again first, their targets not counted.
   StreamSampler x(tokens, 4, 10, "t", /*ext=*/3);
