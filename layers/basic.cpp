@@ -34,6 +34,10 @@ LayerNorm::LayerNorm(int64_t dim, bool with_bias, float eps_) : eps(eps_) {
 
 Var LayerNorm::forward(const Var& x) const { return layer_norm(x, weight, bias, eps); }
 
+Var LayerNorm::forward_fixed(const Var& x) const {
+  return layer_norm(x, detach(weight), bias.defined() ? detach(bias) : Var(), eps);
+}
+
 RMSNorm::RMSNorm(int64_t dim, float eps_) : eps(eps_) {
   TAPEFORMER_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
   weight = register_parameter("weight", Tensor::ones({dim}));

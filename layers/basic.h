@@ -34,6 +34,8 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, bool bias = true, float eps = 1e-5f);
   Var forward(const Var& x) const;
+  // The same norm with its gain and bias held fixed: no gradient reaches them.
+  Var forward_fixed(const Var& x) const;
   Var weight, bias;  // [dim] ones, [dim] zeros (undefined without bias)
   float eps;
 };

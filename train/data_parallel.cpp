@@ -60,7 +60,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   timed.emplace("forward + backward", profile::Kind::Phase);
   if (S == 1) {  // one shard in all: the caller's Rng, no replicas
     Var loss = cross_entropy(forward(model_, batch.inputs, memory, dropout_rng), batch.targets);
-    if (grad_enabled()) backward(mul_scalar(loss, scale));
+    if (grad_enabled()) backward(with_memory_loss(mul_scalar(loss, scale), memory, scale));
     backward_auxiliary(scale);
     return loss.item();
   }
@@ -122,7 +122,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
         continue;
       }
       Var loss = cross_entropy(forward(*w.model, w.rows.inputs, mem, w.rng), w.rows.targets);
-      backward(mul_scalar(loss, scale * share));
+      backward(with_memory_loss(mul_scalar(loss, scale * share), mem, scale * share));
       w.loss = loss.item();
     }
   });
@@ -305,6 +305,16 @@ void DataParallel::backward_auxiliary(float scale) {
   if (!grad_enabled()) return;
   const Var aux = model_.auxiliary_loss();
   if (aux.defined()) backward(mul_scalar(aux, scale));
+}
+
+// What one backward pass takes: the scaled LM loss, plus a memory's own loss
+// (the learned compression's attention reconstruction) scaled alike; the
+// tape holds both graphs until that pass.
+Var DataParallel::with_memory_loss(const Var& scaled_loss, SegmentMemory* memory, float scale) {
+  if (memory == nullptr || !memory->auxiliary_loss.defined()) return scaled_loss;
+  const Var total = add(scaled_loss, mul_scalar(memory->auxiliary_loss, scale));
+  memory->auxiliary_loss = Var();
+  return total;
 }
 
 // Replica gradients into the model's, in shard order, in one parallel pass

@@ -76,6 +76,13 @@ class Attention : public Module {
   // or empty memory is forward(x, rng). Kinds without it refuse.
   virtual Var forward(const Var& x, const Var& memory, Rng& rng) const;
 
+  // Content attention of x's queries (B, T, C) over rows (B, N, C), every
+  // row visible, no positional terms, before the output projection, with
+  // this layer's weights held fixed (no gradient reaches them) -> (B, T, C).
+  // The Compressive Transformer's attention-reconstruction loss reads it
+  // (layers/block/block.h). Kinds without it refuse.
+  virtual Var content_attention(const Var& x, const Var& rows) const;
+
   const PositionalLayer& positional() const { return *pos_; }
 
  protected:

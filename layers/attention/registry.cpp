@@ -57,6 +57,10 @@ Var Attention::forward(const Var& x, const Var& memory, Rng& rng) const {
   fail("this attention kind takes no segment memory (model.mem_len needs model.attention \"softmax\")");
 }
 
+Var Attention::content_attention(const Var&, const Var&) const {
+  fail("this attention kind has no content attention (model.cmem_fn \"conv\" needs model.attention \"softmax\")");
+}
+
 Var merge_heads(const Var& y) {
   return reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), y.dim(1) * y.dim(3)});  // (B, T, H * D)
 }

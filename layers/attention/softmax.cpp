@@ -187,6 +187,20 @@ Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const
   return resid_drop->forward(proj->forward(y), rng);
 }
 
+Var MultiHeadAttention::content_attention(const Var& x, const Var& rows) const {
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd && rows.rank() == 3 && rows.dim(0) == x.dim(0) &&
+                       rows.dim(2) == n_embd,
+                   "MultiHeadAttention: queries ", x.shape(), " and rows ", rows.shape(), " must be (B, T, ", n_embd,
+                   ") and (B, N, ", n_embd, ")");
+  const int64_t C = n_embd, D = C / n_head;
+  const Var w = detach(qkv->weight), b = qkv->bias.defined() ? detach(qkv->bias) : Var();  // held fixed
+  const auto part = [&](const Var& in, int64_t c0) {  // columns c0..c0+C of the projection, as (B, H, n, D)
+    const Var y = linear(in, slice(w, 1, c0, c0 + C), b.defined() ? slice(b, 0, c0, c0 + C) : Var());
+    return permute(reshape(y, {in.dim(0), in.dim(1), n_head, D}), {0, 2, 1, 3});
+  };
+  return merge_heads(scaled_dot_product_attention(part(x, 0), part(rows, C), part(rows, 2 * C), false, 0.0f, nullptr));
+}
+
 std::unique_ptr<InferenceState> MultiHeadAttention::make_state(int64_t batch, int64_t window) const {
   TAPEFORMER_CHECK(causal_, "MultiHeadAttention: a bidirectional layer has no incremental form (no inference state)");
   return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, window);

@@ -95,6 +95,7 @@ class MultiHeadAttention : public ProjectedAttention {
   // With a Transformer-XL memory (B, M, C): its keys and values come from the
   // k and v columns of the qkv projection only (no queries for memory rows).
   Var forward(const Var& x, const Var& memory, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
+  Var content_attention(const Var& x, const Var& rows) const override;     // (B, T, C), (B, N, C) -> (B, T, C)
 
 
  private:

@@ -49,6 +49,11 @@ struct SegmentMemory {
   std::vector<Tensor> layers;      // (B, M, C) each, or none before the first segment
   std::vector<Tensor> compressed;  // (B, CM, C) each, CM <= model.cmem_len; none without compression
   int64_t limit = 0;               // positions kept; 0: the model's mem_len (evaluation may keep more)
+  // A learned compression's attention-reconstruction loss of the last
+  // segment (training only; undefined otherwise): a scalar the trainer
+  // backpropagates beside the LM loss. Its gradient reaches the compression
+  // alone, and the LM loss none of it.
+  Var auxiliary_loss;
   int64_t length() const { return layers.empty() || !layers[0].defined() ? 0 : layers[0].dim(1); }
   int64_t compressed_length() const {
     return compressed.empty() || !compressed[0].defined() ? 0 : compressed[0].dim(1);
@@ -56,6 +61,7 @@ struct SegmentMemory {
   void reset() {
     layers.clear();
     compressed.clear();
+    auxiliary_loss = Var();
   }
 };
 
@@ -63,22 +69,57 @@ struct SegmentMemory {
 struct MemoryCompression {
   int64_t len = 0;          // model.cmem_len: compressed rows kept per layer (0: off, rows are dropped)
   int64_t ratio = 2;        // model.cmem_ratio, c: memory rows per compressed row
-  std::string fn = "mean";  // model.cmem_fn: "mean" or "max" over each c consecutive rows
+  std::string fn = "mean";  // model.cmem_fn: "mean" or "max" over each c consecutive rows, or "conv" (learned)
+  bool learned() const { return len > 0 && fn == "conv"; }
   static MemoryCompression of(const ModelConfig& cfg);  // off for a block kind without the keys
 };
 
-// rows (B, n, C) -> (B, n / c, C): each c consecutive rows pooled, oldest
-// first; the n mod c oldest rows are dropped.
+// rows (B, n, C) -> (B, n / c, C): each c consecutive rows pooled ("mean" or
+// "max"), oldest first; the n mod c oldest rows are dropped.
 Tensor compress_rows(const Tensor& rows, const MemoryCompression& c);
+
+// The learned compression (model.cmem_fn "conv"): per layer, a 1-D
+// convolution over time with kernel = stride = c, C channels in and out.
+// For the k-th group of c rows r_{kc}, ..., r_{kc+c-1} (each (C)):
+//
+//   y_k = b + sum_{i<c} r_{kc+i} W_i         W_i [C, C], b [C]
+//
+// computed as one matrix product of the groups laid side by side,
+// (B, n/c, cC) x W [cC, C]. It starts as the mean (W_i = I / c, b = 0), so
+// an untrained model compresses as "mean" does. Keys "compress.L.weight",
+// "compress.L.bias" for layer L.
+class ConvCompression : public Module {
+ public:
+  ConvCompression(int64_t n_layer, int64_t n_embd, int64_t ratio);
+  // Layer `layer`'s compression of rows (B, n, C), n a multiple of c -> (B, n / c, C).
+  Var forward(size_t layer, const Var& rows) const;
+  // Parameters of a stack of `cfg` (0 unless model.cmem_fn is "conv").
+  static double parameters(const ModelConfig& cfg);
+  int64_t ratio;
+  std::vector<Var> weights, biases;  // [cC, C] and [C] per layer
+};
+
+// The Compressive Transformer's attention-reconstruction loss of one layer
+// (Rae et al. 2019 §3.2): how far attention over the compressed rows is from
+// attention over the rows they replace, for the queries of the segment:
+//
+//   L = mean( (attn(h, old) - attn(h, f(old)))^2 )
+//
+// attend(rows) is the layer's content attention of h over rows (B, n, C) ->
+// (B, T, C) with the layer's weights held fixed; old (B, n, C) are the rows
+// that fell out of the memory, compressed (B, n / c, C) = f(old).
+Var reconstruction_loss(const std::function<Var(const Var&)>& attend, const Tensor& old, const Var& compressed);
 
 // What a layer attends to before its segment: [compressed; memory] (B, CM + M, C).
 Tensor attended_memory(const Tensor& memory, const Tensor& compressed);
 
-// One layer's memories after a segment x (B, T, C), detached: memory
-// becomes the last mem_len rows of [memory; x]; with compression the rows
-// that fell out are compress_rows'd onto compressed, which keeps its last
-// c.len rows.
-void update_memory(Tensor& memory, Tensor& compressed, const Var& x, int64_t mem_len, const MemoryCompression& c);
+// memory becomes the last mem_len rows of [memory; x] (x (B, T, C), taken
+// without gradient); returns the rows that fell out, oldest first (B, F, C),
+// undefined when none did.
+Tensor evict_rows(Tensor& memory, const Var& x, int64_t mem_len);
+
+// compressed becomes the last len rows of [compressed; rows] (rows (B, n, C)).
+void append_compressed(Tensor& compressed, const Tensor& rows, int64_t len);
 
 class BlockStack : public Module {
  public:

@@ -44,7 +44,8 @@ BlockKind gtrxl_block_kind() {
   };
   kind.parameters = [](const ModelConfig& cfg) {
     const double gates = 2 * gate_kinds().get(cfg.option_string("gate")).parameters(static_cast<double>(cfg.n_embd));
-    return static_cast<double>(cfg.n_layer) * (transformer_block_parameters(cfg) + gates);
+    return static_cast<double>(cfg.n_layer) * (transformer_block_parameters(cfg) + gates) +
+           ConvCompression::parameters(cfg);
   };
   kind.activation_floats = transformer_stack_activation_floats;
   kind.check = [](const ModelConfig& cfg) {

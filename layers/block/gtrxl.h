@@ -29,6 +29,10 @@ class GatedBlock : public Module {
   Var forward(const Var& x, InferenceState& state) const;
   // With a Transformer-XL memory of this layer's inputs (B, M, C), no gradient.
   Var forward(const Var& x, const Tensor& memory, Rng& rng) const;
+  // As TransformerBlock::content_attention (the same pre-LN attention branch).
+  Var content_attention(const Var& x, const Var& rows) const {
+    return attn->content_attention(ln_1->forward_fixed(detach(x)), ln_1->forward_fixed(rows));
+  }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<Mlp> mlp;

@@ -20,6 +20,8 @@ class PostLNBlock : public TransformerBlock {
     const Var x = ln_1->forward(add(x_in, attn->forward(x_in, memory.defined() ? Var(memory) : Var(), rng)));
     return ln_2->forward(add(x, mlp->forward(x, rng)));
   }
+  // Post-LN attention reads the rows as they are.
+  Var content_attention(const Var& x, const Var& rows) const { return attn->content_attention(detach(x), rows); }
   Var forward(const Var& x_in, InferenceState& state) const {
     const Var x = ln_1->forward(add(x_in, attn->forward(x_in, state)));
     Rng unused(0);  // eval mode: no dropout draws

@@ -2,6 +2,8 @@
 #include "tapeformer/layers/block/block.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
@@ -63,19 +65,68 @@ Tensor attended_memory(const Tensor& memory, const Tensor& compressed) {
   return concat({Var(compressed), Var(memory)}, 1).value();
 }
 
-void update_memory(Tensor& memory, Tensor& compressed, const Var& x, int64_t mem_len, const MemoryCompression& c) {
+Tensor evict_rows(Tensor& memory, const Var& x, int64_t mem_len) {
   const Tensor old = memory;
   memory = next_memory(old, x, mem_len);
-  if (c.len <= 0) return;
   const int64_t before = old.defined() ? old.dim(1) : 0, fell_out = before + x.dim(1) - memory.dim(1);
-  if (fell_out <= 0) return;
+  if (fell_out <= 0) return Tensor();
   // The rows that fell out are the oldest of [old; x].
   const Tensor all = before > 0 ? concat({Var(old), detach(x)}, 1).value() : x.value();
-  const Tensor pooled = compress_rows(all.slice(1, 0, fell_out), c);
-  if (pooled.dim(1) == 0) return;
-  const Tensor grown = attended_memory(pooled, compressed);  // [compressed; pooled]
-  const int64_t m = grown.dim(1), kept = std::min(m, c.len);
+  return all.slice(1, 0, fell_out).contiguous();  // (B, F, C)
+}
+
+void append_compressed(Tensor& compressed, const Tensor& rows, int64_t len) {
+  if (!rows.defined() || rows.dim(1) == 0) return;
+  const Tensor grown = attended_memory(rows, compressed);  // [compressed; rows]
+  const int64_t m = grown.dim(1), kept = std::min(m, len);
   compressed = grown.slice(1, m - kept, m).contiguous();
+}
+
+namespace {
+// One layer's convolution, W [cC, C] and b [C], as a child module "L".
+class ConvWeights : public Module {
+ public:
+  ConvWeights(Tensor w, Tensor b) {
+    weight = register_parameter("weight", std::move(w));
+    bias = register_parameter("bias", std::move(b));
+  }
+  Var weight, bias;
+};
+}  // namespace
+
+ConvCompression::ConvCompression(int64_t n_layer, int64_t n_embd, int64_t ratio_) : ratio(ratio_) {
+  TAPEFORMER_CHECK(n_layer >= 1 && n_embd >= 1 && ratio >= 1, "ConvCompression: n_layer ", n_layer, ", n_embd ",
+                   n_embd, " and ratio ", ratio, " must be positive");
+  for (int64_t l = 0; l < n_layer; ++l) {
+    Tensor w = Tensor::zeros({ratio * n_embd, n_embd});  // W_i = I / c stacked: the mean of the c rows
+    for (int64_t i = 0; i < ratio; ++i)
+      for (int64_t j = 0; j < n_embd; ++j) w.data()[(i * n_embd + j) * n_embd + j] = 1.0f / static_cast<float>(ratio);
+    const auto layer = register_module(std::to_string(l), std::make_shared<ConvWeights>(w, Tensor::zeros({n_embd})));
+    weights.push_back(layer->weight);
+    biases.push_back(layer->bias);
+  }
+}
+
+Var ConvCompression::forward(size_t layer, const Var& rows) const {
+  TAPEFORMER_CHECK(layer < weights.size(), "ConvCompression: layer ", layer, " of ", weights.size());
+  const int64_t C = weights[layer].dim(1);
+  TAPEFORMER_CHECK(rows.rank() == 3 && rows.dim(2) == C && rows.dim(1) % ratio == 0, "ConvCompression: rows ",
+                   rows.shape(), " must be (B, n, ", C, ") with n a multiple of ", ratio);
+  const Var groups = reshape(rows, {rows.dim(0), rows.dim(1) / ratio, ratio * C});  // (B, n/c, cC)
+  return linear(groups, weights[layer], biases[layer]);                             // (B, n/c, C)
+}
+
+double ConvCompression::parameters(const ModelConfig& cfg) {
+  const MemoryCompression c = MemoryCompression::of(cfg);
+  if (!c.learned()) return 0;
+  const double C = static_cast<double>(cfg.n_embd);
+  return static_cast<double>(cfg.n_layer) * (static_cast<double>(c.ratio) * C * C + C);
+}
+
+Var reconstruction_loss(const std::function<Var(const Var&)>& attend, const Tensor& old, const Var& compressed) {
+  const Var target = detach(attend(Var(old)));  // (B, T, C), a constant
+  const Var diff = sub(attend(compressed), target);
+  return mean(mul(diff, diff));
 }
 
 }  // namespace tapeformer

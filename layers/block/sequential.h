@@ -6,13 +6,18 @@
 //
 // A Layer provides Layer(cfg, positional, rng); forward(x, rng);
 // forward(x, memory, rng) with its inputs at earlier positions (B, M, C);
-// make_state(batch, window); forward(x, state). Layers are registered as
-// "0", "1", ... (checkpoint keys "0.attn.qkv.weight", ...).
+// make_state(batch, window); forward(x, state); and, for the learned memory
+// compression (model.cmem_fn "conv") only, content_attention(x, rows), its
+// reconstruction target. Layers are registered as "0", "1", ... (checkpoint
+// keys "0.attn.qkv.weight", ...), the learned compression, if any, as
+// "compress".
 #pragma once
 
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/autograd/ops.h"
@@ -20,6 +25,14 @@
 #include "tapeformer/layers/block/block.h"
 
 namespace tapeformer {
+
+namespace detail {
+template <class Layer, class = void>
+struct HasContentAttention : std::false_type {};
+template <class Layer>
+struct HasContentAttention<Layer, std::void_t<decltype(std::declval<const Layer&>().content_attention(
+                                      std::declval<const Var&>(), std::declval<const Var&>()))>> : std::true_type {};
+}  // namespace detail
 
 template <class Layer>
 class SequentialStack : public BlockStack {
@@ -29,6 +42,8 @@ class SequentialStack : public BlockStack {
         compression(MemoryCompression::of(cfg)) {
     for (int64_t i = 0; i < cfg.n_layer; ++i)
       blocks.push_back(register_module(std::to_string(i), std::make_shared<Layer>(cfg, positional, rng)));
+    if (compression.learned())
+      conv = register_module("compress", std::make_shared<ConvCompression>(cfg.n_layer, cfg.n_embd, compression.ratio));
   }
 
   Var forward(const Var& x_in, Rng& rng) const override {
@@ -54,6 +69,8 @@ class SequentialStack : public BlockStack {
     memory.layers.resize(blocks.size());
     const bool compress = compression.len > 0;
     if (compress) memory.compressed.resize(blocks.size());
+    memory.auxiliary_loss = Var();
+    const bool reconstruct = conv && is_training() && grad_enabled();
     const int64_t limit = memory.limit > 0 ? memory.limit : mem_len;
     Var x = x_in;
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -63,11 +80,35 @@ class SequentialStack : public BlockStack {
       // The last ext_len positions come again at the start of the next input.
       const int64_t keep = std::max<int64_t>(0, in.dim(1) - ext_len);
       if (keep == 0) continue;
-      if (compress) {
-        update_memory(memory.layers[i], memory.compressed[i], slice(in, 1, 0, keep), limit, compression);
-      } else {
+      if (!compress) {
         memory.layers[i] = next_memory(memory.layers[i], slice(in, 1, 0, keep), limit);
+        continue;
       }
+      const Tensor old = evict_rows(memory.layers[i], slice(in, 1, 0, keep), limit);  // (B, F, C)
+      if (!old.defined()) continue;
+      if (!conv) {
+        append_compressed(memory.compressed[i], compress_rows(old, compression), compression.len);
+        continue;
+      }
+      // Whole groups of c rows only; an evaluation memory of another length may leave the oldest few over.
+      const int64_t F = old.dim(1), whole = F - F % compression.ratio;
+      if (whole == 0) continue;
+      const Tensor groups = old.slice(1, F - whole, F).contiguous();  // (B, whole, C)
+      const Var pooled = conv->forward(i, Var(groups));              // (B, whole / c, C)
+      if (reconstruct) {
+        const Layer& layer = *blocks[i];
+        const auto attend = [&](const Var& rows) -> Var {
+          if constexpr (detail::HasContentAttention<Layer>::value) {
+            return layer.content_attention(in, rows);
+          } else {
+            fail("block stack: model.cmem_fn \"conv\" needs layers with content_attention(x, rows), which this "
+                 "stack's layer lacks");
+          }
+        };
+        const Var loss = reconstruction_loss(attend, groups, pooled);
+        memory.auxiliary_loss = memory.auxiliary_loss.defined() ? add(memory.auxiliary_loss, loss) : loss;
+      }
+      append_compressed(memory.compressed[i], pooled.value(), compression.len);
     }
     return x;
   }
@@ -76,6 +117,7 @@ class SequentialStack : public BlockStack {
   int64_t mem_len = 0;                         // model.mem_len
   int64_t ext_len = 0;                         // model.ext_len
   MemoryCompression compression;               // model.cmem_* (Compressive Transformer)
+  std::shared_ptr<ConvCompression> conv;       // model.cmem_fn "conv": the learned compression; null otherwise
 };
 
 }  // namespace tapeformer

@@ -49,7 +49,7 @@ double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T) {
 }
 
 double transformer_stack_parameters(const ModelConfig& cfg) {
-  return static_cast<double>(cfg.n_layer) * transformer_block_parameters(cfg);
+  return static_cast<double>(cfg.n_layer) * transformer_block_parameters(cfg) + ConvCompression::parameters(cfg);
 }
 
 double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T) {
@@ -68,7 +68,9 @@ std::vector<ModelOption> memory_options() {
            "model.cmem_ratio to one into it instead of dropped, and attention reads [compressed; memory; segment] "
            "(0: off)"},
           {"cmem_ratio", int64_t{2}, "Compressive Transformer: c, memory rows per compressed row"},
-          {"cmem_fn", std::string("mean"), "Compressive Transformer: the compression, \"mean\" or \"max\" over c rows"}};
+          {"cmem_fn", std::string("mean"),
+           "Compressive Transformer: the compression, \"mean\" or \"max\" over c rows, or \"conv\": a learned 1-D "
+           "convolution (kernel = stride = c) trained by the attention-reconstruction loss"}};
 }
 
 void check_memory(const ModelConfig& cfg) {
@@ -84,7 +86,8 @@ void check_memory(const ModelConfig& cfg) {
   const MemoryCompression c = MemoryCompression::of(cfg);
   TAPEFORMER_CHECK(c.len >= 0 && c.len <= 1 << 20, "model.cmem_len must be in [0, 2^20], got ", c.len);
   TAPEFORMER_CHECK(c.ratio >= 1 && c.ratio <= 1024, "model.cmem_ratio must be in [1, 1024], got ", c.ratio);
-  TAPEFORMER_CHECK(c.fn == "mean" || c.fn == "max", "model.cmem_fn must be \"mean\" or \"max\", got \"", c.fn, "\"");
+  TAPEFORMER_CHECK(c.fn == "mean" || c.fn == "max" || c.fn == "conv",
+                   "model.cmem_fn must be \"mean\", \"max\" or \"conv\", got \"", c.fn, "\"");
   if (c.len == 0) {
     TAPEFORMER_CHECK(c.ratio == 2 && c.fn == "mean", "model.cmem_ratio and model.cmem_fn apply only with a "
                      "compressed memory: set model.cmem_len > 0, or leave them at their defaults");

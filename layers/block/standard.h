@@ -37,6 +37,12 @@ class TransformerBlock : public Module {
   }
   Var attention_branch(const Var& x, InferenceState& state) const { return attn->forward(ln_1->forward(x), state); }
   Var ff_branch(const Var& x, Rng& rng) const { return mlp->forward(ln_2->forward(x), rng); }
+  // Content attention of x's queries over memory rows (B, N, C), both
+  // normalised as the branch does, every weight held fixed (the
+  // Compressive Transformer's reconstruction target).
+  Var content_attention(const Var& x, const Var& rows) const {
+    return attn->content_attention(ln_1->forward_fixed(detach(x)), ln_1->forward_fixed(rows));
+  }
   // The pre-LN block: x + F(x), then + G of that.
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const;
@@ -53,7 +59,8 @@ double transformer_block_parameters(const ModelConfig& cfg);
 // Floats one TransformerBlock keeps for the backward of T tokens (its
 // (T, C) tensors, about four, and the attention's and the MLP's own).
 double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
-// The same for n_layer of them (the standard and post-LN stacks).
+// The same for n_layer of them (the standard and post-LN stacks; parameters
+// include a learned memory compression's).
 double transformer_stack_parameters(const ModelConfig& cfg);
 double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T);
 

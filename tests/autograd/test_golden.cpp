@@ -40,7 +40,9 @@
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
 #include "golden.h"
+#include "tapeformer/layers/attention/softmax.h"
 #include "tapeformer/layers/attention/sparse.h"
+#include "tapeformer/layers/block/block.h"
 
 using namespace tapeformer;
 
@@ -263,6 +265,26 @@ TEST_CASE("golden: positioned attention (LSH's core) [1,2,13,4]: rows out of ord
     const std::vector<Var> r = positioned_attention(in(v, "q"), in(v, "k"), in(v, "v"), nullptr, pos, pos, true);
     const Var lse = reshape(r[1], {pos.shape[0], pos.shape[1], pos.shape[2], 1});
     return add(r[0], mul_scalar(exp(mul_scalar(lse, 0.5f)), 0.1f));  // y + 0.1 e^(lse / 2)
+  });
+}
+
+TEST_CASE("golden: compressive attention-reconstruction loss, conv c = 3 over [2,6,8], queries [2,5,8]") {
+  run_golden("compressive_reconstruction", {"w", "b"}, [](const Golden& g, const Vars& v) {
+    const Tensor old = g.tensor("old");  // (B, n, C)
+    const int64_t C = old.dim(2), c = in(v, "w").dim(0) / C;
+    Rng rng(1);
+    MultiHeadAttention attn(C, /*n_head=*/2, /*bias=*/true, 0.0f, 0.02f, rng);
+    attn.qkv->weight.value().copy_from(g.tensor("w_qkv"));
+    attn.qkv->bias.value().copy_from(g.tensor("b_qkv"));
+    LayerNorm ln(C);
+    ln.weight.value().copy_from(g.tensor("g_ln"));
+    ln.bias.value().copy_from(g.tensor("b_ln"));
+    const Var h(g.tensor("h"));
+    const Var compressed = linear(reshape(Var(old), {old.dim(0), old.dim(1) / c, c * C}), in(v, "w"), in(v, "b"));
+    const auto attend = [&](const Var& rows) {
+      return attn.content_attention(ln.forward_fixed(detach(h)), ln.forward_fixed(rows));
+    };
+    return reconstruction_loss(attend, old, compressed);
   });
 }
 

@@ -2,13 +2,18 @@
 // written here, the limit case (ratio 1, mean: the compressed memory holds
 // exactly the rows a longer Transformer-XL memory would, so the logits are
 // the same bits), the compressed memory's growth and bound, causality with
-// both memories full, and the config checks.
+// both memories full, and the config checks. The learned compression: a
+// convolution against a loop, mean at initialisation, and the
+// attention-reconstruction loss's gradient reaching the compression alone
+// (its values against PyTorch: tests/autograd/test_golden.cpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/transformer.h"
 
@@ -33,6 +38,12 @@ ModelConfig compressive_config(int64_t mem_len, int64_t cmem_len, int64_t ratio,
     c.options["cmem_fn"] = fn;
   }
   return c;
+}
+
+Tensor normal(const Shape& shape, Rng& rng) {
+  Tensor t = Tensor::zeros(shape);
+  rng.fill_normal(t, 0.0f, 1.0f);
+  return t;
 }
 
 IndexTensor segment(int64_t B, int64_t T, uint64_t seed) {
@@ -139,9 +150,87 @@ TEST_CASE("compressive configs: what cannot work is refused naming the key") {
   };
   refused(compressive_config(0, 4, 2, "mean"), "model.cmem_len = 4 compresses what falls out of the memory");
   refused(compressive_config(4, 4, 3, "mean"), "model.cmem_ratio = 3 must divide model.mem_len (4)");
-  refused(compressive_config(4, 4, 2, "median"), "model.cmem_fn must be \"mean\" or \"max\"");
+  refused(compressive_config(4, 4, 2, "median"), "model.cmem_fn must be \"mean\", \"max\" or \"conv\"");
   refused(compressive_config(4, 4, 0, "mean"), "model.cmem_ratio must be in [1, 1024]");
   ModelConfig unused_ratio = compressive_config(4, 0, 2, "mean");
   unused_ratio.options["cmem_ratio"] = int64_t{4};
   refused(unused_ratio, "model.cmem_ratio and model.cmem_fn apply only with a compressed memory");
+}
+
+TEST_CASE("compressive conv: a strided convolution, kernel = stride = c, against a loop") {
+  const int64_t B = 2, n = 6, C = 3, c = 3;
+  ConvCompression conv(/*n_layer=*/2, C, c);
+  Rng rng(4);
+  for (Var& w : conv.weights) w.value().copy_from(normal({c * C, C}, rng));
+  for (Var& b : conv.biases) b.value().copy_from(normal({C}, rng));
+  const Tensor rows = normal({B, n, C}, rng);
+  const Tensor got = conv.forward(1, Var(rows)).value();  // (B, n / c, C)
+  REQUIRE(got.shape() == Shape({B, n / c, C}));
+  const Tensor &w = conv.weights[1].value(), &bias = conv.biases[1].value();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < n / c; ++k)
+      for (int64_t o = 0; o < C; ++o) {
+        double y = bias.data()[o];  // y_k[o] = b[o] + sum_i sum_j rows[kc + i][j] W_i[j, o]
+        for (int64_t i = 0; i < c; ++i)
+          for (int64_t j = 0; j < C; ++j) y += rows.data()[(b * n + k * c + i) * C + j] * w.data()[(i * C + j) * C + o];
+        CHECK(got.data()[(b * n / c + k) * C + o] == doctest::Approx(y).epsilon(1e-5));
+      }
+  CHECK_THROWS_WITH_AS(conv.forward(0, Var(Tensor::zeros({B, 4, C}))), doctest::Contains("multiple of 3"), Error);
+}
+
+TEST_CASE("compressive conv: starts as the mean, and its parameters are counted") {
+  SegmentMemory mean_memory, conv_memory;
+  const auto mean = read_segments(compressive_config(4, 8, 2, "mean"), 6, mean_memory);
+  const auto conv = read_segments(compressive_config(4, 8, 2, "conv"), 6, conv_memory);
+  REQUIRE(conv_memory.compressed_length() == 8);
+  for (size_t s = 0; s < mean.size(); ++s)
+    for (size_t i = 0; i < mean[s].size(); ++i) CHECK(conv[s][i] == doctest::Approx(mean[s][i]).epsilon(1e-5));
+  const ModelConfig cfg = compressive_config(4, 8, 2, "conv");
+  Rng rng(0);
+  TransformerLM model(cfg, rng);
+  CHECK(TransformerLM::footprint(cfg).parameters == static_cast<double>(model.num_parameters()));
+  CHECK(model.num_parameters() - TransformerLM(compressive_config(4, 8, 2, "mean"), rng).num_parameters() ==
+        2 * (2 * 16 * 16 + 16));  // n_layer (c C C + C)
+  const NamedVars params = model.named_parameters();
+  CHECK(std::count_if(params.begin(), params.end(), [](const auto& p) { return p.first == "compress.1.weight"; }) == 1);
+}
+
+TEST_CASE("compressive conv: the reconstruction loss trains the compression alone; the LM loss never reaches it") {
+  for (const std::string block : {"standard", "post_ln", "gtrxl"}) {
+    CAPTURE(block);
+    Rng init(3);
+    TransformerLM model(compressive_config(4, 8, 2, "conv", block), init);
+    model.train();
+    // The parameters a loss's gradient reaches, after a fresh forward over two segments.
+    const auto reached_by = [&](bool reconstruction) {
+      Rng rng(0);
+      SegmentMemory memory;
+      model.forward(segment(2, 4, 60), memory, rng);  // fills the memory: nothing falls out yet
+      CHECK_FALSE(memory.auxiliary_loss.defined());
+      const Var logits = model.forward(segment(2, 4, 61), memory, rng);  // 4 rows fall out per layer
+      REQUIRE(memory.auxiliary_loss.defined());
+      CHECK(memory.auxiliary_loss.item() > 0);
+      for (const auto& named : model.named_parameters()) named.second.zero_grad();
+      backward(reconstruction ? memory.auxiliary_loss : cross_entropy(logits, segment(2, 4, 62)));
+      std::vector<std::string> reached;
+      for (const auto& [name, p] : model.named_parameters()) {
+        if (!p.has_grad()) continue;
+        const std::vector<float> g = p.grad().to_vector();
+        if (std::any_of(g.begin(), g.end(), [](float x) { return x != 0.0f; })) reached.push_back(name);
+      }
+      return reached;
+    };
+    CHECK(reached_by(true) == std::vector<std::string>{"compress.0.weight", "compress.0.bias", "compress.1.weight",
+                                                       "compress.1.bias"});
+    const std::vector<std::string> lm = reached_by(false);
+    CHECK(lm.size() > 10);
+    for (const std::string& name : lm) CHECK(name.rfind("compress.", 0) != 0);
+    Rng rng(0);
+    SegmentMemory memory;
+    for (int s = 0; s < 2; ++s) model.forward(segment(2, 4, 60 + s), memory, rng);
+    // Without gradient (evaluation) there is no reconstruction loss.
+    NoGradGuard no_grad;
+    model.forward(segment(2, 4, 63), memory, rng);
+    CHECK_FALSE(memory.auxiliary_loss.defined());
+  }
 }

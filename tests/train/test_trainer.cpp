@@ -181,12 +181,47 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
     c.model.options["cmem_fn"] = std::string("max");
     c.train.shards = 2;
   });
+  // The learned compression: its weights and their optimizer state too.
+  check_resume_is_exact("compressive-conv", [](TrainConfig& c) {
+    c.model.positional = "txl";
+    c.model.options["mem_len"] = int64_t{8};
+    c.model.options["cmem_len"] = int64_t{4};
+    c.model.options["cmem_ratio"] = int64_t{2};
+    c.model.options["cmem_fn"] = std::string("conv");
+    c.train.shards = 2;
+  });
   check_resume_is_exact("gtrxl", [](TrainConfig& c) {
     c.model.block = "gtrxl";
     c.model.positional = "txl";
     c.model.options["mem_len"] = int64_t{8};
     c.model.dropout = 0.1f;
   });
+}
+
+TEST_CASE("compressive conv: the trainer backpropagates the reconstruction loss, one shard or two alike") {
+  TempDir dir("trainer-compressive-conv");
+  const std::string data = write_text(dir.path, numbered_lines(80));
+  std::vector<std::vector<float>> learned;
+  for (int64_t shards : {1, 2}) {
+    TrainConfig c = tiny(data, 10);
+    c.model.positional = "txl";
+    c.model.options["mem_len"] = int64_t{8};
+    c.model.options["cmem_len"] = int64_t{4};
+    c.model.options["cmem_fn"] = std::string("conv");
+    c.train.shards = shards;
+    c.train.batch_size = 4;
+    const std::string out = (dir.path / ("run" + std::to_string(shards))).string();
+    Trainer(c, out).run();
+    const Checkpoint ck = load_checkpoint(out + "/checkpoint.bin");
+    for (const auto& [name, value] : ck.model)
+      if (name == "compress.0.weight") learned.push_back(value.to_vector());
+  }
+  REQUIRE(learned.size() == 2);
+  // It started as the mean, W = [I/2; I/2]; training moved it, the same way for both shard counts.
+  const int64_t C = 32;
+  CHECK(learned[0].size() == static_cast<size_t>(2 * C * C));
+  CHECK(std::fabs(learned[0][0] - 0.5f) > 1e-4);
+  for (size_t i = 0; i < learned[0].size(); ++i) CHECK(learned[1][i] == doctest::Approx(learned[0][i]).epsilon(1e-4));
 }
 
 TEST_CASE("a sentencepiece run: vocabulary from the train split, bits per character, the tokenizer in the checkpoint") {
