@@ -1,6 +1,8 @@
 #include "tapeformer/layers/transformer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "tapeformer/core/error.h"
 
@@ -89,9 +91,61 @@ class LMState : public InferenceState {
 };
 }  // namespace
 
+namespace {
+// The state of a model with a compressed memory: the segment memories and
+// the ids of the unfinished segment (B, pending).
+class SegmentState : public InferenceState {
+ public:
+  std::string name() const override { return "TransformerLM segment state"; }
+  int64_t length() const override { return length_; }
+  void reset() override {
+    memory.reset();
+    pending.clear();
+    length_ = 0;
+  }
+  const TransformerLM* owner = nullptr;  // the model that made it
+  SegmentMemory memory;                  // both memories after the finished segments
+  std::vector<std::vector<int32_t>> pending;  // per sequence, the unfinished segment's ids
+  int64_t batch = 0, length_ = 0;
+};
+}  // namespace
+
+Var TransformerLM::forward_segments(const IndexTensor& ids, InferenceState& state) const {
+  SegmentState& s = static_cast<SegmentState&>(state);
+  const int64_t B = s.batch, T = ids.shape[1], S = cfg_.block_size;
+  if (s.pending.empty()) s.pending.resize(static_cast<size_t>(B));
+  Rng unused(0);  // eval mode: no dropout draws
+  std::vector<Var> parts;
+  for (int64_t done = 0; done < T;) {
+    const auto p = static_cast<int64_t>(s.pending[0].size()), m = std::min(S - p, T - done);
+    std::vector<int32_t> segment;  // (B, p + m): the unfinished segment and the next m ids
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<int32_t>& row = s.pending[static_cast<size_t>(b)];
+      row.insert(row.end(), ids.data.begin() + b * T + done, ids.data.begin() + b * T + done + m);
+      segment.insert(segment.end(), row.begin(), row.end());
+    }
+    SegmentMemory next = s.memory;  // the memories move on only when the segment is finished
+    const Var logits = forward(IndexTensor({B, p + m}, std::move(segment)), next, unused);  // (B, p + m, V)
+    parts.push_back(Var(logits.value().slice(1, p, p + m).contiguous()));  // inference: no gradient to keep
+    if (p + m == S) {
+      s.memory = std::move(next);
+      for (auto& row : s.pending) row.clear();
+    }
+    done += m;
+  }
+  s.length_ += T;
+  return parts.size() == 1 ? parts[0] : concat(parts, 1);  // (B, T, V)
+}
+
 std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t window) const {
   TAPEFORMER_CHECK(batch >= 1, "TransformerLM: batch size must be >= 1, got ", batch);
   TAPEFORMER_CHECK(window >= -1, "TransformerLM: window must be >= 1, 0 (block_size) or -1 (all), got ", window);
+  if (MemoryCompression::of(cfg_).len > 0) {
+    auto state = std::make_unique<SegmentState>();
+    state->owner = this;
+    state->batch = batch;
+    return state;
+  }
   auto state = std::make_unique<LMState>();
   state->owner = this;
   state->batch = batch;
@@ -100,6 +154,19 @@ std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t
 }
 
 Var TransformerLM::forward(const IndexTensor& ids, InferenceState& state) const {
+  if (auto* segments = dynamic_cast<SegmentState*>(&state)) {
+    TAPEFORMER_CHECK(segments->owner == this, "TransformerLM: this inference state was made by another model");
+    TAPEFORMER_CHECK(!grad_enabled() && !is_training(),
+                     "TransformerLM: the inference-state forward is for inference (eval() and NoGradGuard)");
+    TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[0] == segments->batch && ids.shape[1] >= 1,
+                     "TransformerLM: ids ", ids.shape, " must be (", segments->batch, ", T) with T >= 1 for this state");
+    try {
+      return forward_segments(ids, *segments);
+    } catch (...) {
+      segments->reset();
+      throw;
+    }
+  }
   LMState& s = state_as<LMState>(state, "TransformerLM", "TransformerLM state");
   TAPEFORMER_CHECK(s.owner == this, "TransformerLM: this inference state was made by another model");
   TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[0] == s.batch && ids.shape[1] >= 1, "TransformerLM: ids ",

@@ -234,3 +234,45 @@ TEST_CASE("compressive conv: the reconstruction loss trains the compression alon
     CHECK_FALSE(memory.auxiliary_loss.defined());
   }
 }
+
+TEST_CASE("compressive sampling state: token by token equals the segments read with both memories") {
+  for (const std::string fn : {"mean", "conv"}) {
+    CAPTURE(fn);
+    const ModelConfig cfg = compressive_config(4, 4, 2, fn);
+    Rng init(8);
+    TransformerLM model(cfg, init);
+    model.eval();
+    NoGradGuard no_grad;
+    // 5 segments of 4 and 2 more tokens; by the 4th segment rows have been compressed.
+    const IndexTensor ids = segment(2, 22, 70);
+    const auto columns = [&](int64_t t0, int64_t t1) {
+      std::vector<int32_t> v;
+      for (int64_t b = 0; b < 2; ++b) v.insert(v.end(), ids.data.begin() + b * 22 + t0, ids.data.begin() + b * 22 + t1);
+      return IndexTensor({2, t1 - t0}, v);
+    };
+    SegmentMemory memory;
+    Rng unused(0);
+    std::vector<Tensor> expected;  // (2, t, V) per segment
+    for (int64_t t0 = 0; t0 < 22; t0 += 4) expected.push_back(model.forward(columns(t0, std::min<int64_t>(t0 + 4, 22)), memory, unused).value());
+    const auto state = model.make_state(2, /*window=*/3);  // the window is ignored
+    for (int64_t t = 0; t < 22;) {
+      const int64_t n = t == 5 ? 3 : 1;  // one piece crosses a segment boundary
+      const Tensor got = model.forward(columns(t, t + n), *state).value();  // (2, n, V)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t b = 0; b < 2; ++b)
+          for (int64_t v = 0; v < 11; ++v) {
+            const int64_t pos = t + j, s = pos / 4, r = pos % 4, len = expected[static_cast<size_t>(s)].dim(1);
+            CHECK(got.data()[(b * n + j) * 11 + v] ==
+                  doctest::Approx(expected[static_cast<size_t>(s)].data()[(b * len + r) * 11 + v]).epsilon(1e-5));
+          }
+      t += n;
+    }
+    CHECK(state->length() == 22);
+    REQUIRE(memory.compressed_length() == 4);
+    // Fed whole after a reset: the same rows again.
+    state->reset();
+    const Tensor whole = model.forward(ids, *state).value();  // (2, 22, V)
+    CHECK(whole.dim(1) == 22);
+    CHECK(whole.data()[(22 + 21) * 11] == doctest::Approx(expected[5].data()[(2 + 1) * 11]).epsilon(1e-5));
+  }
+}
