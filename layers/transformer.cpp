@@ -140,7 +140,7 @@ Var TransformerLM::forward_segments(const IndexTensor& ids, InferenceState& stat
 std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t window) const {
   TAPEFORMER_CHECK(batch >= 1, "TransformerLM: batch size must be >= 1, got ", batch);
   TAPEFORMER_CHECK(window >= -1, "TransformerLM: window must be >= 1, 0 (block_size) or -1 (all), got ", window);
-  if (MemoryCompression::of(cfg_).len > 0) {
+  if (MemoryCompression::of(cfg_).len > 0 || Memorizing::of(cfg_).len > 0) {
     auto state = std::make_unique<SegmentState>();
     state->owner = this;
     state->batch = batch;

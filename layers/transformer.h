@@ -54,9 +54,10 @@ class TransformerLM : public LanguageModel {
   // max_positions(); past that, reset() and feed the last tokens again.
   // Needs NoGradGuard and eval(). A state belongs to the model that made it;
   // after an error it is reset.
-  // A model with a compressed memory (model.cmem_len > 0) reads as it
-  // trained instead, window ignored: segments of block_size positions with
-  // both memories carried from one to the next; each call recomputes the
+  // A model with a compressed or an external memory (model.cmem_len or
+  // model.xmem_len > 0) reads as it trained instead, window ignored:
+  // segments of block_size positions with its memories carried from one to
+  // the next; each call recomputes the
   // unfinished segment (O(block_size) per token), and a finished one moves
   // into the memories. Its rows equal forward(ids, memory, rng) over those
   // segments (to float rounding).

@@ -104,6 +104,8 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
       for (const Tensor& t : memory->layers) part.layers.push_back(t.slice(0, row, row + n).contiguous());
       for (const Tensor& t : memory->compressed)
         part.compressed.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
+      for (const Tensor& t : memory->external)
+        part.external.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
     }
     row += n;
   }
@@ -130,7 +132,8 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   timed.reset();
   if (memory != nullptr) {  // the shards' rows back into the batch's memory, in row order
     NoGradGuard no_grad;
-    // Each layer's rows, and its compressed rows (none until something falls out of the memory).
+    // Each layer's rows, its compressed rows (none until something falls out of the memory), and the
+    // external memory's keys and values.
     const auto join = [&](std::vector<Tensor>& whole, std::vector<Tensor> SegmentMemory::*part) {
       whole.assign((work[0].memory.*part).size(), Tensor());
       for (size_t l = 0; l < whole.size(); ++l) {
@@ -143,6 +146,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     };
     join(memory->layers, &SegmentMemory::layers);
     join(memory->compressed, &SegmentMemory::compressed);
+    join(memory->external, &SegmentMemory::external);
   }
   if (grad) {
     if (group_) {

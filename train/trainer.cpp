@@ -60,17 +60,20 @@ struct StreamState {
   BatchSource* source;
   SegmentMemory* memory;
   int64_t batch, width, layers, max_m, max_cm;
+  int64_t max_external = 0;     // model.xmem_len: a model with an external memory stores its keys and values last
   bool with_compressed = true;  // checkpoint format 2 on; format 1 has no compressed memory
 
   void save(cereal::BinaryOutputArchive& ar) const {
     source->save_position(ar);
     save_layers(ar, memory->layers);
     save_layers(ar, memory->compressed);
+    if (max_external > 0) save_layers(ar, memory->external);
   }
   void load(cereal::BinaryInputArchive& ar) {
     source->load_position(ar);
     memory->layers = load_layers(ar, max_m, "segment memory");
     memory->compressed = with_compressed ? load_layers(ar, max_cm, "compressed memory") : std::vector<Tensor>();
+    memory->external = max_external > 0 ? load_layers(ar, max_external, "external memory", 2) : std::vector<Tensor>();
   }
 
   // Each layer's (B, M, C) rows: a count, then M and the values of each (a
@@ -82,9 +85,13 @@ struct StreamState {
       ar(static_cast<int64_t>(t.defined() ? t.dim(1) : 0), v);
     }
   }
-  std::vector<Tensor> load_layers(cereal::BinaryInputArchive& ar, int64_t max_rows, const char* what) const {
-    const size_t n = read_count(ar, static_cast<uint64_t>(layers), what);
-    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(layers), what, ": ", n, " layers for a model of ", layers);
+  // `count` tensors (0: one per layer), or none.
+  std::vector<Tensor> load_layers(cereal::BinaryInputArchive& ar, int64_t max_rows, const char* what,
+                                  int64_t count = 0) const {
+    const int64_t expected = count > 0 ? count : layers;
+    const size_t n = read_count(ar, static_cast<uint64_t>(expected), what);
+    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(expected), what, ": ", n, " tensors where the model has ",
+                     expected);
     std::vector<Tensor> out;
     for (size_t l = 0; l < n; ++l) {
       int64_t m = 0;
@@ -299,8 +306,10 @@ struct Trainer::State {
   }
 
   StreamState stream_state() {
-    return {&train_source(),    &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
-            model->mem_len(), MemoryCompression::of(cfg.model).len};
+    StreamState state{&train_source(),   &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
+                      model->mem_len(), MemoryCompression::of(cfg.model).len};
+    state.max_external = Memorizing::of(cfg.model).len;
+    return state;
   }
 
   double evaluate(const std::vector<Batch>& batches) {

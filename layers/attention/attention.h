@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "tapeformer/core/registry.h"
+#include "tapeformer/layers/attention/external_memory.h"
 #include "tapeformer/layers/inference_state.h"
 #include "tapeformer/layers/model_config.h"
 #include "tapeformer/layers/positional/positional.h"
@@ -83,9 +84,22 @@ class Attention : public Module {
   // (layers/block/block.h). Kinds without it refuse.
   virtual Var content_attention(const Var& x, const Var& rows) const;
 
+  // The Memorizing Transformer (Wu et al. 2022; external_memory.h): this
+  // layer also attends to the top-k pairs of an external memory, mixed with
+  // its local attention by a learned gate per head, g_h = sigmoid(b_h) (key
+  // "xmem_gate", b starting at 0): y_h = g_h y_mem + (1 - g_h) y_local, before
+  // the output projection. Kinds without it refuse.
+  virtual void enable_memorizing();
+  // Lends the memory to the forward(x, memory, rng) calls that follow (null:
+  // none; the stack lends it for one segment): the queries read it, then the
+  // segment's keys and values are appended to it.
+  void lend_external_memory(ExternalMemory* memory) const { external_ = memory; }
+
   const PositionalLayer& positional() const { return *pos_; }
 
  protected:
+  mutable ExternalMemory* external_ = nullptr;  // lent by the stack for a segment; null otherwise
+
   // Refuses the inference forward outside NoGradGuard + eval, naming `who`.
   void check_inference(const char* who, const Var& x, int64_t n_embd) const;
 

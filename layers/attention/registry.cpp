@@ -57,6 +57,10 @@ Var Attention::forward(const Var& x, const Var& memory, Rng& rng) const {
   fail("this attention kind takes no segment memory (model.mem_len needs model.attention \"softmax\")");
 }
 
+void Attention::enable_memorizing() {
+  fail("this attention kind has no external memory (model.xmem_len needs model.attention \"softmax\")");
+}
+
 Var Attention::content_attention(const Var&, const Var&) const {
   fail("this attention kind has no content attention (model.cmem_fn \"conv\" needs model.attention \"softmax\")");
 }

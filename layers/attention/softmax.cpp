@@ -166,15 +166,34 @@ Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
 }
 
 Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const {
-  if (!memory.defined() || memory.dim(1) == 0) return forward(x, rng);
+  if (external_ == nullptr && (!memory.defined() || memory.dim(1) == 0)) return forward(x, rng);
   TAPEFORMER_CHECK(causal_, "MultiHeadAttention: a Transformer-XL memory needs causal attention");
-  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd && memory.rank() == 3 && memory.dim(0) == x.dim(0) &&
-                       memory.dim(2) == n_embd,
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd &&
+                       (!memory.defined() || (memory.rank() == 3 && memory.dim(0) == x.dim(0) && memory.dim(2) == n_embd)),
                    "MultiHeadAttention: input ", x.shape(), " and memory ", memory.shape(), " must be (B, T, ", n_embd,
                    ") and (B, M, ", n_embd, ")");
   const float p = is_training() ? dropout_p : 0.0f;
-  const int64_t B = x.dim(0), M = memory.dim(1), D = n_embd / n_head;
-  const std::vector<Var> h = split_heads(qkv->forward(x), n_head);  // q, k, v of x, (B, H, T, D)
+  const Var qkv_x = qkv->forward(x);  // (B, T, 3C)
+  Var y = local_attention(qkv_x, memory, p, rng);  // (B, T, C)
+  if (external_ != nullptr) {
+    TAPEFORMER_CHECK(xmem_gate.defined(), "MultiHeadAttention: an external memory lent to a layer without its gate "
+                                          "(enable_memorizing)");
+    const std::vector<Var> h = split_heads(qkv_x, n_head);  // q, k, v (B, H, T, D)
+    if (external_->length() > 0) {
+      const int64_t H = n_head, D = n_embd / n_head;
+      const Var y_mem = merge_heads(retrieved_attention(h[0], *external_));                // (B, T, C)
+      const Var g = reshape(expand(reshape(sigmoid(xmem_gate), {H, 1}), {H, D}), {H * D});  // g_h per column
+      y = add(mul(y_mem, g), mul(y, add_scalar(neg(g), 1.0f)));
+    }
+    external_->append(h[1].value(), h[2].value());  // after the queries: a segment never retrieves itself
+  }
+  return resid_drop->forward(proj->forward(y), rng);
+}
+
+Var MultiHeadAttention::local_attention(const Var& qkv_x, const Var& memory, float p, Rng& rng) const {
+  if (!memory.defined() || memory.dim(1) == 0) return self_attention(qkv_x, p, &rng);
+  const int64_t B = qkv_x.dim(0), M = memory.dim(1), D = n_embd / n_head;
+  const std::vector<Var> h = split_heads(qkv_x, n_head);  // q, k, v of x, (B, H, T, D)
   const Var kv = linear(memory, slice(qkv->weight, 1, n_embd, 3 * n_embd),
                         qkv->bias.defined() ? slice(qkv->bias, 0, n_embd, 3 * n_embd) : Var());  // (B, M, 2C)
   const auto heads = [&](int64_t c0) {  // columns c0..c0+C of kv as (B, H, M, D)
@@ -183,8 +202,12 @@ Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const
   const PositionalLayer& pos = positional();
   const Var k = concat({pos.rotate(heads(0), 0), pos.rotate(h[1], M)}, 2);  // (B, H, M + T, D)
   const Var v = concat({heads(n_embd), h[2]}, 2);
-  const Var y = merge_heads(attend(pos.rotate(h[0], M), k, v, M, 0, p, &rng));  // (B, T, C)
-  return resid_drop->forward(proj->forward(y), rng);
+  return merge_heads(attend(pos.rotate(h[0], M), k, v, M, 0, p, &rng));  // (B, T, C)
+}
+
+void MultiHeadAttention::enable_memorizing() {
+  TAPEFORMER_CHECK(causal_ && pattern_ == nullptr, "MultiHeadAttention: an external memory needs dense causal attention");
+  if (!xmem_gate.defined()) xmem_gate = register_parameter("xmem_gate", Tensor::zeros({n_head}));
 }
 
 Var MultiHeadAttention::content_attention(const Var& x, const Var& rows) const {

@@ -96,9 +96,15 @@ class MultiHeadAttention : public ProjectedAttention {
   // k and v columns of the qkv projection only (no queries for memory rows).
   Var forward(const Var& x, const Var& memory, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
   Var content_attention(const Var& x, const Var& rows) const override;     // (B, T, C), (B, N, C) -> (B, T, C)
-
+  // Registers xmem_gate (H), b = 0: g = 1/2 while the memory holds anything.
+  void enable_memorizing() override;
+  Var xmem_gate;  // (H) the memory gate's logits b; undefined unless memorizing
 
  private:
+  // Attention of the segment's q, k, v (qkv_x (B, T, 3C)) over itself and
+  // the Transformer-XL memory (B, M, C; none when undefined or empty),
+  // before the output projection -> (B, T, C).
+  Var local_attention(const Var& qkv_x, const Var& memory, float p, Rng& rng) const;
   // Self-attention of a whole sequence from its packed projection, (B, T, 3C) -> (B, T, C).
   Var self_attention(const Var& qkv_x, float p, Rng* rng) const;
   // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at k0.. (causal unless causal_ is false),

@@ -54,13 +54,20 @@ struct SegmentMemory {
   // backpropagates beside the LM loss. Its gradient reaches the compression
   // alone, and the LM loss none of it.
   Var auxiliary_loss;
+  // The Memorizing Transformer's external memory (model.xmem_len > 0): the
+  // memorizing layer's keys and values at past positions, {keys, values},
+  // (B, N, C) each with the heads side by side, N <= model.xmem_len; none
+  // before the first segment. Cleared with the rest when a stream restarts.
+  std::vector<Tensor> external;
   int64_t length() const { return layers.empty() || !layers[0].defined() ? 0 : layers[0].dim(1); }
   int64_t compressed_length() const {
     return compressed.empty() || !compressed[0].defined() ? 0 : compressed[0].dim(1);
   }
+  int64_t external_length() const { return external.empty() || !external[0].defined() ? 0 : external[0].dim(1); }
   void reset() {
     layers.clear();
     compressed.clear();
+    external.clear();
     auxiliary_loss = Var();
   }
 };
@@ -72,6 +79,15 @@ struct MemoryCompression {
   std::string fn = "mean";  // model.cmem_fn: "mean" or "max" over each c consecutive rows, or "conv" (learned)
   bool learned() const { return len > 0 && fn == "conv"; }
   static MemoryCompression of(const ModelConfig& cfg);  // off for a block kind without the keys
+};
+
+// Which layer of a stack keeps an external memory (model.xmem_*; the
+// Memorizing Transformer, layers/attention/external_memory.h).
+struct Memorizing {
+  int64_t len = 0;     // model.xmem_len: positions the memory keeps (0: off)
+  int64_t layer = -1;  // model.xmem_layer: the layer that reads it (-1: the one below the top)
+  int64_t top_k = 32;  // model.xmem_topk: pairs retrieved per query
+  static Memorizing of(const ModelConfig& cfg);  // off for a block kind without the keys; layer resolved
 };
 
 // rows (B, n, C) -> (B, n / c, C): each c consecutive rows pooled ("mean" or

@@ -40,6 +40,14 @@ MemoryCompression MemoryCompression::of(const ModelConfig& cfg) {
   return c;
 }
 
+Memorizing Memorizing::of(const ModelConfig& cfg) {
+  Memorizing m;
+  for (const ModelOption& o : block_kinds().get(cfg.block).options)
+    if (o.name == "xmem_len") m = {cfg.option_int("xmem_len"), cfg.option_int("xmem_layer"), cfg.option_int("xmem_topk")};
+  if (m.layer < 0) m.layer = std::max<int64_t>(0, cfg.n_layer - 2);
+  return m;
+}
+
 Tensor compress_rows(const Tensor& rows_in, const MemoryCompression& c) {
   const Tensor rows = rows_in.contiguous();
   const int64_t B = rows.dim(0), n = rows.dim(1), C = rows.dim(2), r = c.ratio, out_n = n / r, skip = n - out_n * r;

@@ -22,6 +22,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/block/block.h"
 
 namespace tapeformer {
@@ -32,6 +33,10 @@ struct HasContentAttention : std::false_type {};
 template <class Layer>
 struct HasContentAttention<Layer, std::void_t<decltype(std::declval<const Layer&>().content_attention(
                                       std::declval<const Var&>(), std::declval<const Var&>()))>> : std::true_type {};
+template <class Layer, class = void>
+struct HasAttention : std::false_type {};
+template <class Layer>
+struct HasAttention<Layer, std::void_t<decltype(std::declval<Layer&>().attn->enable_memorizing())>> : std::true_type {};
 }  // namespace detail
 
 template <class Layer>
@@ -39,11 +44,19 @@ class SequentialStack : public BlockStack {
  public:
   SequentialStack(const ModelConfig& cfg, const Positional& positional, Rng& rng)
       : mem_len(cfg.option_int("mem_len")), ext_len(cfg.option_int("ext_len")),
-        compression(MemoryCompression::of(cfg)) {
+        compression(MemoryCompression::of(cfg)), memorizing(Memorizing::of(cfg)) {
     for (int64_t i = 0; i < cfg.n_layer; ++i)
       blocks.push_back(register_module(std::to_string(i), std::make_shared<Layer>(cfg, positional, rng)));
     if (compression.learned())
       conv = register_module("compress", std::make_shared<ConvCompression>(cfg.n_layer, cfg.n_embd, compression.ratio));
+    if (memorizing.len > 0) {
+      if constexpr (detail::HasAttention<Layer>::value) {
+        blocks[static_cast<size_t>(memorizing.layer)]->attn->enable_memorizing();
+      } else {
+        fail("block stack: model.xmem_len needs layers with an attention member `attn`, which this stack's layer "
+             "lacks");
+      }
+    }
   }
 
   Var forward(const Var& x_in, Rng& rng) const override {
@@ -72,11 +85,16 @@ class SequentialStack : public BlockStack {
     memory.auxiliary_loss = Var();
     const bool reconstruct = conv && is_training() && grad_enabled();
     const int64_t limit = memory.limit > 0 ? memory.limit : mem_len;
+    if (memorizing.len > 0) memory.external.resize(2);
     Var x = x_in;
     for (size_t i = 0; i < blocks.size(); ++i) {
       const Var in = x;
-      x = blocks[i]->forward(in, compress ? attended_memory(memory.layers[i], memory.compressed[i]) : memory.layers[i],
-                             rng);
+      const Tensor rows = compress ? attended_memory(memory.layers[i], memory.compressed[i]) : memory.layers[i];
+      if (memorizing.len > 0 && static_cast<int64_t>(i) == memorizing.layer) {
+        x = forward_memorizing(*blocks[i], in, rows, memory, rng);
+      } else {
+        x = blocks[i]->forward(in, rows, rng);
+      }
       // The last ext_len positions come again at the start of the next input.
       const int64_t keep = std::max<int64_t>(0, in.dim(1) - ext_len);
       if (keep == 0) continue;
@@ -113,11 +131,27 @@ class SequentialStack : public BlockStack {
     return x;
   }
 
+  // The memorizing layer's forward, its attention lent the external memory for the call.
+  Var forward_memorizing(const Layer& layer, const Var& x, const Tensor& rows, SegmentMemory& memory, Rng& rng) const {
+    if constexpr (detail::HasAttention<Layer>::value) {
+      ExternalMemory external{&memory.external[0], &memory.external[1], memorizing.len, memorizing.top_k};
+      struct Lend {
+        const Attention& attn;
+        ~Lend() { attn.lend_external_memory(nullptr); }
+      } lend{*layer.attn};
+      layer.attn->lend_external_memory(&external);
+      return layer.forward(x, rows, rng);
+    } else {
+      fail("block stack: model.xmem_len needs layers with an attention member `attn`");
+    }
+  }
+
   std::vector<std::shared_ptr<Layer>> blocks;  // registered as "0", "1", ...
   int64_t mem_len = 0;                         // model.mem_len
   int64_t ext_len = 0;                         // model.ext_len
   MemoryCompression compression;               // model.cmem_* (Compressive Transformer)
   std::shared_ptr<ConvCompression> conv;       // model.cmem_fn "conv": the learned compression; null otherwise
+  Memorizing memorizing;                       // model.xmem_* (Memorizing Transformer)
 };
 
 }  // namespace tapeformer

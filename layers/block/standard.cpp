@@ -15,7 +15,8 @@ TransformerBlock::TransformerBlock(const ModelConfig& cfg, const Positional& pos
 }
 
 Var attend_normalised(const Attention& attn, const LayerNorm& ln, const Var& x, const Tensor& memory, Rng& rng) {
-  if (!memory.defined() || memory.dim(1) == 0) return attn.forward(ln.forward(x), rng);
+  // An empty memory goes through the memory forward too: an external memory lent to attn is read there.
+  if (!memory.defined() || memory.dim(1) == 0) return attn.forward(ln.forward(x), Var(), rng);
   return attn.forward(ln.forward(x), ln.forward(Var(memory)), rng);
 }
 
@@ -70,7 +71,13 @@ std::vector<ModelOption> memory_options() {
           {"cmem_ratio", int64_t{2}, "Compressive Transformer: c, memory rows per compressed row"},
           {"cmem_fn", std::string("mean"),
            "Compressive Transformer: the compression, \"mean\" or \"max\" over c rows, or \"conv\": a learned 1-D "
-           "convolution (kernel = stride = c) trained by the attention-reconstruction loss"}};
+           "convolution (kernel = stride = c) trained by the attention-reconstruction loss"},
+          {"xmem_len", int64_t{0},
+           "Memorizing Transformer: one layer also attends to the top model.xmem_topk of the keys and values of "
+           "this many past positions, an external memory without gradient, through a learned gate per head (0: off)"},
+          {"xmem_layer", int64_t{-1}, "Memorizing Transformer: the layer with the external memory (-1: the one below "
+                                      "the top)"},
+          {"xmem_topk", int64_t{32}, "Memorizing Transformer: (key, value) pairs retrieved per query"}};
 }
 
 void check_memory(const ModelConfig& cfg) {
@@ -83,6 +90,19 @@ void check_memory(const ModelConfig& cfg) {
                    "], got ", e);
   TAPEFORMER_CHECK(e == 0 || m > 0, "model.ext_len = ", e, " needs a memory: set model.mem_len > 0");
   TAPEFORMER_CHECK(m == 0 || cfg.causal, "model.mem_len = ", m, " needs a causal model (ModelConfig::causal)");
+  const Memorizing x = Memorizing::of(cfg);
+  TAPEFORMER_CHECK(x.len >= 0 && x.len <= 1 << 20, "model.xmem_len must be in [0, 2^20], got ", x.len);
+  if (x.len == 0) {
+    TAPEFORMER_CHECK(cfg.option_int("xmem_layer") == -1 && x.top_k == 32, "model.xmem_layer and model.xmem_topk "
+                     "apply only with an external memory: set model.xmem_len > 0, or leave them at their defaults");
+  } else {
+    TAPEFORMER_CHECK(m > 0, "model.xmem_len = ", x.len, " is carried across segments like the memory: set "
+                     "model.mem_len > 0");
+    TAPEFORMER_CHECK(x.layer < cfg.n_layer && cfg.option_int("xmem_layer") >= -1, "model.xmem_layer must be in [-1, ",
+                     cfg.n_layer - 1, "] (model.n_layer = ", cfg.n_layer, "), got ", cfg.option_int("xmem_layer"));
+    TAPEFORMER_CHECK(x.top_k >= 1 && x.top_k <= x.len, "model.xmem_topk must be in [1, model.xmem_len = ", x.len,
+                     "], got ", x.top_k);
+  }
   const MemoryCompression c = MemoryCompression::of(cfg);
   TAPEFORMER_CHECK(c.len >= 0 && c.len <= 1 << 20, "model.cmem_len must be in [0, 2^20], got ", c.len);
   TAPEFORMER_CHECK(c.ratio >= 1 && c.ratio <= 1024, "model.cmem_ratio must be in [1, 1024], got ", c.ratio);

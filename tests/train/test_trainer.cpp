@@ -190,6 +190,14 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
     c.model.options["cmem_fn"] = std::string("conv");
     c.train.shards = 2;
   });
+  // Memorizing Transformer: the external memory's keys and values.
+  check_resume_is_exact("memorizing", [](TrainConfig& c) {
+    c.model.positional = "txl";
+    c.model.options["mem_len"] = int64_t{8};
+    c.model.options["xmem_len"] = int64_t{40};
+    c.model.options["xmem_topk"] = int64_t{8};
+    c.train.shards = 2;
+  });
   check_resume_is_exact("gtrxl", [](TrainConfig& c) {
     c.model.block = "gtrxl";
     c.model.positional = "txl";

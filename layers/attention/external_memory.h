@@ -1,0 +1,49 @@
+// The Memorizing Transformer's external memory (Wu et al. 2022): one layer's
+// keys and values at past positions, searched for each query's top k and
+// attended to without gradient into the memory.
+//
+//   ExternalMemory mem{&keys, &values, /*capacity=*/1024, /*top_k=*/32};
+//   const Var y = retrieved_attention(q, mem);   // q (B, H, T, D) -> (B, H, T, D)
+//   mem.append(k_new, v_new);                     // (B, H, T, D) each; the oldest dropped past capacity
+//
+// For query q_i (per sequence and head) with retrieved pairs (k_j, v_j),
+// j in top_k(q_i . K) over the N stored keys (exact search):
+//
+//   y_i = sum_j softmax_j(q_i . k_j / sqrt(D)) v_j
+//
+// The pairs are constants (no gradient to past positions, the paper's
+// non-differentiable memory); q gets its gradient through the scores.
+// The memory layer mixes y with its local attention by a learned gate per
+// head (softmax.h, MultiHeadAttention::enable_memorizing).
+//
+// Storage: keys and values are (B, N, C) tensors with the heads side by side
+// (head h in columns [hD, (h+1)D)), the layout of a segment memory's rows, so
+// sharding, gathering and checkpoints treat them as they treat those.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tapeformer/autograd/var.h"
+
+namespace tapeformer {
+
+struct ExternalMemory {
+  Tensor* keys = nullptr;    // (B, N, C), oldest first; undefined before the first append
+  Tensor* values = nullptr;  // (B, N, C)
+  int64_t capacity = 0;      // model.xmem_len: N never exceeds it
+  int64_t top_k = 32;        // model.xmem_topk: pairs retrieved per query (fewer while N < top_k)
+
+  int64_t length() const { return keys == nullptr || !keys->defined() ? 0 : keys->dim(1); }
+  // k, v (B, H, T, D) of T new positions appended; past capacity the oldest drop out.
+  void append(const Tensor& k, const Tensor& v);
+  // For each query of q (B, H, T, D), the indices of its min(top_k, N) best keys by
+  // dot product, (B, H, T, k) row-major, ties to the lower index.
+  std::vector<int32_t> search(const Tensor& q) const;
+};
+
+// Attention of q (B, H, T, D) over the pairs `memory` retrieves for it -> (B, H, T, D).
+// The memory must hold at least one position.
+Var retrieved_attention(const Var& q, const ExternalMemory& memory);
+
+}  // namespace tapeformer

@@ -1,0 +1,250 @@
+// Memorizing Transformer (Wu et al. 2022): retrieval against a brute-force
+// loop, its gradient against finite differences, the limit case (gate
+// closed: the same logits as the model without the external memory, bit for
+// bit), the memory's growth and bound, causality with the memory full,
+// gradients (the queries and the gate, never the memory), sampling, and the
+// config checks.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tapeformer/autograd/gradcheck.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/attention/softmax.h"
+#include "tapeformer/layers/transformer.h"
+
+using namespace tapeformer;
+
+namespace {
+
+ModelConfig memorizing_config(int64_t xmem_len, int64_t top_k = 4, const std::string& block = "standard") {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.block_size = 4;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.positional = "txl";
+  c.block = block;
+  c.options["mem_len"] = int64_t{4};
+  if (xmem_len != 0) {
+    c.options["xmem_len"] = xmem_len;
+    c.options["xmem_topk"] = top_k;
+  }
+  return c;
+}
+
+Tensor normal(const Shape& shape, Rng& rng) {
+  Tensor t = Tensor::zeros(shape);
+  rng.fill_normal(t, 0.0f, 1.0f);
+  return t;
+}
+
+IndexTensor segment(int64_t B, int64_t T, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> v(static_cast<size_t>(B * T));
+  for (auto& x : v) x = static_cast<int32_t>(rng.below(11));
+  return IndexTensor({B, T}, v);
+}
+
+// Sets the memorizing layer's gate logits b (its one parameter "....attn.xmem_gate") to `value`.
+void set_gate(TransformerLM& model, float value) {
+  int found = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (name.find("xmem_gate") == std::string::npos) continue;
+    CHECK(name == "0.attn.xmem_gate");
+    Tensor storage = p.value();  // shares the parameter's storage
+    storage.copy_from(Tensor::full(storage.shape(), value));
+    ++found;
+  }
+  REQUIRE(found == 1);
+}
+
+// The memorizing layer's gate (layer 0 of 2: the one below the top).
+Var gate_of(TransformerLM& model) {
+  for (const auto& [name, p] : model.named_parameters())
+    if (name == "0.attn.xmem_gate") return p;
+  FAIL("no memorizing layer");
+  return Var();
+}
+
+std::vector<std::vector<float>> read_segments(TransformerLM& model, int segments, SegmentMemory& memory) {
+  model.eval();
+  NoGradGuard no_grad;
+  Rng unused(0);
+  std::vector<std::vector<float>> out;
+  for (int s = 0; s < segments; ++s) out.push_back(model.forward(segment(2, 4, 100 + s), memory, unused).value().to_vector());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("retrieved attention: the top k by dot product, softmax over them, against a loop") {
+  const int64_t B = 2, H = 2, T = 3, D = 4, N = 7, C = H * D;
+  Rng rng(1);
+  Tensor keys = normal({B, N, C}, rng), values = normal({B, N, C}, rng);
+  const Tensor q = normal({B, H, T, D}, rng);
+  for (int64_t k : {int64_t{3}, int64_t{7}, int64_t{9}}) {
+    CAPTURE(k);
+    const ExternalMemory mem{&keys, &values, /*capacity=*/16, k};
+    const Tensor y = retrieved_attention(Var(q), mem).value();  // (B, H, T, D)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t) {
+          std::vector<std::pair<double, int64_t>> s;
+          for (int64_t j = 0; j < N; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d)
+              dot += q.data()[((b * H + h) * T + t) * D + d] * keys.data()[(b * N + j) * C + h * D + d];
+            s.push_back({dot, j});
+          }
+          std::sort(s.begin(), s.end(), [](const auto& x, const auto& z) { return x.first > z.first; });
+          s.resize(static_cast<size_t>(std::min(k, N)));
+          double z = 0;
+          for (const auto& [dot, j] : s) z += std::exp(dot / 2.0);  // sqrt(D) = 2
+          for (int64_t d = 0; d < D; ++d) {
+            double expected = 0;
+            for (const auto& [dot, j] : s) expected += std::exp(dot / 2.0) / z * values.data()[(b * N + j) * C + h * D + d];
+            CHECK(y.data()[((b * H + h) * T + t) * D + d] == doctest::Approx(expected).epsilon(1e-5));
+          }
+        }
+  }
+}
+
+TEST_CASE("retrieved attention: its gradient to the queries against finite differences; the memory gets none") {
+  const int64_t B = 1, H = 2, T = 3, D = 4, N = 6, C = H * D;
+  Rng rng(2);
+  Tensor keys = normal({B, N, C}, rng), values = normal({B, N, C}, rng);
+  const ExternalMemory mem{&keys, &values, 16, 3};
+  const GradcheckResult r =
+      gradcheck([&](const std::vector<Var>& v) { return retrieved_attention(v[0], mem); },
+                {normal({B, H, T, D}, rng)}, "retrieved_attention");
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(r.checked == B * H * T * D);
+}
+
+TEST_CASE("external memory: appended oldest first, bounded by its capacity, copies unaffected") {
+  Tensor keys, values;
+  ExternalMemory mem{&keys, &values, /*capacity=*/5, 2};
+  Rng rng(3);
+  const Tensor k1 = normal({1, 2, 3, 2}, rng), k2 = normal({1, 2, 3, 2}, rng);
+  mem.append(k1, k1);
+  CHECK(mem.length() == 3);
+  const Tensor before = keys;
+  mem.append(k2, k2);
+  CHECK(mem.length() == 5);       // 6 positions, the oldest dropped
+  CHECK(before.dim(1) == 3);      // the earlier tensor is not changed in place
+  // Row 0 now holds k1's second position: head h's 2 values at columns [2h, 2h + 2).
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t d = 0; d < 2; ++d) CHECK(keys.data()[h * 2 + d] == k1.data()[(h * 3 + 1) * 2 + d]);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t d = 0; d < 2; ++d) CHECK(keys.data()[4 * 4 + h * 2 + d] == k2.data()[(h * 3 + 2) * 2 + d]);
+}
+
+TEST_CASE("memorizing, gate closed: the same logits as the model without the external memory, bit for bit") {
+  for (const std::string block : {"standard", "post_ln", "gtrxl"}) {
+    CAPTURE(block);
+    Rng a(5), b(5);
+    TransformerLM local(memorizing_config(0, 4, block), a), memorizing(memorizing_config(12, 4, block), b);
+    CHECK(memorizing.num_parameters() == local.num_parameters() + 2);  // the gate's b, one per head
+    set_gate(memorizing, -INFINITY);
+    SegmentMemory m1, m2;
+    const auto expected = read_segments(local, 6, m1);
+    const auto got = read_segments(memorizing, 6, m2);
+    for (size_t s = 0; s < got.size(); ++s) CHECK(got[s] == expected[s]);
+    CHECK(m2.external_length() == 12);
+    // Open (b = 0, g = 1/2), the memory moves the logits once it holds positions.
+    set_gate(memorizing, 0.0f);
+    SegmentMemory m3;
+    const auto open = read_segments(memorizing, 3, m3);
+    CHECK(open[0] == expected[0]);  // the first segment finds the memory empty
+    CHECK(open[2] != expected[2]);
+  }
+}
+
+TEST_CASE("memorizing: the memory grows by T per segment up to xmem_len; causal with it full") {
+  Rng init(6);
+  TransformerLM model(memorizing_config(10, 3), init);
+  model.eval();
+  NoGradGuard no_grad;
+  Rng unused(0);
+  SegmentMemory memory;
+  const int64_t expected[] = {4, 8, 10, 10};
+  for (int s = 0; s < 4; ++s) {
+    model.forward(segment(2, 4, 30 + s), memory, unused);
+    CHECK(memory.external_length() == expected[s]);
+    CHECK(memory.external[1].dim(1) == expected[s]);
+  }
+  SegmentMemory copy = memory;
+  IndexTensor ids = segment(2, 4, 50), changed = ids;
+  changed.data[3] = (changed.data[3] + 1) % 11;  // sequence 0's last token
+  const std::vector<float> a = model.forward(ids, memory, unused).value().to_vector();
+  const std::vector<float> b = model.forward(changed, copy, unused).value().to_vector();
+  CHECK(std::equal(a.begin(), a.begin() + 3 * 11, b.begin()));
+  CHECK(!std::equal(a.begin() + 3 * 11, a.begin() + 4 * 11, b.begin() + 3 * 11));
+  CHECK(std::equal(a.begin() + 4 * 11, a.end(), b.begin() + 4 * 11));  // sequence 1 is its own
+}
+
+TEST_CASE("memorizing: the gradient reaches the gate and the queries, the stored keys and values none") {
+  Rng init(7);
+  TransformerLM model(memorizing_config(12, 4), init);
+  model.train();
+  Rng rng(0);
+  SegmentMemory memory;
+  model.forward(segment(2, 4, 60), memory, rng);
+  const Var logits = model.forward(segment(2, 4, 61), memory, rng);
+  backward(cross_entropy(logits, segment(2, 4, 62)));
+  const Var gate = gate_of(model);
+  REQUIRE(gate.has_grad());
+  const std::vector<float> g = gate.grad().to_vector();
+  CHECK(std::any_of(g.begin(), g.end(), [](float x) { return x != 0.0f; }));
+  for (const Tensor& t : memory.external) CHECK(t.dim(1) == 8);
+}
+
+TEST_CASE("memorizing sampling state: token by token equals the segments read with the external memory") {
+  Rng init(8);
+  TransformerLM model(memorizing_config(8, 3), init);
+  model.eval();
+  NoGradGuard no_grad;
+  const IndexTensor ids = segment(1, 14, 70);
+  SegmentMemory memory;
+  Rng unused(0);
+  std::vector<float> expected;
+  for (int64_t t0 = 0; t0 < 14; t0 += 4) {
+    const int64_t t1 = std::min<int64_t>(t0 + 4, 14);
+    const IndexTensor piece({1, t1 - t0}, std::vector<int32_t>(ids.data.begin() + t0, ids.data.begin() + t1));
+    const std::vector<float> v = model.forward(piece, memory, unused).value().to_vector();
+    expected.insert(expected.end(), v.begin(), v.end());
+  }
+  const auto state = model.make_state(1);
+  std::vector<float> got;
+  for (int64_t t = 0; t < 14; ++t) {
+    const std::vector<float> v = model.forward(IndexTensor({1, 1}, {ids.data[static_cast<size_t>(t)]}), *state).value().to_vector();
+    got.insert(got.end(), v.begin(), v.end());
+  }
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+}
+
+TEST_CASE("memorizing configs: what cannot work is refused naming the key") {
+  Rng rng(0);
+  const auto refused = [&](ModelConfig c, const char* message) {
+    CHECK_THROWS_WITH_AS(TransformerLM(c, rng), doctest::Contains(message), Error);
+  };
+  ModelConfig no_memory = memorizing_config(8);
+  no_memory.options["mem_len"] = int64_t{0};
+  refused(no_memory, "model.xmem_len = 8 is carried across segments like the memory");
+  refused(memorizing_config(8, 9), "model.xmem_topk must be in [1, model.xmem_len = 8]");
+  ModelConfig layer = memorizing_config(8);
+  layer.options["xmem_layer"] = int64_t{2};
+  refused(layer, "model.xmem_layer must be in [-1, 1]");
+  ModelConfig unused = memorizing_config(0);
+  unused.options["xmem_topk"] = int64_t{4};
+  refused(unused, "model.xmem_layer and model.xmem_topk apply only with an external memory");
+  refused(memorizing_config(-1), "model.xmem_len must be in [0, 2^20]");
+}
