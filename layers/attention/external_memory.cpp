@@ -82,10 +82,12 @@ Var retrieved_attention(const Var& q, const ExternalMemory& memory) {
       std::copy(V.data() + src, V.data() + src + D, vg.data() + dst);
     }
   }
-  const Var scores = mul_scalar(sum(mul(reshape(q, {B, H, T, 1, D}), Var(kg)), {4}),
-                                1.0f / std::sqrt(static_cast<float>(D)));                // (B, H, T, k)
-  const Var p = softmax(scores);                                                          // over the k pairs
-  return sum(mul(reshape(p, {B, H, T, k, 1}), Var(vg)), {3});                             // (B, H, T, D)
+  // One query against its own k pairs: batched (1, D) x (D, k) and (1, k) x (k, D) products.
+  const int64_t R = B * H * T;
+  const Var scores = mul_scalar(matmul(reshape(q, {R, 1, D}), Var(kg.reshape({R, k, D}).transpose(1, 2))),
+                                1.0f / std::sqrt(static_cast<float>(D)));  // (R, 1, k)
+  const Var p = softmax(scores);                                           // over the k pairs
+  return reshape(matmul(p, Var(vg.reshape({R, k, D}))), {B, H, T, D});     // (B, H, T, D)
 }
 
 }  // namespace tapeformer
