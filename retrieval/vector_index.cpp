@@ -24,6 +24,10 @@ struct VectorIndex::Faiss {
   std::unique_ptr<faiss::Index> index;
 };
 
+// Defined with the BLAS routines FAISS calls (retrieval/blas.cpp): using it
+// here makes a static link take that object before it reaches libfaiss.a.
+extern int retrieval_blas_linked;
+
 namespace {
 
 // A cell of an ivf index needs this many rows for k-means to place its
@@ -120,6 +124,7 @@ std::string IndexOptions::describe() const {
 }
 
 VectorIndex::VectorIndex(int64_t dim, const IndexOptions& options) : dim_(dim), options_(options) {
+  TAPEFORMER_CHECK(retrieval_blas_linked == 1, "index: the BLAS routines for FAISS are not linked");
   TAPEFORMER_CHECK(dim >= 1 && dim <= (int64_t{1} << 20), "index: dim must be in [1, 2^20], got ", dim);
   options_.validate();
   if (options_.kind != "ivf") build(0);  // ivf waits for its first rows to learn cells from
