@@ -57,10 +57,13 @@ auto faiss_call(const char* what, F&& f) -> decltype(f()) {
   }
 }
 
-// The chosen nlist for a first add of n rows (see IndexOptions::nlist).
+// The chosen nlist for a first add of n rows (see IndexOptions::nlist):
+// 4 sqrt(n), FAISS's rule of thumb, capped so that k-means (on up to 256
+// rows per cell) stays under a minute on one core.
+constexpr int64_t kMaxAutoCells = 1024;
 int64_t auto_nlist(int64_t n) {
   const auto four_root = static_cast<int64_t>(std::llround(4.0 * std::sqrt(static_cast<double>(n))));
-  return std::max<int64_t>(1, std::min(four_root, n / kRowsPerCell));
+  return std::max<int64_t>(1, std::min({four_root, n / kRowsPerCell, kMaxAutoCells}));
 }
 
 // A std::ostream as FAISS's writer.

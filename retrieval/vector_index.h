@@ -45,7 +45,7 @@ namespace tapeformer {
 
 struct IndexOptions {
   std::string kind = "exact";  // "exact" | "ivf" | "hnsw"
-  int64_t nlist = 0;           // ivf: cells; 0: 4 sqrt(N) of the first add's N rows, at most N / 39
+  int64_t nlist = 0;           // ivf: cells; 0: 4 sqrt(N) of the first add's N rows, at most N / 39 and 1024
   int64_t nprobe = 8;          // ivf: cells scanned per query
   int64_t hnsw_m = 32;         // hnsw: links per node
   int64_t ef_search = 64;      // hnsw: candidates kept while searching (at least k)
