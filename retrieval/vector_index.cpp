@@ -4,9 +4,14 @@
 #include <faiss/IndexHNSW.h>
 #include <faiss/IndexIVFFlat.h>
 #include <faiss/impl/FaissException.h>
+#include <faiss/impl/DistanceComputer.h>
 #include <faiss/impl/io.h>
 #include <faiss/index_io.h>
+#include <faiss/invlists/InvertedLists.h>
+#include <faiss/utils/distances.h>
 #include <omp.h>
+
+#include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
@@ -54,6 +59,121 @@ auto faiss_call(const char* what, F&& f) -> decltype(f()) {
     return f();
   } catch (const faiss::FaissException& e) {
     fail("index: ", what, ": ", e.what());
+  }
+}
+
+// Squared L2 distances, vectorised. Debian's libfaiss.a is built for any
+// x86-64, so its own distance loop (faiss::fvec_L2sqr) runs one float at a
+// time: an ivf scan or an hnsw walk spent nearly all its time there, 20
+// times what the model took to evaluate. The two places that compute
+// distances one vector at a time are replaced below; matrix products (exact
+// search, k-means, ivf's cell assignment) go through sgemm_ (blas.cpp).
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+float l2sqr(const float* a, const float* b, int64_t d) {
+  using Vec = Eigen::Map<const Eigen::VectorXf>;
+  return (Vec(a, d) - Vec(b, d)).squaredNorm();
+}
+
+// An IndexFlatL2 whose distance computer (what IndexHNSW walks its graph
+// with) uses l2sqr. It is stored and read back as a plain IndexFlatL2.
+struct FastFlatL2 : faiss::IndexFlatL2 {
+  explicit FastFlatL2(int d) : faiss::IndexFlatL2(d) {}
+  struct Distances : faiss::FlatCodesDistanceComputer {
+    explicit Distances(const FastFlatL2& s)
+        : faiss::FlatCodesDistanceComputer(s.codes.data(), s.code_size), d(s.d) {}
+    void set_query(const float* x) override { q = x; }
+    float distance_to_code(const uint8_t* code) override {
+      return l2sqr(q, reinterpret_cast<const float*>(code), d);
+    }
+    float symmetric_dis(idx_t i, idx_t j) override {
+      const auto* x = reinterpret_cast<const float*>(codes);
+      return l2sqr(x + i * d, x + j * d, d);
+    }
+    const float* q = nullptr;
+    int64_t d;
+  };
+  faiss::FlatCodesDistanceComputer* get_FlatCodesDistanceComputer() const override { return new Distances(*this); }
+};
+
+// An hnsw index's storage (a plain IndexFlat when new or read back) as a
+// FastFlatL2 holding the same keys.
+void use_fast_storage(faiss::IndexHNSW& h) {
+  if (dynamic_cast<FastFlatL2*>(h.storage) != nullptr) return;
+  auto* flat = dynamic_cast<faiss::IndexFlat*>(h.storage);
+  FAISS_THROW_IF_NOT_MSG(flat != nullptr && flat->metric_type == faiss::METRIC_L2,
+                         "hnsw storage is not a flat L2 index");
+  auto fast = std::make_unique<FastFlatL2>(static_cast<int>(flat->d));
+  fast->codes.swap(flat->codes);
+  fast->ntotal = flat->ntotal;
+  if (h.own_fields) delete h.storage;
+  h.storage = fast.release();
+  h.own_fields = true;
+}
+
+// The k nearest of each query among the rows of the nprobe cells whose
+// centroids are nearest (IndexIVFFlat's search). The queries of a block that
+// probe the same cell are compared with its rows as one matrix product,
+// ||q||^2 + ||x||^2 - 2 q.x (as exact search computes it): a cell is read
+// from memory once per block, not once per query, and consecutive
+// positions of a text tend to probe the same cells.
+void ivf_search(const faiss::IndexIVF& ivf, const float* x, int64_t n, int64_t k, float* distances, int64_t* ids) {
+  const auto nprobe = static_cast<int64_t>(std::min(ivf.nprobe, ivf.nlist));
+  const int64_t d = ivf.d;
+  std::vector<float> centroid_d(static_cast<size_t>(n * nprobe));
+  std::vector<faiss::Index::idx_t> cells(static_cast<size_t>(n * nprobe));
+  ivf.quantizer->search(n, x, nprobe, centroid_d.data(), cells.data());
+  // The queries probing each cell, cells in order of first use.
+  std::vector<std::pair<faiss::Index::idx_t, int64_t>> probes;  // (cell, query)
+  for (int64_t q = 0; q < n; ++q)
+    for (int64_t p = 0; p < nprobe; ++p)
+      if (cells[static_cast<size_t>(q * nprobe + p)] >= 0) probes.emplace_back(cells[static_cast<size_t>(q * nprobe + p)], q);
+  std::sort(probes.begin(), probes.end());
+  using Heap = std::vector<std::pair<float, int64_t>>;  // the k best so far, the worst on top
+  std::vector<Heap> heaps(static_cast<size_t>(n));
+  const Eigen::Map<const RowMatrix> queries(x, n, d);  // (n, C)
+  RowMatrix group, dist;
+  Eigen::VectorXf row_norms;
+  for (size_t g = 0; g < probes.size();) {
+    const faiss::Index::idx_t cell = probes[g].first;
+    size_t end = g;
+    while (end < probes.size() && probes[end].first == cell) ++end;
+    const auto size = static_cast<int64_t>(ivf.invlists->list_size(static_cast<size_t>(cell)));
+    if (size > 0) {
+      faiss::InvertedLists::ScopedCodes codes(ivf.invlists, static_cast<size_t>(cell));
+      faiss::InvertedLists::ScopedIds row_ids(ivf.invlists, static_cast<size_t>(cell));
+      const Eigen::Map<const RowMatrix> rows(reinterpret_cast<const float*>(codes.get()), size, d);  // (n_cell, C)
+      const auto m = static_cast<int64_t>(end - g);
+      group.resize(m, d);  // the queries probing this cell, (m, C)
+      for (int64_t i = 0; i < m; ++i) group.row(i) = queries.row(probes[g + static_cast<size_t>(i)].second);
+      row_norms.noalias() = rows.rowwise().squaredNorm();
+      dist.noalias() = group * rows.transpose();  // (m, n_cell)
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t q = probes[g + static_cast<size_t>(i)].second;
+        const float qn = group.row(i).squaredNorm();
+        Heap& heap = heaps[static_cast<size_t>(q)];
+        for (int64_t j = 0; j < size; ++j) {
+          const std::pair<float, int64_t> item{std::max(0.0f, qn + row_norms[j] - 2 * dist(i, j)),
+                                               row_ids[static_cast<size_t>(j)]};
+          if (static_cast<int64_t>(heap.size()) < k) {
+            heap.push_back(item);
+            std::push_heap(heap.begin(), heap.end());
+          } else if (item < heap.front()) {
+            std::pop_heap(heap.begin(), heap.end());
+            heap.back() = item;
+            std::push_heap(heap.begin(), heap.end());
+          }
+        }
+      }
+    }
+    g = end;
+  }
+  for (int64_t q = 0; q < n; ++q) {
+    Heap& heap = heaps[static_cast<size_t>(q)];
+    std::sort_heap(heap.begin(), heap.end());  // nearest first
+    for (size_t j = 0; j < heap.size(); ++j) {
+      distances[q * k + static_cast<int64_t>(j)] = heap[j].first;
+      ids[q * k + static_cast<int64_t>(j)] = heap[j].second;
+    }
   }
 }
 
@@ -128,6 +248,9 @@ std::string IndexOptions::describe() const {
 
 VectorIndex::VectorIndex(int64_t dim, const IndexOptions& options) : dim_(dim), options_(options) {
   TAPEFORMER_CHECK(retrieval_blas_linked == 1, "index: the BLAS routines for FAISS are not linked");
+  // Flat searches of any number of queries go through sgemm_, not
+  // FAISS's one-float-at-a-time loop (see l2sqr).
+  faiss::distance_compute_blas_threshold = 1;
   TAPEFORMER_CHECK(dim >= 1 && dim <= (int64_t{1} << 20), "index: dim must be in [1, 2^20], got ", dim);
   options_.validate();
   if (options_.kind != "ivf") build(0);  // ivf waits for its first rows to learn cells from
@@ -150,6 +273,7 @@ void VectorIndex::build(int64_t n_first) {
   } else if (options_.kind == "hnsw") {
     auto h = std::make_unique<faiss::IndexHNSWFlat>(d, static_cast<int>(options_.hnsw_m));
     h->hnsw.efSearch = static_cast<int>(options_.ef_search);
+    use_fast_storage(*h);
     f->index = std::move(h);
   } else {
     const int64_t nlist = options_.nlist > 0 ? options_.nlist : auto_nlist(n_first);
@@ -199,13 +323,19 @@ Neighbours VectorIndex::search(const float* queries, int64_t n, int64_t k) const
   out.ids.assign(static_cast<size_t>(n * k), -1);
   if (n == 0 || size() == 0) return out;
   const faiss::Index& index = *index_->index;
-  // The exact kind compares a block of at least 20 queries with BLAS
-  // (faiss::distance_compute_blas_threshold); the others walk per query.
-  const int64_t grain = options_.kind == "exact" ? 32 : 8;
+  const auto* ivf = dynamic_cast<const faiss::IndexIVF*>(&index);
+  // Blocks of queries: the exact kind and ivf's cell assignment compare a
+  // block with the keys or centroids as one matrix product.
+  const int64_t grain = options_.kind == "hnsw" ? 8 : options_.kind == "ivf" ? 128 : 32;
   parallel::parallel_for(n, grain, [&](int64_t q0, int64_t q1) {
     OmpThreads one(1);
     faiss_call("search", [&] {
-      index.search(q1 - q0, queries + q0 * dim_, k, out.distances.data() + q0 * k, out.ids.data() + q0 * k);
+      float* d = out.distances.data() + q0 * k;
+      int64_t* i = out.ids.data() + q0 * k;
+      if (ivf != nullptr)
+        ivf_search(*ivf, queries + q0 * dim_, q1 - q0, k, d, i);
+      else
+        index.search(q1 - q0, queries + q0 * dim_, k, d, i);
     });
   });
   for (size_t i = 0; i < out.ids.size(); ++i)
@@ -281,6 +411,7 @@ VectorIndex VectorIndex::read(std::istream& in, uint64_t bytes, const std::strin
                        : o.kind == "ivf" ? dynamic_cast<faiss::IndexIVFFlat*>(index.get()) != nullptr
                                          : dynamic_cast<faiss::IndexHNSWFlat*>(index.get()) != nullptr;
   TAPEFORMER_CHECK(kind_ok && index->d == dim, origin, ": the FAISS index is not a ", o.kind, " index of dim ", dim);
+  if (auto* h = dynamic_cast<faiss::IndexHNSW*>(index.get())) faiss_call("read", [&] { use_fast_storage(*h); });
   auto f = std::make_unique<Faiss>();
   f->index = std::move(index);
   VectorIndex v(dim, o, std::move(f));

@@ -19,9 +19,10 @@
 //   hnsw   a navigable small-world graph over the keys (faiss::IndexHNSWFlat)
 //          with `hnsw_m` links per node; a query walks it keeping the
 //          `ef_search` best candidates: O(log N) steps, approximate.
-// Every kind stores the keys as float32, and reports exact squared L2
-// distances for the neighbours it returns (up to float rounding: the exact
-// kind computes ||q||^2 + ||x||^2 - 2 q.x for batches of queries).
+// Every kind stores the keys as float32 and reports the squared L2 distances
+// of the neighbours it returns: hnsw as ||q - x||^2, exact and ivf as
+// ||q||^2 + ||x||^2 - 2 q.x, a matrix product over a block of queries (equal
+// up to float rounding, clamped at 0).
 //
 // Threads: search() splits the queries into blocks over tapeformer's TBB
 // threads (core/parallel.h), each block running FAISS single-threaded, so a

@@ -234,6 +234,7 @@ EvalResult evaluate_file(const EvalArgs& args) {
     counted += w.len;
   });
   if (mixes) {
+    knn->finish();
     total = knn->loss_sum;
     counted = knn->counted;
   }

@@ -153,11 +153,9 @@ std::vector<int32_t> neighbour_values(const Neighbours& nb, const Datastore& sto
 }
 
 void KnnEval::add(const Tensor& features, const Tensor& logits, const Window& w) {
-  const int64_t C = features.dim(2), V = logits.dim(2), k = opt_.k;
+  const int64_t C = features.dim(2), V = logits.dim(2);
   const Tensor f = features.contiguous(), l = logits.contiguous();
-  // The predicted positions' context vectors are the queries, (len, C).
-  const Neighbours nb = store_.index().search(f.data() + w.again * C, w.len, k);
-  const std::vector<int32_t> values = neighbour_values(nb, store_);
+  queries_.insert(queries_.end(), f.data() + w.again * C, f.data() + (w.again + w.len) * C);
   for (int64_t t = 0; t < w.len; ++t) {
     const Scalar* row = l.data() + (w.again + t) * V;  // (V)
     const int32_t y = w.targets.data[static_cast<size_t>(w.again + t)];
@@ -165,16 +163,34 @@ void KnnEval::add(const Tensor& features, const Tensor& logits, const Window& w)
     for (int64_t v = 1; v < V; ++v) top = std::max<double>(top, row[v]);
     double sum = 0;
     for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
-    const double log_p_lm = static_cast<double>(row[y]) - top - std::log(sum);
-    const double lp = knn_log_prob(log_p_lm, y, nb.distances.data() + t * k, values.data() + t * k, k,
-                                   opt_.lambda, opt_.temperature);
-    TAPEFORMER_CHECK(lp > kNegInf, "eval: with --knn-lambda ", opt_.lambda, " the token at position ", w.start + t + 1,
-                     " has probability 0 (none of its ", k, " neighbours has it): the loss is infinite; use a "
-                     "--knn-lambda below 1");
-    loss_sum -= lp;
-    lm_loss_sum -= log_p_lm;
+    log_p_lm_.push_back(static_cast<double>(row[y]) - top - std::log(sum));
+    targets_.push_back(y);
+    positions_.push_back(w.start + t + 1);
   }
-  counted += w.len;
+  if (static_cast<int64_t>(targets_.size()) >= kBlock) finish();
+}
+
+void KnnEval::finish() {
+  const auto n = static_cast<int64_t>(targets_.size());
+  if (n == 0) return;
+  const int64_t k = opt_.k;
+  const Neighbours nb = store_.index().search(queries_.data(), n, k);  // queries (n, C)
+  const std::vector<int32_t> values = neighbour_values(nb, store_);
+  for (int64_t t = 0; t < n; ++t) {
+    const double lp = knn_log_prob(log_p_lm_[static_cast<size_t>(t)], targets_[static_cast<size_t>(t)],
+                                   nb.distances.data() + t * k, values.data() + t * k, k, opt_.lambda,
+                                   opt_.temperature);
+    TAPEFORMER_CHECK(lp > kNegInf, "eval: with --knn-lambda ", opt_.lambda, " the token at position ",
+                     positions_[static_cast<size_t>(t)], " has probability 0 (none of its ", k,
+                     " neighbours has it): the loss is infinite; use a --knn-lambda below 1");
+    loss_sum -= lp;
+    lm_loss_sum -= log_p_lm_[static_cast<size_t>(t)];
+  }
+  counted += n;
+  queries_.clear();
+  log_p_lm_.clear();
+  targets_.clear();
+  positions_.clear();
 }
 
 void KnnMixer::mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const {

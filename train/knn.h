@@ -88,8 +88,12 @@ class KnnEval {
  public:
   KnnEval(const Datastore& store, const KnnOptions& opt) : store_(store), opt_(opt) {}
   // One window: features (1, W, C) and logits (1, W, V) of w.ids; the
-  // positions after w.again are predicted (w.targets).
+  // positions after w.again are predicted (w.targets). Positions are
+  // searched in blocks of kBlock (an ivf search shares each cell's reads
+  // among a block's queries); finish() searches the last one.
   void add(const Tensor& features, const Tensor& logits, const Window& w);
+  void finish();
+  static constexpr int64_t kBlock = 1024;
   double loss_sum = 0;     // -sum log p(y), the mixture
   double lm_loss_sum = 0;  // -sum log p_LM(y), the model alone
   int64_t counted = 0;
@@ -97,6 +101,10 @@ class KnnEval {
  private:
   const Datastore& store_;
   const KnnOptions& opt_;
+  std::vector<float> queries_;      // (n, C): the pending positions' context vectors
+  std::vector<double> log_p_lm_;    // (n): log p_LM of each one's target
+  std::vector<int32_t> targets_;    // (n)
+  std::vector<int64_t> positions_;  // (n): where in the text, for errors
 };
 
 // Mixes p_kNN into each sampled token's distribution (generate's mixer).
