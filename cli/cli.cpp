@@ -55,18 +55,32 @@ const CLI::Validator open_fraction(
       return v > 0 && v < 1 ? std::string() : "must be a number in (0, 1), got " + text;
     },
     "");
-// An integer in [0, hi], digits only (no sign, exponent or fraction).
-CLI::Validator integer_up_to(uint64_t hi) {
+const CLI::Validator unit_interval(
+    [](std::string& text) {
+      const double v = number(text);
+      return v >= 0 && v <= 1 ? std::string() : "must be a number in [0, 1], got " + text;
+    },
+    "");
+const CLI::Validator finite_above_zero(
+    [](std::string& text) {
+      const double v = number(text);
+      return std::isfinite(v) && v > 0 ? std::string() : "must be a finite number > 0, got " + text;
+    },
+    "");
+// An integer in [lo, hi], digits only (no sign, exponent or fraction).
+CLI::Validator integer_in(uint64_t lo, uint64_t hi) {
   return CLI::Validator(
-      [hi](std::string& text) {
-        const std::string range = "must be an integer in [0, " + std::to_string(hi) + "], got " + text;
+      [lo, hi](std::string& text) {
+        const std::string range =
+            "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + text;
         if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return range;
         errno = 0;
         const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-        return errno == ERANGE || v > hi ? range : std::string();
+        return errno == ERANGE || v < lo || v > hi ? range : std::string();
       },
       "");
 }
+CLI::Validator integer_up_to(uint64_t hi) { return integer_in(0, hi); }
 constexpr uint64_t kMaxCount = INT32_MAX;  // tokens, top-k, context, vocabulary size: as config counts
 
 // A kind that a config or checkpoint names but this program lacks was most
@@ -75,6 +89,24 @@ std::string with_registration_hint(const std::string& what) {
   if (what.find(": unknown kind \"") == std::string::npos) return what;
   return what + "; a kind of your own is known only to a program that registers it before calling "
                 "tapeformer::cli_main (docs/custom-layers.md): run that program instead of the stock command";
+}
+
+// The kNN-LM flags of eval and sample (train/knn.h).
+void add_knn_flags(CLI::App* c, KnnOptions& knn) {
+  c->add_option("--knn", knn.store, "mix in kNN-LM with this store (from tapeformer knn build)");
+  c->add_option("--knn-k", knn.k, "neighbours per position (at most the store's keys)")
+      ->check(integer_in(1, kMaxCount))
+      ->capture_default_str();
+  c->add_option("--knn-lambda", knn.lambda, "weight of the kNN distribution: p = l p_kNN + (1 - l) p_LM")
+      ->check(unit_interval)
+      ->capture_default_str();
+  c->add_option("--knn-temperature", knn.temperature, "p_kNN ~ exp(-distance / temperature)")
+      ->check(finite_above_zero)
+      ->capture_default_str();
+  c->add_option("--knn-nprobe", knn.nprobe, "ivf store: cells scanned per query (0: as built)")
+      ->check(integer_up_to(kMaxCount));
+  c->add_option("--knn-ef-search", knn.ef_search, "hnsw store: candidates kept while searching (0: as built)")
+      ->check(integer_up_to(kMaxCount));
 }
 
 }  // namespace
@@ -159,6 +191,7 @@ int cli_main(int argc, char** argv) {
                 "positions softmax layers keep (0 = block size; past block size needs a scheme without a table)")
       ->check(integer_up_to(kMaxCount))
       ->capture_default_str();
+  add_knn_flags(s, sample.knn);
 
   EvalArgs eval;
   auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");
@@ -168,6 +201,40 @@ int cli_main(int argc, char** argv) {
   e->add_option("--context", eval.context,
                 "window length in tokens (0 = block size; past block size needs a scheme without a table)")
       ->check(integer_up_to(kMaxCount))
+      ->capture_default_str();
+  e->add_option("--split", eval.split, "all | train | val: the part of the file (the run's data.val_fraction)")
+      ->check(CLI::IsMember({"all", "train", "val"}))
+      ->capture_default_str();
+  add_knn_flags(e, eval.knn);
+
+  KnnBuildArgs knn_build;
+  auto* kn = app.add_subcommand("knn", "kNN-LM datastores (knn build)");
+  kn->require_subcommand(1);
+  auto* kb = kn->add_subcommand("build", "a datastore of a checkpoint's context vectors over a text, for eval/sample --knn");
+  kb->add_option("--checkpoint", knn_build.checkpoint, "run directory (or checkpoint.bin)")->required();
+  kb->add_option("--weights", knn_build.weights, "safetensors file replacing the checkpoint's weights");
+  kb->add_option("--data", knn_build.data, "text file whose positions become keys")->required();
+  kb->add_option("--split", knn_build.split, "all | train | val: the part of the file (the run's data.val_fraction)")
+      ->check(CLI::IsMember({"all", "train", "val"}))
+      ->capture_default_str();
+  kb->add_option("--out", knn_build.out, "the store file to write")->required();
+  kb->add_option("--context", knn_build.context, "window length in tokens (0 = block size), as eval's")
+      ->check(integer_up_to(kMaxCount))
+      ->capture_default_str();
+  kb->add_option("--index", knn_build.index.kind, "exact | ivf | hnsw")
+      ->check(CLI::IsMember({"exact", "ivf", "hnsw"}))
+      ->capture_default_str();
+  kb->add_option("--nlist", knn_build.index.nlist, "ivf: cells (0 = 4 sqrt(keys))")
+      ->check(integer_up_to(kMaxCount))
+      ->capture_default_str();
+  kb->add_option("--nprobe", knn_build.index.nprobe, "ivf: cells scanned per query")
+      ->check(integer_in(1, kMaxCount))
+      ->capture_default_str();
+  kb->add_option("--hnsw-m", knn_build.index.hnsw_m, "hnsw: links per node")
+      ->check(integer_in(2, 512))
+      ->capture_default_str();
+  kb->add_option("--ef-search", knn_build.index.ef_search, "hnsw: candidates kept while searching")
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
 
   PrepareArgs prep;
@@ -209,8 +276,8 @@ int cli_main(int argc, char** argv) {
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&
-      first != "plot" && first != "export" && first != "prepare" && first != "kinds") {
-    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, prepare, plot, export or kinds; see --help)\n",
+      first != "plot" && first != "export" && first != "prepare" && first != "kinds" && first != "knn") {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, knn, prepare, plot, export or kinds; see --help)\n",
                  argv[1]);
     return 2;
   }
@@ -231,6 +298,7 @@ int cli_main(int argc, char** argv) {
     if (*pl) return run_plot(plot);
     if (*x) return run_export(exp);
     if (*pr) return run_prepare(prep);
+    if (*kb) return run_knn_build(knn_build);
     if (*k) {
       std::fputs((readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
       return 0;

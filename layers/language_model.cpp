@@ -9,6 +9,18 @@ Var LanguageModel::forward(const IndexTensor&, SegmentMemory&, Rng&) const {
   fail("model.arch \"", config().arch, "\" keeps no segment memory (model.mem_len)");
 }
 
+namespace {
+[[noreturn]] void no_features(const LanguageModel& model) {
+  fail("model.arch \"", model.config().arch,
+       "\" does not expose the context vectors its output head reads (LanguageModel::features), which kNN-LM "
+       "needs");
+}
+}  // namespace
+
+Var LanguageModel::features(const IndexTensor&, SegmentMemory*, Rng&) const { no_features(*this); }
+Var LanguageModel::features(const IndexTensor&, InferenceState&) const { no_features(*this); }
+Var LanguageModel::logits_from_features(const Var&) const { no_features(*this); }
+
 Registry<ModelKind>& model_kinds() {
   static Registry<ModelKind> kinds(
       "model.arch", {{"transformer",

@@ -52,6 +52,17 @@ class LanguageModel : public Module {
   // ids (B, T): the segment after those `memory` holds. Models without a
   // memory refuse it.
   virtual Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const;
+  // The context vectors the output head reads (kNN-LM's keys and queries,
+  // train/knn.h): ids (B, T) -> (B, T, C), with `memory` the segment memory
+  // as forward(ids, memory, rng) takes it (null: none), so that
+  // logits_from_features(features(...)) equals forward(...) bit for bit.
+  // features(ids, state) is the same for reading piece by piece, equal to
+  // forward(ids, state) through logits_from_features. A kind that does not
+  // provide them refuses, naming itself.
+  virtual Var features(const IndexTensor& ids, SegmentMemory* memory, Rng& rng) const;
+  virtual Var features(const IndexTensor& ids, InferenceState& state) const;
+  // features (B, T, C) -> logits (B, T, V): the output head alone.
+  virtual Var logits_from_features(const Var& features) const;
   // The longest sequence forward() takes, or -1 for any length.
   virtual int64_t max_positions() const { return -1; }
   virtual const ModelConfig& config() const = 0;

@@ -36,8 +36,7 @@ Var TransformerLM::embed(const IndexTensor& ids, int64_t start) const {
   return pos_emb->embed(tok_emb->forward(ids), start);  // (B, T, C)
 }
 
-Var TransformerLM::head(const Var& x) const {
-  const Var h = ln_f->forward(x);
+Var TransformerLM::logits_from_features(const Var& h) const {
   if (lm_head) return lm_head->forward(h);              // (B, T, V)
   return matmul(h, transpose(tok_emb->weight, 0, 1));  // tied: h E^T, (B, T, V)
 }
@@ -53,14 +52,20 @@ Var TransformerLM::embed_sequence(const IndexTensor& ids, Rng& rng) const {
 }
 
 Var TransformerLM::forward(const IndexTensor& ids, Rng& rng) const {
-  return head(stack->forward(embed_sequence(ids, rng), rng));
+  return logits_from_features(features(ids, nullptr, rng));
 }
 
 Var TransformerLM::forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const {
+  return logits_from_features(features(ids, &memory, rng));
+}
+
+Var TransformerLM::features(const IndexTensor& ids, SegmentMemory* memory, Rng& rng) const {
+  if (memory == nullptr) return ln_f->forward(stack->forward(embed_sequence(ids, rng), rng));  // (B, T, C)
   TAPEFORMER_CHECK(mem_len() > 0, "TransformerLM: a segment memory needs model.mem_len > 0");
-  TAPEFORMER_CHECK(memory.length() == 0 || ids.shape.rank() != 2 || memory.layers[0].dim(0) == ids.shape[0],
-                   "TransformerLM: a memory of ", memory.layers[0].dim(0), " sequences for a batch of ", ids.shape[0]);
-  return head(stack->forward(embed_sequence(ids, rng), memory, rng));
+  TAPEFORMER_CHECK(memory->length() == 0 || ids.shape.rank() != 2 || memory->layers[0].dim(0) == ids.shape[0],
+                   "TransformerLM: a memory of ", memory->layers[0].dim(0), " sequences for a batch of ",
+                   ids.shape[0]);
+  return ln_f->forward(stack->forward(embed_sequence(ids, rng), *memory, rng));  // (B, T, C)
 }
 
 namespace {
@@ -125,8 +130,8 @@ Var TransformerLM::forward_segments(const IndexTensor& ids, InferenceState& stat
       segment.insert(segment.end(), row.begin(), row.end());
     }
     SegmentMemory next = s.memory;  // the memories move on only when the segment is finished
-    const Var logits = forward(IndexTensor({B, p + m}, std::move(segment)), next, unused);  // (B, p + m, V)
-    parts.push_back(Var(logits.value().slice(1, p, p + m).contiguous()));  // inference: no gradient to keep
+    const Var h = features(IndexTensor({B, p + m}, std::move(segment)), &next, unused);  // (B, p + m, C)
+    parts.push_back(Var(h.value().slice(1, p, p + m).contiguous()));  // inference: no gradient to keep
     if (p + m == S) {
       s.memory = std::move(next);
       for (auto& row : s.pending) row.clear();
@@ -134,7 +139,7 @@ Var TransformerLM::forward_segments(const IndexTensor& ids, InferenceState& stat
     done += m;
   }
   s.length_ += T;
-  return parts.size() == 1 ? parts[0] : concat(parts, 1);  // (B, T, V)
+  return parts.size() == 1 ? parts[0] : concat(parts, 1);  // (B, T, C)
 }
 
 std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t window) const {
@@ -154,6 +159,10 @@ std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t
 }
 
 Var TransformerLM::forward(const IndexTensor& ids, InferenceState& state) const {
+  return logits_from_features(features(ids, state));
+}
+
+Var TransformerLM::features(const IndexTensor& ids, InferenceState& state) const {
   if (auto* segments = dynamic_cast<SegmentState*>(&state)) {
     TAPEFORMER_CHECK(segments->owner == this, "TransformerLM: this inference state was made by another model");
     TAPEFORMER_CHECK(!grad_enabled() && !is_training(),
@@ -179,7 +188,7 @@ Var TransformerLM::forward(const IndexTensor& ids, InferenceState& state) const 
     const Var x = embed(ids, s.length_);  // positions continue after the M seen, (B, T, C)
     const Var h = stack->forward(x, *s.stack);
     s.length_ += T;
-    return head(h);  // (B, T, V)
+    return ln_f->forward(h);  // (B, T, C)
   } catch (...) {
     s.reset();  // some caches may have grown: start over rather than misalign
     throw;

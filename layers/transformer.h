@@ -73,6 +73,12 @@ class TransformerLM : public LanguageModel {
   int64_t mem_len() const override;
   int64_t ext_len() const override;
   Var forward(const IndexTensor& ids, InferenceState& state) const override;
+  // kNN-LM's context vectors: ln_f's output, the (B, T, C) rows the head
+  // multiplies (logits = features W_head, or features E^T when tied);
+  // forward() is logits_from_features(features()) in every form.
+  Var features(const IndexTensor& ids, SegmentMemory* memory, Rng& rng) const override;
+  Var features(const IndexTensor& ids, InferenceState& state) const override;
+  Var logits_from_features(const Var& features) const override;
   const ModelConfig& config() const override { return cfg_; }
   // Positions the model can represent: the learned table's rows, or -1 for any.
   int64_t max_positions() const override { return pos_emb->max_positions(); }
@@ -87,12 +93,11 @@ class TransformerLM : public LanguageModel {
   std::shared_ptr<Linear> lm_head;  // null when tied
 
  private:
-  // forward(ids, state) for a model with a compressed memory (make_state).
+  // features(ids, state) for a model with a compressed or an external memory (make_state).
   Var forward_segments(const IndexTensor& ids, InferenceState& state) const;
   Var embed(const IndexTensor& ids, int64_t start) const;  // token embeddings with positions start.., (B, T, C)
   // ids (B, T) checked against the position table, embedded from position 0, with dropout: (B, T, C).
   Var embed_sequence(const IndexTensor& ids, Rng& rng) const;
-  Var head(const Var& x) const;                            // ln_f and the output head, (B, T, V)
   ModelConfig cfg_;
 };
 

@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev                # JSON configs and metrics lines
   libsentencepiece-dev pkg-config   # subword tokenizers (found through pkg-config)
   libcli11-dev                      # the tapeformer command's flags
+  libfaiss-dev                      # vector search for kNN-LM datastores (retrieval/)
   libopenmpi-dev openmpi-bin        # distributed training (mpirun) and its test
   python3                           # the experiment harness (scripts/experiment.py) and its test
   gnuplot-nox                       # tapeformer plot draws its PNGs with it

@@ -1,7 +1,5 @@
 #include "tapeformer/train/checkpoint.h"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,14 +28,6 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'F', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8;
-
-// FNV-1a 64 of n bytes, continuing from the hash h of the bytes before them.
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
-uint64_t fnv1a64(const char* p, size_t n, uint64_t h = kFnvOffset) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ULL;
-  return h;
-}
-uint64_t fnv1a64(const std::string& s) { return fnv1a64(s.data(), s.size()); }
 
 // Tensors travel as (name, dims, values): the one serialisation pattern for
 // tensor maps (model state, optimizer state).
@@ -132,116 +122,6 @@ std::string checkpoint_header(uint64_t length, uint64_t checksum) {
   return header;
 }
 
-// Makes a rename durable. Best effort: some filesystems cannot open or sync
-// a directory, and the file itself is already synced.
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Writes of `path` go through ".NAME.tmp.PID" in the same directory.
-struct TempName {
-  std::filesystem::path dir;
-  std::string prefix;  // ".NAME.tmp."
-};
-TempName temp_name(const std::string& path) {
-  const std::filesystem::path target(path);
-  return {target.has_parent_path() ? target.parent_path() : std::filesystem::path("."),
-          "." + target.filename().string() + ".tmp."};
-}
-}  // namespace
-
-namespace {
-
-// Buffered writes to a file descriptor for a std::ostream, with the FNV-1a 64
-// hash and the count of the bytes that pass after start_payload() (or all
-// of them). Write errors are kept (with errno) for the caller, which reports
-// them once.
-class FileSink : public std::streambuf {
- public:
-  explicit FileSink(int fd) : fd_(fd), buf_(size_t{1} << 20) { setp(buf_.data(), buf_.data() + buf_.size()); }
-  uint64_t count() const { return count_ + static_cast<uint64_t>(pptr() - pbase()); }
-  uint64_t hash() const { return hash_; }  // of what flush() has written
-  int error() const { return error_; }
-  bool flush() { return drain() && error_ == 0; }
-  // Writes what came so far (a header), and counts and hashes only what follows.
-  bool start_payload() {
-    const bool ok = flush();
-    count_ = 0;
-    hash_ = kFnvOffset;
-    return ok;
-  }
-
- protected:
-  int_type overflow(int_type ch) override {
-    if (!drain()) return traits_type::eof();
-    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
-      *pptr() = traits_type::to_char_type(ch);
-      pbump(1);
-    }
-    return traits_type::not_eof(ch);
-  }
-  int sync() override { return drain() ? 0 : -1; }
-
- private:
-  bool drain() {
-    const char* p = pbase();
-    const size_t n = static_cast<size_t>(pptr() - pbase());
-    hash_ = fnv1a64(p, n, hash_);
-    for (size_t done = 0; done < n && error_ == 0;) {
-      const ssize_t w = ::write(fd_, p + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) error_ = w == 0 ? EIO : errno;  // no progress and no error code: an I/O error
-      if (w > 0) done += static_cast<size_t>(w);
-    }
-    count_ += n;
-    setp(buf_.data(), buf_.data() + buf_.size());
-    return error_ == 0;
-  }
-
-  int fd_;
-  std::vector<char> buf_;
-  uint64_t count_ = 0;
-  uint64_t hash_ = kFnvOffset;
-  int error_ = 0;
-};
-
-// Writes `path` atomically: `fill` writes the contents to a temp file (a
-// stream, or the descriptor itself for fixed-offset patches), which is then
-// fsync'ed and renamed over `path`.
-void write_atomic(const std::string& path, const std::function<void(int fd, FileSink& sink)>& fill) {
-  const TempName names = temp_name(path);
-  const std::string tmp = (names.dir / (names.prefix + std::to_string(::getpid()))).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
-  TAPEFORMER_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
-  // Any failure, including one that only shows at fsync or close (a full
-  // disk, a quota, NFS), removes the temp file and leaves `path` as it was.
-  const auto give_up = [&](const std::string& what, int error) {
-    const std::string why = std::strerror(error);
-    if (fd >= 0) ::close(fd);
-    std::remove(tmp.c_str());
-    fail(what, ": ", why);
-  };
-  FileSink sink(fd);
-  try {
-    fill(fd, sink);
-  } catch (...) {
-    ::close(fd);
-    std::remove(tmp.c_str());
-    throw;
-  }
-  if (!sink.flush()) give_up("writing '" + tmp + "' failed", sink.error());
-  if (::fsync(fd) != 0) give_up("syncing '" + tmp + "' failed", errno);
-  const int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) give_up("closing '" + tmp + "' failed", errno);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    give_up("cannot rename '" + tmp + "' to '" + path + "'", errno);
-  fsync_directory(names.dir.string());
-}
-
 // A model's or optimizer's tensors in the payload, written from the tensors
 // themselves: the layout of a std::vector<TensorRecord> in a cereal binary
 // archive (a count, then each record's name, dims and values), with no copy
@@ -261,29 +141,6 @@ struct TensorsOut {
 };
 
 }  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  write_atomic(path, [&](int, FileSink& sink) { sink.sputn(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
-}
-
-void remove_stale_temp_files(const std::string& path) {
-  namespace fs = std::filesystem;
-  const TempName names = temp_name(path);
-  std::error_code ec;
-  for (fs::directory_iterator it(names.dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(names.prefix, 0) != 0) continue;
-    // The suffix is the writer's pid: leave the file of a writer still running.
-    const std::string pid = name.substr(names.prefix.size());
-    char* rest = nullptr;
-    const long writer = std::strtol(pid.c_str(), &rest, 10);
-    const bool running = !pid.empty() && *rest == '\0' && writer > 0 && writer != ::getpid() &&
-                         (::kill(static_cast<pid_t>(writer), 0) == 0 || errno == EPERM);
-    if (running) continue;
-    std::error_code remove_ec;  // one that cannot be removed does not stop the others
-    fs::remove(it->path(), remove_ec);
-  }
-}
 
 std::string checkpoint_file_bytes(const std::string& payload) {
   return checkpoint_header(payload.size(), fnv1a64(payload)) + payload;

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <string>
 
-#include "tapeformer/core/files.h"  // check_regular_file, for the files this layer reads
+#include "tapeformer/core/files.h"  // check_regular_file, write_file_atomic, remove_stale_temp_files
 #include "tapeformer/core/rng.h"
 #include "tapeformer/layers/module.h"
 
@@ -46,12 +46,5 @@ Checkpoint load_checkpoint(const std::string& path);
 // The file save_checkpoint writes for a payload: header (magic, version,
 // length, checksum) + payload. For tests and tools that build files by hand.
 std::string checkpoint_file_bytes(const std::string& payload);
-
-// Writes bytes to path atomically (temp file + fsync + rename + dir fsync).
-void write_file_atomic(const std::string& path, const std::string& bytes);
-// Removes the temp files ".NAME.tmp.PID" that writes of `path` interrupted by
-// a kill left next to it, except those of a process PID still running (best
-// effort; the file itself is never touched).
-void remove_stale_temp_files(const std::string& path);
 
 }  // namespace tapeformer

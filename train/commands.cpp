@@ -19,6 +19,7 @@
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/process_group.h"
 #include "tapeformer/train/trainer.h"
+#include "tapeformer/train/windows.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
@@ -152,6 +153,12 @@ int run_sample(const SampleArgs& args) {
     fail(args.prompt_file.empty() ? "prompt" : "--prompt-file '" + args.prompt_file + "'", ": ", e.what());
   }
   sample_context(*l.model, args.options);  // refused before anything reaches stdout
+  std::unique_ptr<Datastore> store;
+  std::unique_ptr<KnnMixer> mixer;
+  if (args.knn.on()) {
+    store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
+    mixer = std::make_unique<KnnMixer>(*store, args.knn);
+  }
   Rng rng(args.options.seed);
   // The prompt is printed with the first token, so that weights giving NaN
   // logits (refused at the first token) leave stdout empty.
@@ -166,7 +173,7 @@ int run_sample(const SampleArgs& args) {
       print_prompt();
       std::fputs(text.push(id).c_str(), stdout);
       std::fflush(stdout);
-    });
+    }, mixer.get());
   } catch (const NonFiniteLogits& e) {
     if (prompt_printed) std::fputs("\n", stdout);  // the error line starts a line of its own
     fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
@@ -179,22 +186,28 @@ int run_sample(const SampleArgs& args) {
 
 EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context,
                          const std::string& weights) {
-  TAPEFORMER_CHECK(context >= 0, "eval: context must be >= 0 (0: the block size), got ", context);
-  Loaded l = load_model(checkpoint, weights);
+  EvalArgs args;
+  args.checkpoint = checkpoint;
+  args.data = data_path;
+  args.context = context;
+  args.weights = weights;
+  return evaluate_file(args);
+}
+
+EvalResult evaluate_file(const EvalArgs& args) {
+  TAPEFORMER_CHECK(args.context >= 0, "eval: context must be >= 0 (0: the block size), got ", args.context);
+  if (args.knn.on()) args.knn.validate();
+  Loaded l = load_model(args.checkpoint, args.weights);
   const int64_t limit = l.model->max_positions();
-  const int64_t T = context > 0 ? context : l.cfg.model.block_size;
+  const int64_t T = args.context > 0 ? args.context : l.cfg.model.block_size;
   TAPEFORMER_CHECK(limit < 0 || T <= limit, "eval: context ", T, " exceeds the ", limit,
                    " positions of model.positional \"", l.cfg.model.positional,
                    "\" (its table ends at model.block_size); a positional scheme without a table takes any context");
-  const std::string text = read_corpus_file(data_path, l.tokenizer->kind());
-  std::vector<int32_t> ids;
-  try {
-    ids = l.tokenizer->encode(text);
-  } catch (const Error& e) {
-    fail("data file '", data_path, "': ", e.what());
-  }
-  TAPEFORMER_CHECK(ids.size() >= 2, "data file '", data_path, "' has fewer than 2 tokens");
-  const int64_t n = static_cast<int64_t>(ids.size());
+  std::unique_ptr<Datastore> store;
+  if (args.knn.on())
+    store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
+  const EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
+  const int64_t n = static_cast<int64_t>(text.ids.size());
   NoGradGuard no_grad;
   Rng unused(0);
   // A model with a segment memory reads the text as one stream, segment by
@@ -202,37 +215,55 @@ EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_
   // model.mem_len; and a compressed memory). With ext_len e each segment
   // also starts with the e tokens before it again, their targets not counted.
   const bool carries = l.model->mem_len() > 0;
-  const int64_t e = carries ? l.model->ext_len() : 0;
   SegmentMemory memory;
   memory.limit = l.cfg.eval.mem_len;
+  // lambda = 0 takes the model's own path below: its loss, bit for bit.
+  const bool mixes = store && args.knn.lambda > 0;
+  std::unique_ptr<KnnEval> knn;
+  if (mixes) knn = std::make_unique<KnnEval>(*store, args.knn);
   double total = 0;
   int64_t counted = 0;
-  for (int64_t start = 0; start + 1 < n; start += T) {
-    const int64_t len = std::min(T, n - 1 - start), again = std::min(e, start);
-    IndexTensor x({1, again + len}, std::vector<int32_t>(ids.begin() + start - again, ids.begin() + start + len));
-    std::vector<int32_t> targets(static_cast<size_t>(again), kIgnoreTarget);
-    targets.insert(targets.end(), ids.begin() + start + 1, ids.begin() + start + len + 1);
-    IndexTensor y({1, again + len}, std::move(targets));
-    const Var logits = carries ? l.model->forward(x, memory, unused) : l.model->forward(x, unused);
-    total += cross_entropy(logits, y).item() * static_cast<double>(len);
-    counted += len;
+  for_each_window(text.ids, T, carries ? l.model->ext_len() : 0, [&](const Window& w) {
+    if (mixes) {
+      const Var f = l.model->features(w.ids, carries ? &memory : nullptr, unused);  // (1, W, C)
+      knn->add(f.value(), l.model->logits_from_features(f).value(), w);
+      return;
+    }
+    const Var logits = carries ? l.model->forward(w.ids, memory, unused) : l.model->forward(w.ids, unused);
+    total += cross_entropy(logits, w.targets).item() * static_cast<double>(w.len);
+    counted += w.len;
+  });
+  if (mixes) {
+    knn->finish();
+    total = knn->loss_sum;
+    counted = knn->counted;
   }
-  const double per_char = static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, count_characters(text)));
+  const double per_char = static_cast<double>(n) / static_cast<double>(text.characters);
   const double loss = total / static_cast<double>(counted);
   TAPEFORMER_CHECK(std::isfinite(loss), "the model's loss on the data is ", std::isnan(loss) ? "nan" : "inf",
                    ": the weights in '",
-                   weights_file(checkpoint, weights), "' are not usable");
-  return {loss, counted, per_char};
+                   weights_file(args.checkpoint, args.weights), "' are not usable");
+  EvalResult r{loss, counted, per_char};
+  r.lm_loss = mixes ? knn->lm_loss_sum / static_cast<double>(counted) : loss;
+  r.knn_keys = store ? store->size() : 0;
+  return r;
 }
 
 double EvalResult::bpc() const { return loss / std::log(2.0) * tokens_per_char; }
 double EvalResult::perplexity() const { return std::exp(loss); }
 
 int run_eval(const EvalArgs& args) {
-  const EvalResult r = evaluate_file(args.checkpoint, args.data, args.context, args.weights);
+  const EvalResult r = evaluate_file(args);
   // A finite loss can still overflow the perplexity: JSON gets null for it.
-  std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %s, \"tokens\": %lld}\n", r.loss, r.bpc(),
+  std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %s, \"tokens\": %lld", r.loss, r.bpc(),
               json_fixed(r.perplexity(), 4).c_str(), static_cast<long long>(r.tokens));
+  if (args.knn.on())
+    std::printf(", \"lm_loss\": %.6f, \"lm_bpc\": %.6f, \"knn\": {\"keys\": %lld, \"k\": %lld, \"lambda\": %s, "
+                "\"temperature\": %s}",
+                r.lm_loss, r.lm_loss / std::log(2.0) * r.tokens_per_char, static_cast<long long>(r.knn_keys),
+                static_cast<long long>(args.knn.k), json_number(args.knn.lambda).c_str(),
+                json_number(args.knn.temperature).c_str());
+  std::printf("}\n");
   return 0;
 }
 

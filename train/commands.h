@@ -9,6 +9,7 @@
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/layers/transformer.h"
 #include "tapeformer/train/config.h"
+#include "tapeformer/train/knn.h"
 #include "tapeformer/train/sample.h"
 
 namespace tapeformer {
@@ -38,6 +39,7 @@ struct SampleArgs {
   std::string prompt = "\n";  // "-": read from stdin
   std::string prompt_file;    // when set, the prompt is this file's text
   SampleOptions options;
+  KnnOptions knn;             // a kNN-LM store mixed into each token's distribution (train/knn.h)
 };
 
 struct EvalArgs {
@@ -45,12 +47,16 @@ struct EvalArgs {
   std::string weights;  // a safetensors file replacing the checkpoint's weights (optional)
   std::string data;
   int64_t context = 0;  // window length in tokens; 0 = the model's block_size
+  std::string split = "all";  // all | train | val: the part of the file (the checkpoint's data.val_fraction)
+  KnnOptions knn;             // kNN-LM (train/knn.h); off without a store
 };
 
 struct EvalResult {
   double loss = 0;  // mean NLL in nats per token
   int64_t tokens = 0;             // tokens predicted
   double tokens_per_char = 1;     // of the file's text, so that tokenizers compare
+  double lm_loss = 0;             // with kNN-LM (lambda > 0): the model alone on the same positions; else = loss
+  int64_t knn_keys = 0;           // with kNN-LM: the store's keys; else 0
   double bpc() const;             // bits per character: loss / ln 2 * tokens_per_char
   double perplexity() const;      // e^loss, per token
 };
@@ -62,6 +68,12 @@ struct EvalResult {
 // positions, default model.mem_len, and a compressed memory), as it trained. A loss that is not finite is an Error naming the
 // file the weights came from. A context past the block size needs a positional
 // scheme without a table (sinusoidal, rope, alibi, shaw).
+//
+// With args.knn.store, each position's next-token distribution is kNN-LM's
+// mixture (train/knn.h) with the store's k nearest neighbours; the store
+// must come from this model and tokenizer. lambda = 0 skips the search: the
+// loss is the model's, bit for bit.
+EvalResult evaluate_file(const EvalArgs& args);
 EvalResult evaluate_file(const std::string& checkpoint, const std::string& data_path, int64_t context = 0,
                          const std::string& weights = "");
 
@@ -90,7 +102,9 @@ int run_train(const TrainArgs& args);
 // or stdin must be text (no NUL byte, at most 64 MiB); NaN or inf logits are
 // an Error naming the file the weights came from, before the prompt is printed.
 int run_sample(const SampleArgs& args);
-// Prints {"loss", "bpc", "perplexity", "tokens"} as one JSON line on stdout.
+// Prints {"loss", "bpc", "perplexity", "tokens"} as one JSON line on stdout;
+// with --knn also "lm_loss", "lm_bpc" (the model alone) and "knn" {"keys",
+// "k", "lambda", "temperature", "index"}.
 int run_eval(const EvalArgs& args);
 
 // Keys that may differ between a checkpoint's config and the one given with

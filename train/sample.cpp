@@ -63,7 +63,7 @@ int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, 
 
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
-                              const std::function<void(int32_t)>& on_token) {
+                              const std::function<void(int32_t)>& on_token, const NextTokenMixer* mixer) {
   opt.validate();
   TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one token)");
   const int64_t V = model.config().vocab_size, limit = model.max_positions();
@@ -81,22 +81,34 @@ std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& 
   if (opt.tokens == 0) return prompt;
   std::vector<int32_t> seq = prompt;
   const std::unique_ptr<InferenceState> state = model.make_state(1, context);
+  std::vector<Scalar> row(static_cast<size_t>(V));  // the last position's logits, (V)
   const auto feed = [&](std::vector<int32_t>::const_iterator begin) {
     const auto t = static_cast<int64_t>(seq.cend() - begin);
-    return model.forward(IndexTensor({1, t}, std::vector<int32_t>(begin, seq.cend())), *state).value();  // (1, t, V)
+    const IndexTensor ids({1, t}, std::vector<int32_t>(begin, seq.cend()));
+    if (mixer == nullptr) {
+      const Tensor logits = model.forward(ids, *state).value();  // (1, t, V)
+      std::copy_n(logits.data() + (t - 1) * V, V, row.begin());
+      return;
+    }
+    const Var features = model.features(ids, *state);  // (1, t, C)
+    const Tensor f = features.value();
+    const int64_t C = f.dim(2);
+    const Tensor logits = model.logits_from_features(features).value();  // (1, t, V), as forward() computes them
+    std::copy_n(logits.data() + (t - 1) * V, V, row.begin());
+    mixer->mix(f.data() + (t - 1) * C, C, row.data(), V);
   };
   const auto last = [&](int64_t n) { return seq.end() - std::min<int64_t>(n, static_cast<int64_t>(seq.size())); };
-  Tensor logits = feed(last(context));
+  feed(last(context));
   for (int64_t n = 0; n < opt.tokens; ++n) {
-    const int32_t next = sample_token(logits.data() + (logits.dim(1) - 1) * V, V, opt, rng);
+    const int32_t next = sample_token(row.data(), V, opt, rng);
     seq.push_back(next);
     if (on_token) on_token(next);
     if (n + 1 == opt.tokens) break;
     if (limit < 0 || state->length() < limit) {
-      logits = feed(seq.end() - 1);  // one more position
+      feed(seq.end() - 1);  // one more position
     } else {
       state->reset();  // the table is full: read the last window afresh
-      logits = feed(last(context));
+      feed(last(context));
     }
   }
   return seq;

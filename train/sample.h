@@ -55,10 +55,22 @@ class NonFiniteLogits : public Error {
 // Picks a token from one row of logits (V); NonFiniteLogits on a NaN or inf.
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng);
 
+// Rewrites each next-token distribution before it is sampled (kNN-LM's
+// mixture, train/knn.h): given the model's context vector at the position,
+// features (C), it turns the logits (V) into other logits (log-probabilities).
+class NextTokenMixer {
+ public:
+  virtual ~NextTokenMixer() = default;
+  virtual void mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const = 0;
+};
+
 // Returns prompt followed by opt.tokens sampled tokens. `on_token`, when set,
 // is called with each new token as it is produced (for streaming output).
+// With a `mixer`, the model runs as features() then logits_from_features()
+// (the same logits) and the mixer rewrites each row before it is sampled.
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
-                              const std::function<void(int32_t)>& on_token = {});
+                              const std::function<void(int32_t)>& on_token = {},
+                              const NextTokenMixer* mixer = nullptr);
 
 }  // namespace tapeformer

@@ -236,6 +236,41 @@ if ! "$bin" --version | grep -Eq '^tapeformer [0-9]+\.[0-9]+\.[0-9]+ \(checkpoin
   echo "FAIL: --version printed '$("$bin" --version 2>&1)'"; failures=$((failures + 1))
 fi
 
+# kNN-LM stores: from another model, another vocabulary, damaged, too small for k; flags out of range.
+for i in $(seq 40); do echo "Zebras and yaks quarrel over jam, line $i!"; done > "$work/other_text.txt"
+"$bin" train --config "$work/tiny.json" --data "$work/other_text.txt" --out "$work/otherrun" > /dev/null 2>&1 ||
+  { echo "FAIL: training on another text failed"; failures=$((failures + 1)); }
+if ! "$bin" knn build --checkpoint "$work/run" --data "$work/text.txt" --out "$work/run.knn" > /dev/null 2>&1; then
+  echo "FAIL: knn build did not write a store"; failures=$((failures + 1))
+fi
+keys=$(( $(wc -c < "$work/text.txt") - 1 ))
+expect_error "kNN store of another model" "kNN store '$work/run.knn' was built from another model or other weights" -- tf eval --checkpoint "$work/rope" --data "$work/text.txt" --knn "$work/run.knn"
+expect_error "kNN store of another vocabulary" "kNN store '$work/run.knn' was built with another vocabulary" -- tf sample --checkpoint "$work/otherrun" --knn "$work/run.knn" --tokens 5
+head -c $(( $(stat -c %s "$work/run.knn") / 2 )) "$work/run.knn" > "$work/trunc.knn"
+expect_error "truncated kNN store" "kNN store '$work/trunc.knn': truncated" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/trunc.knn"
+cp "$work/run.knn" "$work/corrupt.knn"
+printf '\xff\xff\xff\xff' | dd of="$work/corrupt.knn" bs=1 seek=200 conv=notrunc status=none
+expect_error "corrupted kNN store" "kNN store '$work/corrupt.knn': corrupted (checksum mismatch)" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/corrupt.knn"
+expect_error "a checkpoint as kNN store" "not a tapeformer kNN store" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$ckpt"
+expect_error "missing kNN store" "kNN store '$work/nope.knn': cannot open" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/nope.knn"
+expect_error "FIFO as kNN store" "kNN store '$work/fifo' is a FIFO, not a regular file" -- tft sample --checkpoint "$work/run" --knn "$work/fifo" --tokens 5
+expect_error "k larger than the store" "--knn-k 100000 exceeds the $keys keys of kNN store '$work/run.knn'" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-k 100000
+expect_error "--knn-lambda above 1" "--knn-lambda: must be a number in [0, 1], got 1.5" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-lambda 1.5
+expect_error "negative --knn-lambda" "--knn-lambda: must be a number in [0, 1], got -0.1" --usage tf sample --checkpoint "$work/run" --knn "$work/run.knn" --knn-lambda -0.1
+expect_error "--knn-temperature 0" "--knn-temperature: must be a finite number > 0, got 0" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-temperature 0
+expect_error "--knn-k 0" "--knn-k: must be an integer in [1, 2147483647], got 0" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-k 0
+expect_error "--knn-nprobe on an exact store" "--knn-nprobe applies to an ivf store" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-nprobe 4
+expect_error "lambda 1 and a token no neighbour has" "has probability 0 (none of its 1 neighbours has it)" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-lambda 1 --knn-k 1
+expect_error "knn build on a missing data file" "'$work/nope.txt': cannot open" -- tf knn build --checkpoint "$work/run" --data "$work/nope.txt" --out "$work/o.knn"
+expect_error "knn build of an unknown index" "--index" --usage tf knn build --checkpoint "$work/run" --data "$work/text.txt" --out "$work/o.knn" --index annoy
+expect_error "knn build of too many ivf cells" "ivf with nlist 1000 learns its cells from at least 39000 rows (39 per cell), but the first add has $keys" -- tf knn build --checkpoint "$work/run" --data "$work/text.txt" --out "$work/o.knn" --index ivf --nlist 1000
+expect_error "knn build with text outside the vocabulary" "not in the vocabulary" -- tf knn build --checkpoint "$work/run" --data "$work/other_text.txt" --out "$work/o.knn"
+expect_error "knn without build" "subcommand" --usage tf knn
+checks=$((checks + 1))
+if [ -e "$work/o.knn" ] || find "$work" -name '.o.knn.tmp*' | grep -q .; then
+  echo "FAIL: a failed knn build left a store or a temp file"; failures=$((failures + 1))
+fi
+
 # Nothing half-written: no temp files are left, and failed runs leave no directory.
 checks=$((checks + 1))
 if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then

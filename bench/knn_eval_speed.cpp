@@ -1,0 +1,117 @@
+// kNN-LM evaluation time against the plain evaluation of the same model
+// (train/knn.h), with each index kind.
+//
+//   build/bench/knn_eval_speed --checkpoint out/ts --data ../shared/data/tinyshakespeare.txt
+//       --stores /tmp/knn [--kinds exact,ivf,hnsw] [--k 16] [--out out/knn_speed]     (one line)
+//
+// Builds a store of the checkpoint's train split per kind (timed; kept in
+// --stores and reused when already there, their build time then not
+// measured), evaluates the val split plainly and with each store (k
+// neighbours, lambda 0.25), and prints one JSON line: seconds and val bpc
+// of each, and the ratio of each kNN-LM eval's time to the plain eval's.
+// The plain eval runs first and last; its time is the faster of the two.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/train/commands.h"
+#include "tapeformer/train/knn.h"
+
+using namespace tapeformer;
+
+namespace {
+
+template <class F>
+double seconds(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"kNN-LM eval time against the plain eval, per index kind"};
+  std::string checkpoint, data, stores, out, kinds_text = "exact,ivf,hnsw";
+  int64_t k = 16, nlist = 0, nprobe = 8, hnsw_m = 32, ef_search = 64;
+  double lambda = 0.25;
+  int threads = 0;
+  app.add_option("--checkpoint", checkpoint, "run directory")->required();
+  app.add_option("--data", data, "text file: stores from its train split, eval on its val split")->required();
+  app.add_option("--stores", stores, "directory for the stores (kept, reused)")->required();
+  app.add_option("--kinds", kinds_text, "comma-separated index kinds")->capture_default_str();
+  app.add_option("--k", k, "neighbours")->capture_default_str();
+  app.add_option("--lambda", lambda, "kNN weight")->capture_default_str();
+  app.add_option("--nlist", nlist, "ivf cells (0: auto)")->capture_default_str();
+  app.add_option("--nprobe", nprobe, "ivf cells per query")->capture_default_str();
+  app.add_option("--hnsw-m", hnsw_m, "hnsw links per node")->capture_default_str();
+  app.add_option("--ef-search", ef_search, "hnsw candidates")->capture_default_str();
+  app.add_option("--threads", threads, "worker threads (0: all)")->capture_default_str();
+  app.add_option("--out", out, "directory for metrics.jsonl (none: stdout only)");
+  CLI11_PARSE(app, argc, argv);
+  parallel::set_num_threads(threads);
+  std::filesystem::create_directories(stores);
+  bench::MetricsFile metrics(out, "knn_eval_speed");
+
+  EvalArgs plain;
+  plain.checkpoint = checkpoint;
+  plain.data = data;
+  plain.split = "val";
+  EvalResult base;
+  double plain_s = seconds([&] { base = evaluate_file(plain); });
+  std::ostringstream line;
+  line << "{\"plain_s\": " << plain_s << ", \"plain_bpc\": " << base.bpc() << ", \"tokens\": " << base.tokens
+       << ", \"threads\": " << parallel::num_threads() << ", \"k\": " << k;
+  std::vector<std::pair<std::string, double>> times;
+  for (const std::string& kind : split_names(kinds_text)) {
+    KnnBuildArgs b;
+    b.checkpoint = checkpoint;
+    b.data = data;
+    b.split = "train";
+    b.out = stores + "/" + kind + ".knn";
+    b.index.kind = kind;
+    b.index.nlist = nlist;
+    b.index.nprobe = nprobe;
+    b.index.hnsw_m = hnsw_m;
+    b.index.ef_search = ef_search;
+    double build_s = -1;
+    if (!std::filesystem::exists(b.out)) build_s = seconds([&] { build_knn_store(b); });
+    EvalArgs e = plain;
+    e.knn.store = b.out;
+    e.knn.k = k;
+    e.knn.lambda = lambda;
+    EvalResult r;
+    const double s = seconds([&] { r = evaluate_file(e); });
+    times.emplace_back(kind, s);
+    std::ostringstream point;
+    point << "{\"kind\": \"" << kind << "\", \"build_s\": " << build_s << ", \"eval_s\": " << s
+          << ", \"bpc\": " << r.bpc() << ", \"lm_bpc\": " << r.lm_loss / std::log(2.0) * r.tokens_per_char
+          << ", \"keys\": " << r.knn_keys << "}";
+    metrics.write(point.str().c_str());
+    line << ", \"" << kind << "_build_s\": " << build_s << ", \"" << kind << "_s\": " << s << ", \"" << kind
+         << "_bpc\": " << r.bpc();
+  }
+  plain_s = std::min(plain_s, seconds([&] { evaluate_file(plain); }));
+  line << ", \"plain_best_s\": " << plain_s;
+  for (const auto& [kind, s] : times) line << ", \"" << kind << "_ratio\": " << s / plain_s;
+  line << "}";
+  std::printf("%s\n", line.str().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return bench::guarded_main("knn_eval_speed", run, argc, argv); }

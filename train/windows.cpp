@@ -1,0 +1,52 @@
+#include "tapeformer/train/windows.h"
+
+#include <algorithm>
+
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/corpus.h"
+#include "tapeformer/data/sampler.h"
+#include "tapeformer/data/utf8.h"
+
+namespace tapeformer {
+
+EvalText read_eval_text(const std::string& path, const Tokenizer& tokenizer, const std::string& split,
+                        double val_fraction) {
+  TAPEFORMER_CHECK(split == "all" || split == "train" || split == "val", "--split must be all, train or val, got \"",
+                   split, "\"");
+  std::string text = read_corpus_file(path, tokenizer.kind());
+  const bool characters = tokenizer_kinds().get(tokenizer.kind()).text;
+  if (split != "all") {
+    const size_t at = split_offset(text, val_fraction, characters, "data file '" + path + "'");
+    text = split == "train" ? text.substr(0, at) : text.substr(at);
+  }
+  EvalText out;
+  try {
+    out.ids = tokenizer.encode(text);
+  } catch (const Error& e) {
+    fail("data file '", path, "': ", e.what());
+  }
+  TAPEFORMER_CHECK(out.ids.size() >= 2, "data file '", path, "'", split == "all" ? "" : " (" + split + " split)",
+                   " has fewer than 2 tokens");
+  out.characters = std::max<int64_t>(1, count_characters(text));
+  return out;
+}
+
+void for_each_window(const std::vector<int32_t>& ids, int64_t T, int64_t ext_len,
+                     const std::function<void(const Window&)>& fn) {
+  TAPEFORMER_CHECK(T >= 1, "windows: length must be >= 1, got ", T);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (int64_t start = 0; start + 1 < n; start += T) {
+    Window w;
+    w.len = std::min(T, n - 1 - start);
+    w.again = std::min(ext_len, start);
+    w.start = start;
+    w.ids = IndexTensor({1, w.again + w.len},
+                        std::vector<int32_t>(ids.begin() + start - w.again, ids.begin() + start + w.len));
+    std::vector<int32_t> targets(static_cast<size_t>(w.again), kIgnoreTarget);
+    targets.insert(targets.end(), ids.begin() + start + 1, ids.begin() + start + w.len + 1);
+    w.targets = IndexTensor({1, w.again + w.len}, std::move(targets));
+    fn(w);
+  }
+}
+
+}  // namespace tapeformer

@@ -1,0 +1,51 @@
+// Reading a text through a model the way `eval` does, shared by `eval`
+// (train/commands.h) and `knn build` (train/knn.h).
+//
+//   EvalText text = read_eval_text("val.txt", *tokenizer, "all", 0.1);
+//   for_each_window(text.ids, /*T=*/64, model.ext_len(), [&](const Window& w) {
+//     Var logits = model.forward(w.ids, rng);        // (1, again + len, V)
+//     ... cross_entropy(logits, w.targets) ...
+//   });
+//
+// Windows are consecutive runs of T tokens: every token after the first is
+// predicted exactly once. A model with a segment memory reads them as one
+// stream (the caller carries the SegmentMemory from window to window); with
+// ext_len e each window also starts with the e tokens before it again, their
+// targets ignored (kIgnoreTarget).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tapeformer/core/tensor.h"
+#include "tapeformer/data/tokenizer.h"
+
+namespace tapeformer {
+
+struct EvalText {
+  std::vector<int32_t> ids;  // the text's tokens
+  int64_t characters = 0;    // its characters (count_characters), for bits per character
+};
+
+// The tokens of a text file, whole (split "all") or the part a run with
+// data.val_fraction = val_fraction trained on ("train") or validated on
+// ("val"); Error naming the file (missing, binary, not UTF-8, outside the
+// vocabulary, fewer than 2 tokens) or the split.
+EvalText read_eval_text(const std::string& path, const Tokenizer& tokenizer, const std::string& split,
+                        double val_fraction);
+
+struct Window {
+  IndexTensor ids;      // (1, again + len)
+  IndexTensor targets;  // (1, again + len): the next tokens, kIgnoreTarget at the re-fed positions
+  int64_t again = 0;    // re-fed positions at the front
+  int64_t len = 0;      // positions predicted (after the re-fed ones)
+  int64_t start = 0;    // where in the text the predicted positions start
+};
+
+// Calls fn for each window of at most T tokens over ids, in order.
+void for_each_window(const std::vector<int32_t>& ids, int64_t T, int64_t ext_len,
+                     const std::function<void(const Window&)>& fn);
+
+}  // namespace tapeformer
