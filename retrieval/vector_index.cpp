@@ -287,6 +287,8 @@ void VectorIndex::build(int64_t n_first) {
     ivf->own_fields = true;  // it deletes its quantizer
     ivf->nprobe = static_cast<size_t>(options_.nprobe);
     ivf->cp.min_points_per_centroid = 1;  // checked above, without FAISS's stderr warning
+    // k-means learns the cells from a sample of 64 rows per cell (FAISS: 256): many cells stay affordable.
+    ivf->cp.max_points_per_centroid = 64;
     options_.nlist = nlist;
     f->index = std::move(ivf);
   }
