@@ -16,41 +16,23 @@
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/transformer.h"
+#include "memory_models.h"
 
 using namespace tapeformer;
+using memory_models::normal;
+using memory_models::segment;
 
 namespace {
 
 ModelConfig compressive_config(int64_t mem_len, int64_t cmem_len, int64_t ratio, const std::string& fn,
                                const std::string& block = "standard") {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.block_size = 4;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.positional = "txl";
-  c.block = block;
-  c.options["mem_len"] = mem_len;
+  ModelConfig c = memory_models::tiny_config(mem_len, block);
   if (cmem_len > 0) {
     c.options["cmem_len"] = cmem_len;
     c.options["cmem_ratio"] = ratio;
     c.options["cmem_fn"] = fn;
   }
   return c;
-}
-
-Tensor normal(const Shape& shape, Rng& rng) {
-  Tensor t = Tensor::zeros(shape);
-  rng.fill_normal(t, 0.0f, 1.0f);
-  return t;
-}
-
-IndexTensor segment(int64_t B, int64_t T, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> v(static_cast<size_t>(B * T));
-  for (auto& x : v) x = static_cast<int32_t>(rng.below(11));
-  return IndexTensor({B, T}, v);
 }
 
 // The logits of `segments` consecutive segments read with one memory.

@@ -17,39 +17,21 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/attention/softmax.h"
 #include "tapeformer/layers/transformer.h"
+#include "memory_models.h"
 
 using namespace tapeformer;
+using memory_models::normal;
+using memory_models::segment;
 
 namespace {
 
 ModelConfig memorizing_config(int64_t xmem_len, int64_t top_k = 4, const std::string& block = "standard") {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.block_size = 4;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.positional = "txl";
-  c.block = block;
-  c.options["mem_len"] = int64_t{4};
+  ModelConfig c = memory_models::tiny_config(4, block);
   if (xmem_len != 0) {
     c.options["xmem_len"] = xmem_len;
     c.options["xmem_topk"] = top_k;
   }
   return c;
-}
-
-Tensor normal(const Shape& shape, Rng& rng) {
-  Tensor t = Tensor::zeros(shape);
-  rng.fill_normal(t, 0.0f, 1.0f);
-  return t;
-}
-
-IndexTensor segment(int64_t B, int64_t T, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> v(static_cast<size_t>(B * T));
-  for (auto& x : v) x = static_cast<int32_t>(rng.below(11));
-  return IndexTensor({B, T}, v);
 }
 
 // Sets the memorizing layer's gate logits b (its one parameter "....attn.xmem_gate") to `value`.
