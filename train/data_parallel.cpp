@@ -101,11 +101,13 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     if (memory != nullptr) {
       SegmentMemory& part = work.back().memory;
       part.limit = memory->limit;
-      for (const Tensor& t : memory->layers) part.layers.push_back(t.slice(0, row, row + n).contiguous());
-      for (const Tensor& t : memory->compressed)
-        part.compressed.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
-      for (const Tensor& t : memory->external)
-        part.external.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
+      // Every memory's rows of this shard (an undefined tensor stays undefined).
+      const auto rows = [&](const std::vector<Tensor>& whole, std::vector<Tensor>& mine) {
+        for (const Tensor& t : whole) mine.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
+      };
+      rows(memory->layers, part.layers);
+      rows(memory->compressed, part.compressed);
+      rows(memory->external, part.external);
     }
     row += n;
   }
