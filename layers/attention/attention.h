@@ -87,9 +87,10 @@ class Attention : public Module {
   // The Memorizing Transformer (Wu et al. 2022; external_memory.h): this
   // layer also attends to the top-k pairs of an external memory, mixed with
   // its local attention by a learned gate per head, g_h = sigmoid(b_h) (key
-  // "xmem_gate", b starting at 0): y_h = g_h y_mem + (1 - g_h) y_local, before
-  // the output projection. Kinds without it refuse.
-  virtual void enable_memorizing();
+  // "xmem_gate", b starting at gate_bias, model.xmem_gate_bias):
+  // y_h = g_h y_mem + (1 - g_h) y_local, before the output projection. Kinds
+  // without it refuse.
+  virtual void enable_memorizing(float gate_bias);
   // Lends the memory to the forward(x, memory, rng) calls that follow (null:
   // none; the stack lends it for one segment): the queries read it, then the
   // segment's keys and values are appended to it.

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "tapeformer/autograd/ops.h"
+#include "tapeformer/core/eigen.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 
@@ -41,25 +42,19 @@ std::vector<int32_t> ExternalMemory::search(const Tensor& q_in) const {
   TAPEFORMER_CHECK(K.dim(0) == B && C == H * D, "ExternalMemory: queries ", q.shape(), " for keys ", K.shape());
   std::vector<int32_t> out(static_cast<size_t>(B * H * T * k));
   parallel::parallel_for(B * H, 1, [&](int64_t r0, int64_t r1) {
-    std::vector<float> scores(static_cast<size_t>(N));
+    eigen::RowMatrix scores(T, N);  // one sequence and head: q . k_j for every query and stored key
     std::vector<int32_t> order(static_cast<size_t>(N));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / H, h = r % H;
+      scores.noalias() = eigen::matrix(q.data() + r * T * D, T, D) *
+                         eigen::matrix(K.data() + b * N * C + h * D, N, D, C).transpose();
       for (int64_t t = 0; t < T; ++t) {
-        const float* qi = q.data() + ((b * H + h) * T + t) * D;
-        for (int64_t j = 0; j < N; ++j) {
-          const float* kj = K.data() + (b * N + j) * C + h * D;
-          float s = 0;
-          for (int64_t d = 0; d < D; ++d) s += qi[d] * kj[d];
-          scores[static_cast<size_t>(j)] = s;
-        }
+        const Scalar* s = scores.data() + t * N;
         std::iota(order.begin(), order.end(), 0);
         // Highest first, ties to the lower index: the same pairs whatever the sort does.
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t c) {
-          return scores[static_cast<size_t>(a)] > scores[static_cast<size_t>(c)] ||
-                 (scores[static_cast<size_t>(a)] == scores[static_cast<size_t>(c)] && a < c);
-        });
-        std::copy(order.begin(), order.begin() + k, out.begin() + ((b * H + h) * T + t) * k);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int32_t a, int32_t c) { return s[a] > s[c] || (s[a] == s[c] && a < c); });
+        std::copy(order.begin(), order.begin() + k, out.begin() + (r * T + t) * k);
       }
     }
   });

@@ -57,7 +57,7 @@ Var Attention::forward(const Var& x, const Var& memory, Rng& rng) const {
   fail("this attention kind takes no segment memory (model.mem_len needs model.attention \"softmax\")");
 }
 
-void Attention::enable_memorizing() {
+void Attention::enable_memorizing(float) {
   fail("this attention kind has no external memory (model.xmem_len needs model.attention \"softmax\")");
 }
 

@@ -205,9 +205,9 @@ Var MultiHeadAttention::local_attention(const Var& qkv_x, const Var& memory, flo
   return merge_heads(attend(pos.rotate(h[0], M), k, v, M, 0, p, &rng));  // (B, T, C)
 }
 
-void MultiHeadAttention::enable_memorizing() {
+void MultiHeadAttention::enable_memorizing(float gate_bias) {
   TAPEFORMER_CHECK(causal_ && pattern_ == nullptr, "MultiHeadAttention: an external memory needs dense causal attention");
-  if (!xmem_gate.defined()) xmem_gate = register_parameter("xmem_gate", Tensor::zeros({n_head}));
+  if (!xmem_gate.defined()) xmem_gate = register_parameter("xmem_gate", Tensor::full({n_head}, gate_bias));
 }
 
 Var MultiHeadAttention::content_attention(const Var& x, const Var& rows) const {

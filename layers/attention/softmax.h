@@ -97,7 +97,7 @@ class MultiHeadAttention : public ProjectedAttention {
   Var forward(const Var& x, const Var& memory, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
   Var content_attention(const Var& x, const Var& rows) const override;     // (B, T, C), (B, N, C) -> (B, T, C)
   // Registers xmem_gate (H), b = 0: g = 1/2 while the memory holds anything.
-  void enable_memorizing() override;
+  void enable_memorizing(float gate_bias) override;
   Var xmem_gate;  // (H) the memory gate's logits b; undefined unless memorizing
 
  private:

@@ -87,6 +87,7 @@ struct Memorizing {
   int64_t len = 0;     // model.xmem_len: positions the memory keeps (0: off)
   int64_t layer = -1;  // model.xmem_layer: the layer that reads it (-1: the one below the top)
   int64_t top_k = 32;  // model.xmem_topk: pairs retrieved per query
+  double gate_bias = 0;  // model.xmem_gate_bias: the gate's b at initialisation, g = sigmoid(b)
   static Memorizing of(const ModelConfig& cfg);  // off for a block kind without the keys; layer resolved
 };
 

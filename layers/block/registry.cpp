@@ -43,7 +43,8 @@ MemoryCompression MemoryCompression::of(const ModelConfig& cfg) {
 Memorizing Memorizing::of(const ModelConfig& cfg) {
   Memorizing m;
   for (const ModelOption& o : block_kinds().get(cfg.block).options)
-    if (o.name == "xmem_len") m = {cfg.option_int("xmem_len"), cfg.option_int("xmem_layer"), cfg.option_int("xmem_topk")};
+    if (o.name == "xmem_len") m = {cfg.option_int("xmem_len"), cfg.option_int("xmem_layer"), cfg.option_int("xmem_topk"),
+           cfg.option_number("xmem_gate_bias")};
   if (m.layer < 0) m.layer = std::max<int64_t>(0, cfg.n_layer - 2);
   return m;
 }

@@ -36,7 +36,7 @@ struct HasContentAttention<Layer, std::void_t<decltype(std::declval<const Layer&
 template <class Layer, class = void>
 struct HasAttention : std::false_type {};
 template <class Layer>
-struct HasAttention<Layer, std::void_t<decltype(std::declval<Layer&>().attn->enable_memorizing())>> : std::true_type {};
+struct HasAttention<Layer, std::void_t<decltype(std::declval<Layer&>().attn->enable_memorizing(0.0f))>> : std::true_type {};
 }  // namespace detail
 
 template <class Layer>
@@ -51,7 +51,7 @@ class SequentialStack : public BlockStack {
       conv = register_module("compress", std::make_shared<ConvCompression>(cfg.n_layer, cfg.n_embd, compression.ratio));
     if (memorizing.len > 0) {
       if constexpr (detail::HasAttention<Layer>::value) {
-        blocks[static_cast<size_t>(memorizing.layer)]->attn->enable_memorizing();
+        blocks[static_cast<size_t>(memorizing.layer)]->attn->enable_memorizing(static_cast<float>(memorizing.gate_bias));
       } else {
         fail("block stack: model.xmem_len needs layers with an attention member `attn`, which this stack's layer "
              "lacks");

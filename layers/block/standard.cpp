@@ -1,5 +1,6 @@
 #include "tapeformer/layers/block/standard.h"
 
+#include <cmath>
 #include <string>
 
 #include "tapeformer/core/error.h"
@@ -77,7 +78,10 @@ std::vector<ModelOption> memory_options() {
            "this many past positions, an external memory without gradient, through a learned gate per head (0: off)"},
           {"xmem_layer", int64_t{-1}, "Memorizing Transformer: the layer with the external memory (-1: the one below "
                                       "the top)"},
-          {"xmem_topk", int64_t{32}, "Memorizing Transformer: (key, value) pairs retrieved per query"}};
+          {"xmem_topk", int64_t{32}, "Memorizing Transformer: (key, value) pairs retrieved per query"},
+          {"xmem_gate_bias", 0.0,
+           "Memorizing Transformer: each head's gate bias b at initialisation, g = sigmoid(b) the share of the "
+           "memory's attention (0: half; below 0: local attention first)"}};
 }
 
 void check_memory(const ModelConfig& cfg) {
@@ -93,13 +97,16 @@ void check_memory(const ModelConfig& cfg) {
   const Memorizing x = Memorizing::of(cfg);
   TAPEFORMER_CHECK(x.len >= 0 && x.len <= 1 << 20, "model.xmem_len must be in [0, 2^20], got ", x.len);
   if (x.len == 0) {
-    TAPEFORMER_CHECK(cfg.option_int("xmem_layer") == -1 && x.top_k == 32, "model.xmem_layer and model.xmem_topk "
-                     "apply only with an external memory: set model.xmem_len > 0, or leave them at their defaults");
+    TAPEFORMER_CHECK(cfg.option_int("xmem_layer") == -1 && x.top_k == 32 && x.gate_bias == 0,
+                     "model.xmem_layer, model.xmem_topk and model.xmem_gate_bias apply only with an external memory: "
+                     "set model.xmem_len > 0, or leave them at their defaults");
   } else {
     TAPEFORMER_CHECK(m > 0, "model.xmem_len = ", x.len, " is carried across segments like the memory: set "
                      "model.mem_len > 0");
     TAPEFORMER_CHECK(x.layer < cfg.n_layer && cfg.option_int("xmem_layer") >= -1, "model.xmem_layer must be in [-1, ",
                      cfg.n_layer - 1, "] (model.n_layer = ", cfg.n_layer, "), got ", cfg.option_int("xmem_layer"));
+    TAPEFORMER_CHECK(std::isfinite(x.gate_bias) && std::fabs(x.gate_bias) <= 30,
+                     "model.xmem_gate_bias must be a number in [-30, 30], got ", x.gate_bias);
     TAPEFORMER_CHECK(x.top_k >= 1 && x.top_k <= x.len, "model.xmem_topk must be in [1, model.xmem_len = ", x.len,
                      "], got ", x.top_k);
   }

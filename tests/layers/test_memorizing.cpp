@@ -227,6 +227,25 @@ TEST_CASE("memorizing configs: what cannot work is refused naming the key") {
   refused(layer, "model.xmem_layer must be in [-1, 1]");
   ModelConfig unused = memorizing_config(0);
   unused.options["xmem_topk"] = int64_t{4};
-  refused(unused, "model.xmem_layer and model.xmem_topk apply only with an external memory");
+  refused(unused, "model.xmem_layer, model.xmem_topk and model.xmem_gate_bias apply only with an external memory");
   refused(memorizing_config(-1), "model.xmem_len must be in [0, 2^20]");
+  ModelConfig bias = memorizing_config(8);
+  bias.options["xmem_gate_bias"] = 31.0;
+  refused(bias, "model.xmem_gate_bias must be a number in [-30, 30], got 31");
+}
+
+TEST_CASE("memorizing: model.xmem_gate_bias sets every head's gate bias at initialisation") {
+  Rng rng(0);
+  ModelConfig c = memorizing_config(8);
+  for (double b : {0.0, -3.0}) {
+    c.options["xmem_gate_bias"] = b;
+    TransformerLM model(c, rng);
+    bool found = false;
+    for (const auto& [name, p] : model.named_parameters())
+      if (name.find("xmem_gate") != std::string::npos) {
+        found = true;
+        for (int64_t h = 0; h < p.numel(); ++h) CHECK(p.value().data()[h] == static_cast<float>(b));
+      }
+    CHECK(found);
+  }
 }
