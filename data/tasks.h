@@ -84,4 +84,61 @@ class RecallTask : public BatchSource {
   std::vector<std::vector<int32_t>> keys_;  // per stream, the keys of the last `distance` segments (oldest first)
 };
 
+// Associative recall across segments (the Memorizing Transformer's
+// experiment, docs/math.md#experiments): B endless streams read T tokens at a
+// time. Every segment states `facts` facts `KEY v n` (a value v bound to a
+// name n), each at a random place in its own stretch of filler symbols, and
+// ends with two queries `QUERY n'`, whose target (at n') is the value bound
+// to n':
+//   ... KEY v1 n1 ... KEY v2 n2 ... QUERY n v? QUERY m v?
+//   local query: n, one of the names stated in this segment (answerable by a
+//                model that attends within its segment, matching names: a
+//                segment holds several facts, so no heuristic finds the value);
+//   far query:   m, one of the names stated `distance` segments earlier.
+// The value comes before its name, so the name's own position can hold both
+// (one attention step back), and a query finds it by the name alone.
+// Two statements of a name lie at least names / 2 facts apart: the binding a
+// query asks for is the only one of its name within that span, so a memory
+// searched by content (not by position) can single it out. Both targets
+// count in the loss; "recall" scores the far query alone.
+// Token ids: filler 0..fillers-1, names next, then values, then KEY, QUERY.
+struct AssociativeRecallConfig {
+  int64_t fillers = 16;  // distinct filler symbols
+  int64_t names = 128;   // distinct names; a name is stated again at the earliest names / 2 facts later
+  int64_t values = 16;   // distinct values: chance is 1 / values
+  int64_t facts = 2;     // facts per segment
+  int64_t distance = 1;  // segments between a fact and its far query; distance * facts < names / 2
+  int64_t segment = 32;  // T, >= 4 + 3 facts
+};
+
+class AssociativeRecallTask : public BatchSource {
+ public:
+  // Throws Error naming the field unless fillers, values, facts >= 1,
+  // names >= 4, 1 <= distance with distance * facts < names / 2, and
+  // segment >= 4 + 3 facts.
+  AssociativeRecallTask(const AssociativeRecallConfig& cfg, int64_t batch, uint64_t seed);
+
+  // The next segment of every stream: inputs (B, T), targets (B, T) with the
+  // local query's target at T - 3 and the far query's at T - 1 (ignored
+  // while fewer than `distance` segments came before). Fact i lies in
+  // positions [i s, (i + 1) s) with s = (T - 4) / facts.
+  Batch next() override;
+  int64_t vocab_size() const { return cfg_.fillers + cfg_.names + cfg_.values + 2; }
+  int32_t key_marker() const { return static_cast<int32_t>(cfg_.fillers + cfg_.names + cfg_.values); }
+  int32_t query_marker() const { return key_marker() + 1; }
+  static constexpr int64_t kLocalQuery = 3, kFarQuery = 1;  // targets at T - 3 and T - 1
+  // The generator and every stream's recent facts.
+  void save_position(cereal::BinaryOutputArchive& ar) const override;
+  void load_position(cereal::BinaryInputArchive& ar) override;
+
+ private:
+  struct Fact {
+    int32_t name = 0, value = 0;
+  };
+  AssociativeRecallConfig cfg_;
+  int64_t batch_;
+  Rng rng_;
+  std::vector<std::vector<Fact>> recent_;  // per stream, the last names / 2 - 1 facts stated (oldest first)
+};
+
 }  // namespace tapeformer

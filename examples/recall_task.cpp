@@ -1,23 +1,34 @@
-// E4c (docs/math.md#experiments): recall across segments. A model reads endless streams T
-// tokens at a time, as Transformer-XL reads a corpus; every segment ends with
-// a query for the key seen `--distance` segments earlier (data/tasks.h,
-// RecallTask). With model.mem_len > 0 the segment memory is carried from
-// each segment to the next (training and evaluation); without one the model
-// sees only the current segment and can do no better than chance.
+// Recall across segments. A model reads endless streams T tokens at a time,
+// as Transformer-XL reads a corpus, and answers queries whose answer lies
+// `--distance` segments back (data/tasks.h):
+//   E4c (RecallTask): every segment ends with a query for the key seen
+//     `--distance` segments earlier; with model.mem_len > 0 the segment
+//     memory is carried from each segment to the next (training and
+//     evaluation); without one the model can do no better than chance.
+//   --associative (AssociativeRecallTask, the Memorizing Transformer's
+//     experiment): every segment states `--facts` facts `KEY value name` and
+//     asks for the value of one of its names (local) and of one of the names
+//     stated `--distance` segments earlier (far), which a memory searched by
+//     content (model.xmem_len) can reach beyond the segment memory.
 //
 //   build/examples/recall_task --config configs/e4c_recall.json --out out/e4c/xl --distance 2
 //       [--set model.mem_len=0] [--set model.n_layer=4]
+//   build/examples/recall_task --config configs/memorizing_recall.json --associative --distance 8
+//       --out out/recall/mem [--set model.xmem_len=0]
 //
 // The config is a training config (model.*, optimizer.*, schedule.*, train.*,
 // eval.interval / eval.iters (segments per evaluation) / eval.final_iters,
 // log.*, checkpoint.*); model.block_size is the segment length. The library's
 // Trainer runs it on the task (TaskData; --resume continues OUT):
-// OUT/metrics.jsonl gets "recall" on evaluation steps. Prints one JSON line
-// with the final figures (recall: the fraction of queries answered with the
-// right key; chance is 1 / keys).
+// OUT/metrics.jsonl gets "recall" (and "local_recall") on evaluation steps.
+// Prints one JSON line with the final figures (recall: the fraction of far
+// queries answered with the right key or value; chance is 1 / keys or
+// 1 / values).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,51 +45,65 @@ using namespace tapeformer;
 namespace {
 
 struct Recall {
-  double loss = 0, accuracy = 0;
+  double loss = 0, accuracy = 0, local_accuracy = 0;
 };
 
 // Reads `warmup` segments, then scores the queries of `segments` more, from
-// fresh streams of `seed` and a fresh memory.
-Recall evaluate(LanguageModel& model, const RecallTaskConfig& task_cfg, int64_t batch, uint64_t seed,
+// fresh streams (made by `make_task`) and a fresh memory: the far query's
+// target sits at T - 1, the associative task's local one at T - 3.
+Recall evaluate(LanguageModel& model, const std::function<std::unique_ptr<BatchSource>()>& make_task, int64_t warmup,
                 int64_t segments) {
   model.eval();
   NoGradGuard no_grad;
   Rng unused(0);
-  RecallTask task(task_cfg, batch, seed);
+  const std::unique_ptr<BatchSource> task = make_task();
   SegmentMemory memory;
   const auto forward = [&](const IndexTensor& ids) {
     return model.mem_len() > 0 ? model.forward(ids, memory, unused) : model.forward(ids, unused);  // (B, T, V)
   };
-  for (int64_t i = 0; i < task_cfg.distance; ++i) forward(task.next().inputs);
+  for (int64_t i = 0; i < warmup; ++i) forward(task->next().inputs);
   double loss = 0;
-  int64_t right = 0, counted = 0;
+  int64_t right[2] = {0, 0}, counted[2] = {0, 0};  // far, local
   for (int64_t i = 0; i < segments; ++i) {
-    const Batch b = task.next();
+    const Batch b = task->next();
     const Var logits = forward(b.inputs);
     loss += cross_entropy(logits, b.targets).item();
     const int64_t B = b.inputs.shape[0], T = b.inputs.shape[1], V = logits.dim(2);
-    for (int64_t r = 0; r < B; ++r) {
-      const int32_t want = b.targets.data[static_cast<size_t>(r * T + T - 1)];
-      const Scalar* row = logits.value().data() + (r * T + T - 1) * V;
-      right += std::max_element(row, row + V) - row == want;
-      ++counted;
-    }
+    for (int64_t r = 0; r < B; ++r)
+      for (int which = 0; which < 2; ++which) {
+        const int64_t t = which == 0 ? T - 1 : T - 3;
+        const int32_t want = b.targets.data[static_cast<size_t>(r * T + t)];
+        if (want == kIgnoreTarget) continue;
+        const Scalar* row = logits.value().data() + (r * T + t) * V;
+        right[which] += std::max_element(row, row + V) - row == want;
+        ++counted[which];
+      }
   }
   model.train();
-  return {loss / static_cast<double>(segments), static_cast<double>(right) / static_cast<double>(counted)};
+  const auto share = [](int64_t n, int64_t d) { return d > 0 ? static_cast<double>(n) / static_cast<double>(d) : 0.0; };
+  return {loss / static_cast<double>(segments), share(right[0], counted[0]), share(right[1], counted[1])};
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"E4c: recall of a key across segments (writes OUT/metrics.jsonl)"};
+  CLI::App app{"Recall across segments (E4c; --associative: the Memorizing Transformer's task); writes OUT/metrics.jsonl"};
   std::string config_path, out = "out/recall_task";
   std::vector<std::string> overrides;
-  RecallTaskConfig task_cfg;
+  RecallTaskConfig key_cfg;
+  AssociativeRecallConfig assoc_cfg;
+  bool associative = false;
+  int64_t distance = 1, fillers = 16;
   app.add_option("--config", config_path, "training config (model, optimizer, schedule, train, eval)")->required();
   app.add_option("--out", out, "output directory")->capture_default_str();
   app.add_option("--set", overrides, "override a config value (repeatable)");
-  app.add_option("--distance", task_cfg.distance, "segments between a key and its query")->capture_default_str();
-  app.add_option("--keys", task_cfg.keys, "distinct keys (chance is 1 / keys)")->capture_default_str();
-  app.add_option("--fillers", task_cfg.fillers, "distinct filler symbols")->capture_default_str();
+  app.add_flag("--associative", associative, "the associative task: KEY value name, queried by name");
+  app.add_option("--distance", distance, "segments between a key (a fact) and its query")->capture_default_str();
+  app.add_option("--fillers", fillers, "distinct filler symbols")->capture_default_str();
+  app.add_option("--keys", key_cfg.keys, "E4c: distinct keys (chance is 1 / keys)")->capture_default_str();
+  app.add_option("--names", assoc_cfg.names, "associative: distinct names (one returns at the earliest names / 2 "
+                 "facts later)")->capture_default_str();
+  app.add_option("--facts", assoc_cfg.facts, "associative: facts per segment")->capture_default_str();
+  app.add_option("--values", assoc_cfg.values, "associative: distinct values (chance is 1 / values)")
+      ->capture_default_str();
   bool resume = false;
   app.add_flag("--resume", resume, "continue the run saved in OUT (give the same task flags and --set values)");
   try {
@@ -88,23 +113,32 @@ int run(int argc, char** argv) {
   }
 
   const TrainConfig cfg = TrainConfig::load(config_path, overrides);
-  task_cfg.segment = cfg.model.block_size;
+  key_cfg.distance = assoc_cfg.distance = distance;
+  key_cfg.fillers = assoc_cfg.fillers = fillers;
+  key_cfg.segment = assoc_cfg.segment = cfg.model.block_size;
+  const int64_t batch = cfg.train.batch_size;
+  const auto make_task = [&](uint64_t seed) -> std::unique_ptr<BatchSource> {
+    if (associative) return std::make_unique<AssociativeRecallTask>(assoc_cfg, batch, seed);
+    return std::make_unique<RecallTask>(key_cfg, batch, seed);
+  };
   // Random streams from train.seed, s = seed * 1000003: the weights s (the
   // Trainer's), training segments s + 1, evaluation s + 2 and final
   // evaluation s + 4, dropout s + 3.
   const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
   TaskData task;
   task.name = "recall_task";
-  auto train_task = std::make_unique<RecallTask>(task_cfg, cfg.train.batch_size, seed + 1);
-  task.vocab_size = train_task->vocab_size();
-  task.batches = std::move(train_task);
-  task.warmup_batches = task_cfg.distance;  // the first `distance` segments have no query to answer yet
+  task.batches = make_task(seed + 1);
+  task.vocab_size = associative ? AssociativeRecallTask(assoc_cfg, batch, 0).vocab_size()
+                                : RecallTask(key_cfg, batch, 0).vocab_size();
+  task.warmup_batches = distance;  // the first `distance` segments have no far query to answer yet
   task.dropout_seed = seed + 3;
   task.evaluate = [&](LanguageModel& m, bool final) {
-    const Recall v = final ? evaluate(m, task_cfg, cfg.train.batch_size, seed + 4, cfg.eval.final_iters)
-                           : evaluate(m, task_cfg, cfg.train.batch_size, seed + 2, cfg.eval.iters);
+    const Recall v = evaluate(m, [&] { return make_task(final ? seed + 4 : seed + 2); }, distance,
+                              final ? cfg.eval.final_iters : cfg.eval.iters);
     if (!final) std::fprintf(stderr, "recall %.4f\n", v.accuracy);
-    return TaskEvaluation{v.loss, {{"recall", v.accuracy}}};
+    TaskEvaluation e{v.loss, {{"recall", v.accuracy}}};
+    if (associative) e.fields.emplace_back("local_recall", v.local_accuracy);
+    return e;
   };
   std::unique_ptr<Trainer> trainer =
       resume ? Trainer::resume(out, std::move(task), [&](TrainConfig& saved) { adopt_resume_config(saved, cfg, out); })
@@ -112,13 +146,16 @@ int run(int argc, char** argv) {
   const TrainResult result = trainer->run();
   const LanguageModel& model = trainer->model();
   const double loss = result.train_loss, seconds = result.train_seconds;
-  const Recall fin{result.val_loss, result.val_fields.at(0).second};
-  std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"recall\": %s, \"chance\": %s, "
-              "\"distance\": %lld, \"mem_len\": %lld, \"layers\": %lld, \"train_seconds\": %.3f}\n",
-              static_cast<long long>(cfg.train.max_iters), json_number(loss).c_str(), json_number(fin.loss).c_str(),
-              json_number(fin.accuracy).c_str(), json_number(1.0 / static_cast<double>(task_cfg.keys)).c_str(),
-              static_cast<long long>(task_cfg.distance), static_cast<long long>(model.mem_len()),
-              static_cast<long long>(cfg.model.n_layer), seconds);
+  const double chance = 1.0 / static_cast<double>(associative ? assoc_cfg.values : key_cfg.keys);
+  std::string local;
+  if (associative) local = ", \"local_recall\": " + json_number(result.val_fields.at(1).second);
+  std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"recall\": %s%s, \"chance\": %s, "
+              "\"distance\": %lld, \"mem_len\": %lld, \"xmem_len\": %lld, \"layers\": %lld, "
+              "\"train_seconds\": %.3f}\n",
+              static_cast<long long>(cfg.train.max_iters), json_number(loss).c_str(), json_number(result.val_loss).c_str(),
+              json_number(result.val_fields.at(0).second).c_str(), local.c_str(), json_number(chance).c_str(),
+              static_cast<long long>(distance), static_cast<long long>(model.mem_len()),
+              static_cast<long long>(cfg.model.option_int("xmem_len")), static_cast<long long>(cfg.model.n_layer), seconds);
   return 0;
 }
 

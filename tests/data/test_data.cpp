@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cereal/archives/binary.hpp>
 #include <cmath>
 #include <filesystem>
@@ -452,6 +453,89 @@ TEST_CASE("RecallTask: each segment's query asks for the key `distance` segments
     }
   cfg.distance = 0;
   CHECK_THROWS_WITH_AS(RecallTask(cfg, 3, 5), "RecallTask: distance must be in [1, 2^20], got 0", Error);
+}
+
+TEST_CASE("AssociativeRecallTask: facts KEY v n per segment; queries ask for one of this segment's and an earlier one's") {
+  AssociativeRecallConfig cfg;
+  cfg.names = 16;  // a name returns at the earliest 8 facts (4 segments) later
+  cfg.facts = 2;
+  cfg.distance = 3;
+  cfg.segment = 14;  // two stretches of 5 for the facts, then the queries
+  const int64_t B = 3, T = 14, F = 2, segments = 40;
+  AssociativeRecallTask task(cfg, B, /*seed=*/7);
+  const int32_t first_value = static_cast<int32_t>(cfg.fillers + cfg.names);
+  struct Fact {
+    int32_t name, value;
+  };
+  std::vector<std::vector<Fact>> facts(B);  // per stream, every fact, read off the inputs
+  std::vector<int> asked(F, 0);             // which of a segment's facts the far query took
+  for (int64_t i = 0; i < segments; ++i) {
+    const Batch b = task.next();
+    for (int64_t r = 0; r < B; ++r) {
+      CAPTURE(i);
+      CAPTURE(r);
+      const int32_t* x = b.inputs.data.data() + r * T;
+      const int32_t* y = b.targets.data.data() + r * T;
+      std::vector<Fact>& past = facts[static_cast<size_t>(r)];
+      const size_t before = past.size();
+      CHECK(std::count(x, x + T, task.key_marker()) == F);
+      for (int64_t f = 0; f < F; ++f) {  // fact f inside positions [5 f, 5 f + 5)
+        const int64_t key_at = std::find(x + 5 * f, x + 5 * f + 3, task.key_marker()) - x;
+        REQUIRE(key_at < 5 * f + 3);
+        const Fact fact{x[key_at + 2], x[key_at + 1]};
+        CHECK((fact.name >= cfg.fillers && fact.name < first_value));
+        CHECK((fact.value >= first_value && fact.value < first_value + cfg.values));
+        for (size_t back = 1; back < 8 && back <= past.size(); ++back)  // no name again within names / 2 facts
+          CHECK(past[past.size() - back].name != fact.name);
+        past.push_back(fact);
+      }
+      CHECK(x[T - 4] == task.query_marker());
+      const bool local_ok = (x[T - 3] == past[before].name && y[T - 3] == past[before].value) ||
+                            (x[T - 3] == past[before + 1].name && y[T - 3] == past[before + 1].value);
+      CHECK(local_ok);
+      CHECK(x[T - 2] == task.query_marker());
+      if (i < cfg.distance) {
+        CHECK(y[T - 1] == kIgnoreTarget);
+      } else {
+        const size_t seg = before - static_cast<size_t>(cfg.distance * F);  // the segment `distance` back
+        int which = -1;
+        for (int f = 0; f < F; ++f)
+          if (x[T - 1] == past[seg + static_cast<size_t>(f)].name && y[T - 1] == past[seg + static_cast<size_t>(f)].value)
+            which = f;
+        REQUIRE(which >= 0);
+        ++asked[static_cast<size_t>(which)];
+      }
+      for (int64_t t = 0; t < T; ++t)
+        if (t != T - 3 && t != T - 1) CHECK(y[t] == kIgnoreTarget);
+    }
+  }
+  CHECK(asked[0] > 10);  // both facts get asked
+  CHECK(asked[1] > 10);
+  // Saved and loaded, a task built alike continues with the same segments.
+  std::stringstream buf;
+  {
+    cereal::BinaryOutputArchive out(buf);
+    task.save_position(out);
+  }
+  AssociativeRecallTask again(cfg, B, /*seed=*/99);
+  {
+    cereal::BinaryInputArchive in(buf);
+    again.load_position(in);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const Batch a = task.next(), b = again.next();
+    CHECK(a.inputs.data == b.inputs.data);
+    CHECK(a.targets.data == b.targets.data);
+  }
+  cfg.distance = 4;
+  CHECK_THROWS_WITH_AS(AssociativeRecallTask(cfg, B, 7),
+                       "AssociativeRecallTask: distance 4 x facts 2 must be in [1, 8) (names / 2, the facts within "
+                       "which no name repeats)",
+                       Error);
+  cfg.distance = 1;
+  cfg.segment = 9;
+  CHECK_THROWS_WITH_AS(AssociativeRecallTask(cfg, B, 7),
+                       "AssociativeRecallTask: segment must be in [10, 2^20] (4 + 3 facts), got 9", Error);
 }
 
 TEST_CASE("CopyTask: w SEP w PAD..., targets only on the second copy") {
