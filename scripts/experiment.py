@@ -302,6 +302,57 @@ def plot_curves(spec, args, exp_dir):
     return files
 
 
+def plot_points(spec, args, exp_dir):
+    """Final figures across arms: per series (the arms whose name contains its
+    text), one point per arm at x = the runs' result field `x` and y = mean ±
+    sd over seeds of the result field `y` (recall against distance, say)."""
+    points = spec.get("points", [])
+    if not points:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    for plot in points:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        drawn = False
+        for name in plot["series"]:
+            xs, ms, sds, n = [], [], [], 0
+            for arm in (a for a in spec["arms"] if name in a["name"]):
+                results = arm_results(spec, args, arm).values()
+                x = [v for v in (field_of(r, plot["x"]) for r in results) if v is not None]
+                y = [v for v in (field_of(r, plot["y"]) for r in results) if v is not None]
+                if not x or not y:
+                    continue
+                m, sd = mean_sd(y)
+                xs.append(sum(x) / len(x))
+                ms.append(m)
+                sds.append(sd or 0)
+                n = max(n, len(y))
+            if not xs:
+                continue
+            order = sorted(range(len(xs)), key=lambda i: xs[i])
+            ax.errorbar([xs[i] for i in order], [ms[i] for i in order], yerr=[sds[i] for i in order], marker="o",
+                        capsize=3, linewidth=1.4, label=f"{name} (n={n})")
+            drawn = True
+        if not drawn:
+            plt.close(fig)
+            continue
+        if plot.get("log_x"):
+            ax.set_xscale("log", base=2 if plot.get("log_x") == 2 else 10)
+        if "chance" in plot:
+            ax.axhline(plot["chance"], color="grey", linestyle=":", linewidth=1, label="chance")
+        ax.set_xlabel(plot.get("x_label", plot["x"]))
+        ax.set_ylabel(plot.get("y_label", plot["y"]))
+        ax.set_title(plot.get("title", spec.get("title", spec["name"])), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        files.append(save_figure(plt, fig, exp_dir, plot["file"]))
+    return files
+
+
 def save_figure(plt, fig, exp_dir, name):
     fig.tight_layout()
     path = os.path.join(exp_dir, name)
@@ -513,7 +564,7 @@ def run_spec(spec_path, args):
         w.writerow(csv_header)
         w.writerows(csv_rows)
     print(table_md)
-    plots = [] if args.no_plot else plot_curves(spec, args, exp_dir) + plot_bars(spec, args, exp_dir)
+    plots = [] if args.no_plot else plot_curves(spec, args, exp_dir) + plot_bars(spec, args, exp_dir) + plot_points(spec, args, exp_dir)
     if complete and not args.no_results:
         write_results(spec, spec_path, args, table_md, plots)
         print(f"experiment {spec['name']}: wrote its section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)
