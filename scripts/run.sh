@@ -31,17 +31,9 @@ else
 fi
 
 if [ -z "$data" ]; then
-  mkdir -p "$out"
-  bash scripts/setup.sh fortunes
-  # The fortunes package ships plain-text files next to binary .dat indexes;
-  # join the text ones (regular files only, not the .dat/.u8 or symlinks).
   # Joined once per run directory: a resumed run keeps training on the same text.
   data="$out/fortunes.txt"
-  if [ ! -s "$data" ]; then
-    find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 \
-      | sort -z | xargs -0 cat > "$data.tmp"
-    mv "$data.tmp" "$data"
-  fi
+  bash scripts/fortunes_corpus.sh "$data"
   echo "run.sh: training on Debian's fortunes ($(wc -c < "$data") bytes, $data)" >&2
 else
   bash scripts/setup.sh
