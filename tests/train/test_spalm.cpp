@@ -259,3 +259,34 @@ TEST_CASE("SPALM refuses: no store or retriever, another model's store, another 
   c.model.options["spalm_nprobe"] = int64_t{-1};
   expect_error([&] { build(c); }, {"model.spalm_nprobe must be >= 0"});
 }
+
+TEST_CASE("RetrievingSource: each row's retrieved tokens are the table's rows at its positions, ext_len included") {
+  std::vector<int32_t> tokens(200);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 7);
+  SpalmTable table;
+  table.n = 200;
+  table.k = 2;
+  for (int64_t p = 0; p < table.n * table.k; ++p) table.ids.push_back(static_cast<int32_t>(p));  // row p: 2p, 2p + 1
+  StreamSampler streams(tokens, /*batch=*/3, /*block=*/8, "test", /*ext=*/4);
+  RetrievingSource source(streams, table);
+  for (int step = 0; step < 12; ++step) {  // past a restart of the streams
+    const Batch b = source.next();
+    const int64_t B = b.inputs.shape[0], T = b.inputs.shape[1];
+    REQUIRE(b.retrieved.shape == Shape({B, T, 2}));
+    for (int64_t r = 0; r < B; ++r)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t p = b.starts[static_cast<size_t>(r)] + t;
+        CHECK(b.inputs.data[static_cast<size_t>(r * T + t)] == tokens[static_cast<size_t>(p)]);
+        CHECK(b.retrieved.data[static_cast<size_t>((r * T + t) * 2)] == 2 * p);
+        CHECK(b.retrieved.data[static_cast<size_t>((r * T + t) * 2 + 1)] == 2 * p + 1);
+      }
+  }
+  // A source that does not say where its rows start is refused.
+  struct Anonymous : BatchSource {
+    Batch next() override { return {IndexTensor({1, 2}, {0, 1}), IndexTensor({1, 2}, {1, 2}), {}, {}}; }
+    void save_position(cereal::BinaryOutputArchive&) const override {}
+    void load_position(cereal::BinaryInputArchive&) override {}
+  } anonymous;
+  RetrievingSource bad(anonymous, table);
+  expect_error([&] { bad.next(); }, {"Batch::starts"});
+}
