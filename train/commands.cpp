@@ -219,7 +219,7 @@ EvalResult evaluate_file(const EvalArgs& args) {
         args.split == "val" ? static_cast<int64_t>(
                                   read_eval_text(args.data, *l.tokenizer, "train", l.cfg.data.val_fraction).ids.size())
                             : 0;
-    retrieved = SpalmRetriever(l.cfg, *l.tokenizer).table(text.ids, train_length);
+    retrieved = SpalmRetriever(l.cfg, *l.tokenizer).table(text.ids, train_length, "text");
   }
   NoGradGuard no_grad;
   Rng unused(0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "tapeformer/core/error.h"
@@ -35,6 +36,28 @@ int64_t same_text_offset(const Datastore& store, const std::vector<int32_t>& tok
     if (same) return o;
   }
   return -1;
+}
+
+// Every model.* key but the kind's own (and dropout) must agree, or the
+// retriever's weights mean something else in the SPALM model.
+void check_same_architecture(const ModelConfig& run, const TrainConfig& retriever) {
+  TrainConfig mine;
+  mine.model = run;
+  const auto architecture = [](const TrainConfig& c) {
+    std::map<std::string, std::string> out;
+    for (const auto& [key, value] : c.fields())
+      if (key.rfind("model.", 0) == 0 && key != "model.arch" && key != "model.dropout" &&
+          key.rfind("model.spalm_", 0) != 0)
+        out[key] = value;
+    return out;
+  };
+  const auto a = architecture(mine), b = architecture(retriever);
+  for (const auto& [key, value] : a) {
+    const auto it = b.find(key);
+    const std::string theirs = it == b.end() ? "(unset)" : it->second;
+    TAPEFORMER_CHECK(theirs == value, "model.spalm_init: the retriever's ", key, " is ", theirs, ", this run's ",
+                     value, ": start from scratch (model.spalm_init false) or give the same model");
+  }
 }
 
 }  // namespace
@@ -72,13 +95,15 @@ SpalmRetriever::SpalmRetriever(const TrainConfig& cfg, const Tokenizer& tokenize
   } catch (const Error& e) {
     fail("model.spalm_store (with model.spalm_retriever '", checkpoint, "'): ", e.what());
   }
+  if (cfg.model.option_bool("spalm_init")) check_same_architecture(cfg.model, retriever_->cfg);
   TAPEFORMER_CHECK(k_ + 1 <= store_->size(), "model.spalm_k = ", k_, " needs ", k_ + 1,
                    " keys (a position's own entry may be left out), but the store '", store_path, "' holds ",
                    store_->size());
   retriever_->model->eval();
 }
 
-SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t train_length) const {
+SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t train_length,
+                                 const std::string& what) const {
   const LanguageModel& model = *retriever_->model;
   const TrainConfig& rc = retriever_->cfg;
   const int64_t C = rc.model.n_embd, K = k_, n = static_cast<int64_t>(tokens.size());
@@ -88,6 +113,10 @@ SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t tra
   table.ids.assign(static_cast<size_t>(n * K), -1);
   if (n < 2) return table;
   const int64_t self = same_text_offset(*store_, tokens, train_length);
+  if (!what.empty())
+    std::fprintf(stderr, "spalm: retrieving %lld tokens for each of the %lld positions of the %s from '%s'%s\n",
+                 static_cast<long long>(K), static_cast<long long>(n), what.c_str(), store_path_.c_str(),
+                 self >= 0 ? ", each position's own entry left out" : "");
   const int64_t shared = self < 0 ? 0 : std::min(n - 1, store_->size() - self);
   const std::vector<int32_t>& values = store_->values();
 
@@ -141,23 +170,7 @@ void SpalmRetriever::initialise(LanguageModel& model) const {
   auto* spalm = dynamic_cast<SpalmLM*>(&model);
   TAPEFORMER_CHECK(spalm != nullptr, "SpalmRetriever::initialise: not a SPALM model (model.arch \"",
                    model.config().arch, "\")");
-  // Every model.* key but the kind's own must agree, or the weights mean something else.
-  TrainConfig mine;
-  mine.model = model.config();
-  const auto architecture = [](const TrainConfig& c) {
-    std::map<std::string, std::string> out;
-    for (const auto& [key, value] : c.fields())
-      if (key.rfind("model.", 0) == 0 && key != "model.arch" && key != "model.dropout" &&
-          key.rfind("model.spalm_", 0) != 0) out[key] = value;
-    return out;
-  };
-  const auto a = architecture(mine), b = architecture(retriever_->cfg);
-  for (const auto& [key, value] : a) {
-    const auto it = b.find(key);
-    const std::string theirs = it == b.end() ? "(unset)" : it->second;
-    TAPEFORMER_CHECK(theirs == value, "model.spalm_init: the retriever's ", key, " is ", theirs, ", this run's ",
-                     value, ": start from scratch (model.spalm_init false) or give the same model");
-  }
+  check_same_architecture(model.config(), retriever_->cfg);
   spalm->lm->load_state(retriever_->model->state());
 }
 
@@ -180,8 +193,8 @@ Batch RetrievingSource::next() {
 SpalmData::SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train,
                      const TokenSource& val, BatchSource& train_batches)
     : retriever(std::make_unique<SpalmRetriever>(cfg, tokenizer)) {
-  train_table = retriever->table(read_all(train), train.size());
-  val_table = retriever->table(read_all(val), train.size());
+  train_table = retriever->table(read_all(train), train.size(), "train split");
+  val_table = retriever->table(read_all(val), train.size(), "val split");
   train_source = std::make_unique<RetrievingSource>(train_batches, train_table);
 }
 

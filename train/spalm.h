@@ -32,7 +32,8 @@
 // of another model or vocabulary than the retriever (open_knn_store), a
 // retriever with another tokenizer than the run, K + 1 more than the
 // store's keys, and with model.spalm_init a retriever whose model.* differs
-// from the run's (but for model.arch and model.spalm_*).
+// from the run's (but for model.arch, model.dropout and model.spalm_*),
+// all before the (minutes-long, on a large text) retrieval starts.
 #pragma once
 
 #include <cstdint>
@@ -66,10 +67,10 @@ class SpalmRetriever {
   SpalmRetriever(const TrainConfig& cfg, const Tokenizer& tokenizer);
   ~SpalmRetriever();
 
-  // The table of a split's tokens. train_length:
-  // the train split's tokens (the offset of the val split in a store of the
-  // whole file).
-  SpalmTable table(const std::vector<int32_t>& tokens, int64_t train_length) const;
+  // The table of a split's tokens. train_length: the train split's tokens
+  // (the offset of the val split in a store of the whole file). With `what`
+  // ("val split") a line on stderr says what is being retrieved.
+  SpalmTable table(const std::vector<int32_t>& tokens, int64_t train_length, const std::string& what = "") const;
   // A fresh run's starting weights (model.spalm_init): the retriever's
   // weights copied into `model`'s tensors of the same names.
   void initialise(LanguageModel& model) const;

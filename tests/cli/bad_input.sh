@@ -271,7 +271,7 @@ spalm=(--set model.arch=spalm --set model.positional=txl --set model.mem_len=8)
 expect_error "SPALM without a memory" "set model.mem_len > 0" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o38" --set model.arch=spalm
 expect_error "SPALM without a store" "model.spalm_store is required" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o39" "${spalm[@]}"
 expect_error "SPALM from a retriever of another architecture" "model.spalm_init: the retriever's model.mem_len is 0, this run's 8" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o40" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run"
-expect_error "SPALM with K above the store's keys" "model.spalm_k = $keys needs $((keys + 1)) keys" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o41" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run" --set model.spalm_k=$keys
+expect_error "SPALM with K above the store's keys" "model.spalm_k = $keys needs $((keys + 1)) keys" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o41" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run" --set model.spalm_k=$keys --set model.spalm_init=false
 checks=$((checks + 1))
 if [ -e "$work/o.knn" ] || find "$work" -name '.o.knn.tmp*' | grep -q .; then
   echo "FAIL: a failed knn build left a store or a temp file"; failures=$((failures + 1))
