@@ -163,6 +163,9 @@ SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t tra
     if (static_cast<int64_t>(positions.size()) >= 1024) search();
   });
   search();
+  if (!what.empty() && self >= 0)
+    std::fprintf(stderr, "spalm: %lld of the %lld positions found their own entry among %lld neighbours (left out)\n",
+                 static_cast<long long>(table.excluded), static_cast<long long>(shared), static_cast<long long>(K + 1));
   return table;
 }
 
