@@ -9,7 +9,9 @@
 # knnlm: the same with --knn over a store of the base model's train split.
 # spalm: SPALM fine-tuned from the base (model.spalm_init) for SPALM_STEPS
 #        steps on the train split, retrieving K tokens from that store, then
-#        eval on the val split. Every arm evaluates the whole val split the
+#        eval on the val split. The gate starts at sigmoid(2) = 0.88 on the
+#        XL's h: with the default 0 (g = 0.5) a 30-step trial on seed 1337
+#        ended at val loss 1.982 against 1.940 with 2 (XL: 1.912). Every arm evaluates the whole val split the
 #        same way (eval's windows, memory carried).
 # The store is built once per seed, into RUN_DIR/../../stores/seedS.knn (the
 # base run is only read), and the kNN-LM and SPALM arms of a seed share it.
@@ -42,6 +44,7 @@ case $arm in
       "$tf" train --config configs/shakespeare_char_cpu.json --data "$data" --out "$run_dir/train" \
         --set model.positional=txl --set model.mem_len=64 --set model.arch=spalm \
         --set model.spalm_k="$k" --set model.spalm_retriever="$base" --set model.spalm_store="$store" \
+        --set model.spalm_gate_bias=2 \
         --set train.max_iters="$steps" --set schedule.decay_iters="$steps" --set schedule.warmup_iters=0 \
         --set optimizer.lr=3e-4 --set train.threads="$threads" --set train.shards=2 \
         --set eval.interval="$steps" --set checkpoint.interval="$steps" >"$run_dir/train.json"
