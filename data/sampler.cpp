@@ -36,7 +36,7 @@ Batch window_batch(const TokenSource& tokens, const std::vector<int64_t>& starts
     std::copy(window.begin(), window.end() - 1, inputs.begin() + b * block);
     std::copy(window.begin() + 1, window.end(), targets.begin() + b * block);
   }
-  return {IndexTensor({B, block}, std::move(inputs)), IndexTensor({B, block}, std::move(targets))};
+  return {IndexTensor({B, block}, std::move(inputs)), IndexTensor({B, block}, std::move(targets)), starts, {}};
 }
 
 Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, int64_t block) {

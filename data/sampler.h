@@ -33,6 +33,12 @@ inline constexpr int32_t kIgnoreTarget = -100;
 struct Batch {
   IndexTensor inputs;   // (B, T) token ids
   IndexTensor targets;  // (B, T) the next token after each input position (or kIgnoreTarget)
+  // (B): where each row's first input lies in the tokens it was read from
+  // (window_batch fills it; empty when the source does not say).
+  std::vector<int64_t> starts;
+  // (B, T, K): tokens retrieved for each input position, for a model that
+  // reads them (SPALM, train/spalm.h); empty for the others.
+  IndexTensor retrieved;
 };
 
 // BatchSource: where a training loop's batches come from. Random windows and

@@ -1,6 +1,7 @@
 #include "tapeformer/layers/language_model.h"
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/layers/spalm.h"
 #include "tapeformer/layers/transformer.h"
 
 namespace tapeformer {
@@ -17,6 +18,13 @@ namespace {
 }
 }  // namespace
 
+Var LanguageModel::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
+                                     Rng& rng) const {
+  TAPEFORMER_CHECK(retrieved.data.empty(), "model.arch \"", config().arch, "\" reads no retrieved tokens, got ",
+                   retrieved.shape);
+  return memory != nullptr ? forward(ids, *memory, rng) : forward(ids, rng);
+}
+
 Var LanguageModel::features(const IndexTensor&, SegmentMemory*, Rng&) const { no_features(*this); }
 Var LanguageModel::features(const IndexTensor&, InferenceState&) const { no_features(*this); }
 Var LanguageModel::logits_from_features(const Var&) const { no_features(*this); }
@@ -29,7 +37,8 @@ Registry<ModelKind>& model_kinds() {
                       [](const ModelConfig& cfg, Rng& rng) -> std::unique_ptr<LanguageModel> {
                         return std::make_unique<TransformerLM>(cfg, rng);
                       },
-                      TransformerLM::footprint}});
+                      TransformerLM::footprint},
+                     spalm_model_kind()});
   return kinds;
 }
 

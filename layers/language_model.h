@@ -63,6 +63,16 @@ class LanguageModel : public Module {
   virtual Var features(const IndexTensor& ids, InferenceState& state) const;
   // features (B, T, C) -> logits (B, T, V): the output head alone.
   virtual Var logits_from_features(const Var& features) const;
+  // Tokens retrieved for every position that the model reads beside ids
+  // (SPALM's long-term memory, layers/spalm.h): K per position, 0 (the
+  // default) for a model that reads none.
+  virtual int64_t retrieved_per_position() const { return 0; }
+  // ids (B, T) and retrieved (B, T, K) token ids (-1: none; empty when K is
+  // 0) -> logits (B, T, V), with `memory` as forward(ids, memory, rng) takes
+  // it (null: none). The default, for a model that reads none, refuses a
+  // non-empty `retrieved` and is forward(ids, memory, rng) or forward(ids, rng).
+  virtual Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
+                                Rng& rng) const;
   // The longest sequence forward() takes, or -1 for any length.
   virtual int64_t max_positions() const { return -1; }
   virtual const ModelConfig& config() const = 0;

@@ -18,6 +18,7 @@
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/process_group.h"
+#include "tapeformer/train/spalm.h"
 #include "tapeformer/train/trainer.h"
 #include "tapeformer/train/windows.h"
 
@@ -208,6 +209,18 @@ EvalResult evaluate_file(const EvalArgs& args) {
     store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
   const EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
   const int64_t n = static_cast<int64_t>(text.ids.size());
+  // SPALM: the tokens its frozen retriever retrieves at every position of
+  // the text (train/spalm.h), its own entry left out where the store holds it.
+  SpalmTable retrieved;
+  if (l.model->retrieved_per_position() > 0) {
+    TAPEFORMER_CHECK(!args.knn.on(), "eval: --knn mixes a kNN-LM into a model's output; model.arch \"",
+                     l.cfg.model.arch, "\" retrieves from its own store (model.spalm_store)");
+    const int64_t train_length =
+        args.split == "val" ? static_cast<int64_t>(
+                                  read_eval_text(args.data, *l.tokenizer, "train", l.cfg.data.val_fraction).ids.size())
+                            : 0;
+    retrieved = SpalmRetriever(l.cfg, *l.tokenizer).table(text.ids, train_length, "text");
+  }
   NoGradGuard no_grad;
   Rng unused(0);
   // A model with a segment memory reads the text as one stream, segment by
@@ -229,7 +242,13 @@ EvalResult evaluate_file(const EvalArgs& args) {
       knn->add(f.value(), l.model->logits_from_features(f).value(), w);
       return;
     }
-    const Var logits = carries ? l.model->forward(w.ids, memory, unused) : l.model->forward(w.ids, unused);
+    IndexTensor near;  // (1, W, K): the window's rows of the table
+    if (retrieved.k > 0) {
+      const int64_t W = w.ids.shape[1], K = retrieved.k, first = w.start - w.again;
+      near = IndexTensor({1, W, K}, std::vector<int32_t>(retrieved.ids.begin() + first * K,
+                                                         retrieved.ids.begin() + (first + W) * K));
+    }
+    const Var logits = l.model->forward_retrieved(w.ids, near, carries ? &memory : nullptr, unused);
     total += cross_entropy(logits, w.targets).item() * static_cast<double>(w.len);
     counted += w.len;
   });

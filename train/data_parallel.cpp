@@ -23,7 +23,17 @@ Batch slice_rows(const Batch& batch, int64_t begin, int64_t end) {
   auto rows = [&](const IndexTensor& t) {
     return IndexTensor({end - begin, T}, std::vector<int32_t>(t.data.begin() + begin * T, t.data.begin() + end * T));
   };
-  return {rows(batch.inputs), rows(batch.targets)};
+  Batch out{rows(batch.inputs), rows(batch.targets), {}, {}};
+  if (!batch.starts.empty()) out.starts.assign(batch.starts.begin() + begin, batch.starts.begin() + end);
+  if (!batch.retrieved.data.empty()) {  // (B, T, K): the rows' T K ids
+    const Shape& r = batch.retrieved.shape;
+    TAPEFORMER_CHECK(r.rank() == 3 && r[0] == s[0] && r[1] == T, "slice_rows: retrieved ", r,
+                     " must be (B, T, K) for inputs ", s);
+    const int64_t n = T * r[2];
+    out.retrieved = IndexTensor({end - begin, T, r[2]}, std::vector<int32_t>(batch.retrieved.data.begin() + begin * n,
+                                                                             batch.retrieved.data.begin() + end * n));
+  }
+  return out;
 }
 
 DataParallel::DataParallel(LanguageModel& model, int shards, std::shared_ptr<ProcessGroup> group)
@@ -53,13 +63,13 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   // shard count leaves its extra shards empty.
   const int64_t local = group_ ? shards() : std::min<int64_t>(shards(), B);
   const int64_t S = total_shards(B), first = group_ ? group_->rank() * local : 0;
-  const auto forward = [](const LanguageModel& m, const IndexTensor& ids, SegmentMemory* mem, Rng& rng) {
-    return mem != nullptr ? m.forward(ids, *mem, rng) : m.forward(ids, rng);  // (B, T, V)
+  const auto forward = [](const LanguageModel& m, const Batch& b, SegmentMemory* mem, Rng& rng) {
+    return m.forward_retrieved(b.inputs, b.retrieved, mem, rng);  // (B, T, V)
   };
   std::optional<profile::Scope> timed;
   timed.emplace("forward + backward", profile::Kind::Phase);
   if (S == 1) {  // one shard in all: the caller's Rng, no replicas
-    Var loss = cross_entropy(forward(model_, batch.inputs, memory, dropout_rng), batch.targets);
+    Var loss = cross_entropy(forward(model_, batch, memory, dropout_rng), batch.targets);
     if (grad_enabled()) backward(with_memory_loss(mul_scalar(loss, scale), memory, scale));
     backward_auxiliary(scale);
     return loss.item();
@@ -122,10 +132,10 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
       SegmentMemory* mem = memory != nullptr ? &w.memory : nullptr;
       if (!grad) {  // grad mode is per thread: follow the caller's
         NoGradGuard no_grad;
-        w.loss = cross_entropy(forward(*w.model, w.rows.inputs, mem, w.rng), w.rows.targets).item();
+        w.loss = cross_entropy(forward(*w.model, w.rows, mem, w.rng), w.rows.targets).item();
         continue;
       }
-      Var loss = cross_entropy(forward(*w.model, w.rows.inputs, mem, w.rng), w.rows.targets);
+      Var loss = cross_entropy(forward(*w.model, w.rows, mem, w.rng), w.rows.targets);
       backward(with_memory_loss(mul_scalar(loss, scale * share), mem, scale * share));
       w.loss = loss.item();
     }
@@ -368,7 +378,8 @@ std::vector<double> DataParallel::losses(const std::vector<Batch>& batches, Rng&
     Rng local = rng;      // eval mode: dropout is off and draws nothing
     for (int64_t i = b0; i < b1; ++i) {
       const Batch& b = batches[static_cast<size_t>(lo + i)];
-      out[static_cast<size_t>(i)] = cross_entropy(model_.forward(b.inputs, local), b.targets).item();
+      const Var logits = model_.forward_retrieved(b.inputs, b.retrieved, nullptr, local);  // (B, T, V)
+      out[static_cast<size_t>(i)] = cross_entropy(logits, b.targets).item();
     }
   });
   if (!group_) return out;

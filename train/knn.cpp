@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "tapeformer/core/error.h"
@@ -58,9 +59,17 @@ void KnnOptions::validate() const {
 }
 
 uint64_t model_fingerprint(const TrainConfig& cfg, const LanguageModel& model) {
+  // Model kinds' own keys (model.spalm_*) at their defaults are left out, so
+  // that a kind added later leaves the stores built before it valid.
+  std::set<std::string> defaults;
+  for (const ModelKind& kind : model_kinds().kinds())
+    for (const ModelOption& o : kind.options) {
+      const auto it = cfg.model.options.find(o.name);
+      if (it == cfg.model.options.end() || it->second == o.default_value) defaults.insert("model." + o.name);
+    }
   uint64_t h = kFnvOffset;
   for (const auto& [key, value] : cfg.fields()) {
-    if (key.rfind("model.", 0) != 0) continue;
+    if (key.rfind("model.", 0) != 0 || defaults.count(key) != 0) continue;
     h = fnv1a64(key.data(), key.size() + 1, h);  // with its NUL: "a" + "bc" differs from "ab" + "c"
     h = fnv1a64(value.data(), value.size() + 1, h);
   }

@@ -29,6 +29,7 @@
 #include "tapeformer/train/profile_report.h"
 #include "tapeformer/train/run_lock.h"
 #include "tapeformer/train/signals.h"
+#include "tapeformer/train/spalm.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
@@ -131,6 +132,7 @@ struct Trainer::State {
   std::unique_ptr<RandomWindowSampler> train_batches;  // random windows; or, with a segment memory,
   std::unique_ptr<StreamSampler> train_streams;        // consecutive segments of B streams
   SegmentMemory train_memory;                          // carried from step to step (Transformer-XL)
+  std::unique_ptr<SpalmData> spalm;                    // SPALM's retrieved tokens (train/spalm.h); or none
   std::vector<Batch> val_batches, final_batches;
   Rng dropout_rng;
   int64_t step = 0;
@@ -200,6 +202,8 @@ struct Trainer::State {
       RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
       for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     }
+    if (model->retrieved_per_position() > 0)  // SPALM: a Transformer-XL, so train_streams
+      spalm = std::make_unique<SpalmData>(cfg, *tokenizer, *train_tokens, *val_tokens, *train_streams);
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
   }
 
@@ -211,6 +215,8 @@ struct Trainer::State {
     start_process();
     cfg.model.vocab_size = task.vocab_size;
     build_model(task.name);
+    TAPEFORMER_CHECK(model->retrieved_per_position() == 0, task.name, ": model.arch \"", cfg.model.arch,
+                     "\" retrieves from a text's kNN store; it trains on a text corpus, not on a task");
     dropout_rng = Rng(task.dropout_seed ? *task.dropout_seed : stream_seed(cfg.train.seed, kDropout));
   }
 
@@ -258,8 +264,11 @@ struct Trainer::State {
   // most one pass), read in order with a fresh memory of eval.mem_len
   // (default model.mem_len) positions.
   double evaluate_streams(int64_t segments) {
-    StreamSampler val(*val_tokens, cfg.train.batch_size, cfg.model.block_size, "val split", model->ext_len());
-    const int64_t n = std::min(segments, val.segments());
+    StreamSampler streams(*val_tokens, cfg.train.batch_size, cfg.model.block_size, "val split", model->ext_len());
+    const int64_t n = std::min(segments, streams.segments());
+    std::optional<RetrievingSource> retrieving;
+    if (spalm) retrieving.emplace(streams, spalm->val_table);
+    BatchSource& val = retrieving ? static_cast<BatchSource&>(*retrieving) : streams;
     SegmentMemory memory;
     memory.limit = cfg.eval.mem_len;
     model->eval();
@@ -296,6 +305,7 @@ struct Trainer::State {
   // A task's batches, random windows, or a memory run's ordered streams.
   BatchSource& train_source() const {
     if (is_task()) return *task.batches;
+    if (spalm) return *spalm->train_source;
     return train_streams ? static_cast<BatchSource&>(*train_streams) : *train_batches;
   }
 
@@ -348,7 +358,8 @@ struct Trainer::State {
     {
       NoGradGuard no_grad;
       Rng unused = dropout_rng;  // eval mode draws no masks; the training stream stays untouched
-      probe = cross_entropy(model->forward(last_batch.inputs, unused), last_batch.targets).item();
+      probe = cross_entropy(model->forward_retrieved(last_batch.inputs, last_batch.retrieved, nullptr, unused),
+                            last_batch.targets).item();
     }
     model->train();
     if (!std::isfinite(probe)) return "the updated weights give a loss of " + std::to_string(probe) + " on a batch";
@@ -410,6 +421,10 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
   s_->build(nullptr);
+  if (s_->spalm && s_->cfg.model.option_bool("spalm_init")) {  // a fresh SPALM starts as its retriever
+    s_->spalm->retriever->initialise(*s_->model);
+    s_->shards->sync_buffers();
+  }
   s_->claim_run_directory();
 }
 

@@ -266,6 +266,12 @@ expect_error "knn build of an unknown index" "--index" --usage tf knn build --ch
 expect_error "knn build of too many ivf cells" "ivf with nlist 1000 learns its cells from at least 39000 rows (39 per cell), but the first add has $keys" -- tf knn build --checkpoint "$work/run" --data "$work/text.txt" --out "$work/o.knn" --index ivf --nlist 1000
 expect_error "knn build with text outside the vocabulary" "not in the vocabulary" -- tf knn build --checkpoint "$work/run" --data "$work/other_text.txt" --out "$work/o.knn"
 expect_error "knn without build" "subcommand" --usage tf knn
+# SPALM (model.arch "spalm"): a Transformer-XL reading a store of its retriever.
+spalm=(--set model.arch=spalm --set model.positional=txl --set model.mem_len=8)
+expect_error "SPALM without a memory" "set model.mem_len > 0" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o38" --set model.arch=spalm
+expect_error "SPALM without a store" "model.spalm_store is required" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o39" "${spalm[@]}"
+expect_error "SPALM from a retriever of another architecture" "model.spalm_init: the retriever's model.mem_len is 0, this run's 8" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o40" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run"
+expect_error "SPALM with K above the store's keys" "model.spalm_k = $keys needs $((keys + 1)) keys" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o41" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run" --set model.spalm_k=$keys --set model.spalm_init=false
 checks=$((checks + 1))
 if [ -e "$work/o.knn" ] || find "$work" -name '.o.knn.tmp*' | grep -q .; then
   echo "FAIL: a failed knn build left a store or a temp file"; failures=$((failures + 1))
@@ -277,7 +283,7 @@ if find "$work" -name '.checkpoint.bin.tmp*' | grep -q .; then
   echo "FAIL: temporary checkpoint files left behind"; failures=$((failures + 1))
 fi
 for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11 o12 o13 o14 o15 o16 o17 o18 o19 o20 o21 o22 o23 o24 o25 o26 o27 o28 \
-         o29 o30 o31 o32 o33 o34 o35 o36 o37; do
+         o29 o30 o31 o32 o33 o34 o35 o36 o37 o38 o39 o40 o41; do
   if [ -e "$work/$d" ]; then echo "FAIL: failed run $d left a directory behind"; failures=$((failures + 1)); fi
 done
 

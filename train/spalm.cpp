@@ -1,0 +1,204 @@
+#include "tapeformer/train/spalm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/spalm.h"
+#include "tapeformer/train/commands.h"
+#include "tapeformer/train/knn.h"
+#include "tapeformer/train/windows.h"
+
+namespace tapeformer {
+namespace {
+
+// The fewest positions a store must share with a split to count as its text.
+constexpr int64_t kSameTextMin = 32;
+
+std::vector<int32_t> read_all(const TokenSource& tokens) {
+  std::vector<int32_t> ids(static_cast<size_t>(tokens.size()));
+  if (!ids.empty()) tokens.read(0, tokens.size(), ids.data());
+  return ids;
+}
+
+// The offset o at which the store's values are the split's next tokens
+// (values[o + p] = tokens[p + 1] over every position both hold), or -1.
+int64_t same_text_offset(const Datastore& store, const std::vector<int32_t>& tokens, int64_t train_length) {
+  const std::vector<int32_t>& values = store.values();
+  const auto n = static_cast<int64_t>(tokens.size()) - 1, N = store.size();  // positions with a next token
+  for (const int64_t o : {int64_t{0}, train_length}) {
+    const int64_t shared = std::min(n, N - o);
+    if (shared < std::min(n, kSameTextMin) || shared <= 0) continue;
+    bool same = true;
+    for (int64_t p = 0; p < shared && same; ++p) same = values[static_cast<size_t>(o + p)] == tokens[static_cast<size_t>(p + 1)];
+    if (same) return o;
+  }
+  return -1;
+}
+
+// Every model.* key but the kind's own (and dropout) must agree, or the
+// retriever's weights mean something else in the SPALM model.
+void check_same_architecture(const ModelConfig& run, const TrainConfig& retriever) {
+  TrainConfig mine;
+  mine.model = run;
+  const auto architecture = [](const TrainConfig& c) {
+    std::map<std::string, std::string> out;
+    for (const auto& [key, value] : c.fields())
+      if (key.rfind("model.", 0) == 0 && key != "model.arch" && key != "model.dropout" &&
+          key.rfind("model.spalm_", 0) != 0)
+        out[key] = value;
+    return out;
+  };
+  const auto a = architecture(mine), b = architecture(retriever);
+  for (const auto& [key, value] : a) {
+    const auto it = b.find(key);
+    const std::string theirs = it == b.end() ? "(unset)" : it->second;
+    TAPEFORMER_CHECK(theirs == value, "model.spalm_init: the retriever's ", key, " is ", theirs, ", this run's ",
+                     value, ": start from scratch (model.spalm_init false) or give the same model");
+  }
+}
+
+}  // namespace
+
+SpalmRetriever::~SpalmRetriever() = default;
+
+SpalmRetriever::SpalmRetriever(const TrainConfig& cfg, const Tokenizer& tokenizer)
+    : k_(cfg.model.option_int("spalm_k")) {
+  const std::string store_path = cfg.model.option_string("spalm_store"),
+                    checkpoint = cfg.model.option_string("spalm_retriever");
+  TAPEFORMER_CHECK(!store_path.empty(), "model.spalm_store is required with model.arch \"spalm\": the kNN store its "
+                   "tokens are retrieved from (tapeformer knn build --checkpoint RETRIEVER --data TEXT --out STORE)");
+  TAPEFORMER_CHECK(!checkpoint.empty(), "model.spalm_retriever is required with model.arch \"spalm\": the checkpoint "
+                   "of the frozen model model.spalm_store ('", store_path, "') was built from, which computes the "
+                   "queries");
+  store_path_ = store_path;
+  try {
+    retriever_ = std::make_unique<Loaded>(load_model(checkpoint));
+  } catch (const Error& e) {
+    fail("model.spalm_retriever '", checkpoint, "': ", e.what());
+  }
+  TAPEFORMER_CHECK(retriever_->model->retrieved_per_position() == 0, "model.spalm_retriever '", checkpoint,
+                   "' is itself a SPALM model: the retriever must be the plain model the store was built from");
+  TAPEFORMER_CHECK(tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(*retriever_->tokenizer),
+                   "model.spalm_retriever '", checkpoint, "' has another tokenizer than this run (", 
+                   retriever_->tokenizer->vocab_size(), " tokens, this run's ", tokenizer.vocab_size(),
+                   "): the retrieved tokens would be another vocabulary's");
+  KnnOptions opt;
+  opt.store = store_path;
+  opt.k = 1;
+  opt.nprobe = cfg.model.option_int("spalm_nprobe");
+  TAPEFORMER_CHECK(opt.nprobe >= 0, "model.spalm_nprobe must be >= 0, got ", opt.nprobe);
+  try {
+    store_ = std::make_unique<Datastore>(open_knn_store(opt, retriever_->cfg, *retriever_->model, *retriever_->tokenizer));
+  } catch (const Error& e) {
+    fail("model.spalm_store (with model.spalm_retriever '", checkpoint, "'): ", e.what());
+  }
+  if (cfg.model.option_bool("spalm_init")) check_same_architecture(cfg.model, retriever_->cfg);
+  TAPEFORMER_CHECK(k_ + 1 <= store_->size(), "model.spalm_k = ", k_, " needs ", k_ + 1,
+                   " keys (a position's own entry may be left out), but the store '", store_path, "' holds ",
+                   store_->size());
+  retriever_->model->eval();
+}
+
+SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t train_length,
+                                 const std::string& what) const {
+  const LanguageModel& model = *retriever_->model;
+  const TrainConfig& rc = retriever_->cfg;
+  const int64_t C = rc.model.n_embd, K = k_, n = static_cast<int64_t>(tokens.size());
+  SpalmTable table;
+  table.n = n;
+  table.k = K;
+  table.ids.assign(static_cast<size_t>(n * K), -1);
+  if (n < 2) return table;
+  const int64_t self = same_text_offset(*store_, tokens, train_length);
+  if (!what.empty())
+    std::fprintf(stderr, "spalm: retrieving %lld tokens for each of the %lld positions of the %s from '%s'%s\n",
+                 static_cast<long long>(K), static_cast<long long>(n), what.c_str(), store_path_.c_str(),
+                 self >= 0 ? ", each position's own entry left out" : "");
+  const int64_t shared = self < 0 ? 0 : std::min(n - 1, store_->size() - self);
+  const std::vector<int32_t>& values = store_->values();
+
+  // The retriever's context vectors as `knn build` computes its keys, so
+  // that on the store's own text a position's query is its own key.
+  std::vector<float> queries;  // (block, C)
+  std::vector<int64_t> positions;
+  const auto search = [&] {
+    const auto q = static_cast<int64_t>(positions.size());
+    if (q == 0) return;
+    const Neighbours nb = store_->index().search(queries.data(), q, K + 1);  // (q, K + 1)
+    for (int64_t i = 0; i < q; ++i) {
+      const int64_t p = positions[static_cast<size_t>(i)];
+      const int64_t own = self >= 0 && p < shared ? self + p : -1;
+      int32_t* row = table.ids.data() + p * K;
+      int64_t kept = 0;
+      for (int64_t j = 0; j <= K && kept < K; ++j) {
+        const int64_t id = nb.ids[static_cast<size_t>(i * (K + 1) + j)];
+        if (id < 0) continue;
+        if (id == own) {
+          ++table.excluded;
+          continue;
+        }
+        row[kept++] = values[static_cast<size_t>(id)];
+      }
+    }
+    queries.clear();
+    positions.clear();
+  };
+  NoGradGuard no_grad;
+  Rng unused(0);
+  const bool carries = model.mem_len() > 0;
+  SegmentMemory memory;
+  memory.limit = rc.eval.mem_len;
+  for_each_window(tokens, rc.model.block_size, carries ? model.ext_len() : 0, [&](const Window& w) {
+    const Tensor f = model.features(w.ids, carries ? &memory : nullptr, unused).value().contiguous();  // (1, W, C)
+    for (int64_t t = 0; t < w.len; ++t) {
+      const float* row = f.data() + (w.again + t) * C;
+      TAPEFORMER_CHECK(std::isfinite(row[0]), "model.spalm_retriever: its context vector at position ", w.start + t,
+                       " is not finite: the weights are not usable");
+      queries.insert(queries.end(), row, row + C);
+      positions.push_back(w.start + t);
+    }
+    if (static_cast<int64_t>(positions.size()) >= 1024) search();
+  });
+  search();
+  if (!what.empty() && self >= 0)
+    std::fprintf(stderr, "spalm: %lld of the %lld positions found their own entry among %lld neighbours (left out)\n",
+                 static_cast<long long>(table.excluded), static_cast<long long>(shared), static_cast<long long>(K + 1));
+  return table;
+}
+
+void SpalmRetriever::initialise(LanguageModel& model) const {
+  auto* spalm = dynamic_cast<SpalmLM*>(&model);
+  TAPEFORMER_CHECK(spalm != nullptr, "SpalmRetriever::initialise: not a SPALM model (model.arch \"",
+                   model.config().arch, "\")");
+  check_same_architecture(model.config(), retriever_->cfg);
+  spalm->lm->load_state(retriever_->model->state());
+}
+
+Batch RetrievingSource::next() {
+  Batch b = inner_.next();
+  const int64_t B = b.inputs.shape[0], T = b.inputs.shape[1], K = table_.k;
+  TAPEFORMER_CHECK(static_cast<int64_t>(b.starts.size()) == B, "RetrievingSource: the batch source does not give its "
+                   "rows' start positions (Batch::starts)");
+  std::vector<int32_t> ids(static_cast<size_t>(B * T * K));
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t s = b.starts[static_cast<size_t>(r)];
+    TAPEFORMER_CHECK(s >= 0 && s + T <= table_.n, "RetrievingSource: row ", r, " starts at ", s,
+                     ", outside the table's ", table_.n, " positions");
+    std::copy_n(table_.ids.begin() + s * K, T * K, ids.begin() + r * T * K);
+  }
+  b.retrieved = IndexTensor({B, T, K}, std::move(ids));
+  return b;
+}
+
+SpalmData::SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train,
+                     const TokenSource& val, BatchSource& train_batches)
+    : retriever(std::make_unique<SpalmRetriever>(cfg, tokenizer)) {
+  train_table = retriever->table(read_all(train), train.size(), "train split");
+  val_table = retriever->table(read_all(val), train.size(), "val split");
+  train_source = std::make_unique<RetrievingSource>(train_batches, train_table);
+}
+
+}  // namespace tapeformer
