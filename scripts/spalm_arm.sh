@@ -3,7 +3,7 @@
 # comparison on one base Transformer-XL checkpoint, printing its val figures
 # as one JSON line (the harness's table reads "bpc").
 #
-#   scripts/spalm_arm.sh ARM BUILD RUN_DIR BASE_RUN DATA THREADS [SPALM_STEPS] [K]
+#   scripts/spalm_arm.sh ARM BUILD RUN_DIR BASE_RUN DATA THREADS [SPALM_STEPS] [K] [GATE_BIAS]
 #
 # xl:    tapeformer eval of the base checkpoint on the val split.
 # knnlm: the same with --knn over a store of the base model's train split.
@@ -13,10 +13,13 @@
 #        XL's h: with the default 0 (g = 0.5) a 30-step trial on seed 1337
 #        ended at val loss 1.982 against 1.940 with 2 (XL: 1.912). Every arm evaluates the whole val split the
 #        same way (eval's windows, memory carried).
+# GATE_BIAS 40 keeps the gate shut (sigmoid(40) rounds to 1, and its
+# gradient to 0): the XL fine-tuned for the same steps on the same batches,
+# the control that tells SPALM's gain from the extra training.
 # The store is built once per seed, into RUN_DIR/../../stores/seedS.knn (the
 # base run is only read), and the kNN-LM and SPALM arms of a seed share it.
 set -euo pipefail
-arm=$1 build=$2 run_dir=$3 base=$4 data=$5 threads=$6 steps=${7:-300} k=${8:-16}
+arm=$1 build=$2 run_dir=$3 base=$4 data=$5 threads=$6 steps=${7:-300} k=${8:-16} gate_bias=${9:-2}
 tf=$build/cli/tapeformer
 export TAPEFORMER_THREADS=$threads
 mkdir -p "$run_dir"
@@ -44,7 +47,7 @@ case $arm in
       "$tf" train --config configs/shakespeare_char_cpu.json --data "$data" --out "$run_dir/train" \
         --set model.positional=txl --set model.mem_len=64 --set model.arch=spalm \
         --set model.spalm_k="$k" --set model.spalm_retriever="$base" --set model.spalm_store="$store" \
-        --set model.spalm_gate_bias=2 \
+        --set model.spalm_gate_bias="$gate_bias" \
         --set train.max_iters="$steps" --set schedule.decay_iters="$steps" --set schedule.warmup_iters=0 \
         --set optimizer.lr=3e-4 --set train.threads="$threads" --set train.shards=2 \
         --set eval.interval="$steps" --set checkpoint.interval="$steps" >"$run_dir/train.json"
