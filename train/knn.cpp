@@ -59,14 +59,14 @@ void KnnOptions::validate() const {
 }
 
 uint64_t model_fingerprint(const TrainConfig& cfg, const LanguageModel& model) {
-  // Model kinds' own keys (model.spalm_*) at their defaults are left out, so
-  // that a kind added later leaves the stores built before it valid.
+  // Kind-specific keys (attention, positional, block, MLP and model kinds'
+  // options) at their defaults are left out, so that an option added later
+  // leaves the stores built before it valid.
   std::set<std::string> defaults;
-  for (const ModelKind& kind : model_kinds().kinds())
-    for (const ModelOption& o : kind.options) {
-      const auto it = cfg.model.options.find(o.name);
-      if (it == cfg.model.options.end() || it->second == o.default_value) defaults.insert("model." + o.name);
-    }
+  for (const DeclaredOption& d : model_options()) {
+    const auto it = cfg.model.options.find(d.option.name);
+    if (it == cfg.model.options.end() || it->second == d.option.default_value) defaults.insert("model." + d.option.name);
+  }
   uint64_t h = kFnvOffset;
   for (const auto& [key, value] : cfg.fields()) {
     if (key.rfind("model.", 0) != 0 || defaults.count(key) != 0) continue;

@@ -257,6 +257,13 @@ TEST_CASE("kNN stores: another model, other weights, another vocabulary, too few
   Var w = l.model->parameters()[0];
   w.value().data()[0] += 1e-3f;
   CHECK(model_fingerprint(l.cfg, *l.model) != before);
+  // A kind's option at its default counts as absent (an option added later
+  // leaves older stores valid); set to another value, it counts.
+  const uint64_t weights_changed = model_fingerprint(l.cfg, *l.model);
+  l.cfg.model.options["xmem_gate_bias"] = 0.0;
+  CHECK(model_fingerprint(l.cfg, *l.model) == weights_changed);
+  l.cfg.model.options["xmem_gate_bias"] = -2.0;
+  CHECK(model_fingerprint(l.cfg, *l.model) != weights_changed);
 }
 
 TEST_CASE("sample --knn: lambda 0 draws the model's tokens; lambda 1 greedy follows the nearest key") {
