@@ -227,11 +227,7 @@ int run(int argc, char** argv) {
     for (int64_t t = 0; t < w.len; ++t) {  // as KnnEval::add
       const Scalar* row = lc.data() + (w.again + t) * V;  // (V)
       const int32_t y = w.targets.data[static_cast<size_t>(w.again + t)];
-      double top = row[0];
-      for (int64_t v = 1; v < V; ++v) top = std::max<double>(top, row[v]);
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
-      log_p_lm.push_back(static_cast<double>(row[y]) - top - std::log(sum));
+      log_p_lm.push_back(lm_log_prob(row, V, y));
       targets.push_back(y);
       lm_top1 += std::max_element(row, row + V) - row == y;
     }

@@ -161,6 +161,14 @@ std::vector<int32_t> neighbour_values(const Neighbours& nb, const Datastore& sto
   return values;
 }
 
+double lm_log_prob(const Scalar* logits, int64_t V, int32_t y) {
+  double top = logits[0];
+  for (int64_t v = 1; v < V; ++v) top = std::max<double>(top, logits[v]);
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[v]) - top);
+  return static_cast<double>(logits[y]) - top - std::log(sum);
+}
+
 void KnnEval::add(const Tensor& features, const Tensor& logits, const Window& w) {
   const int64_t C = features.dim(2), V = logits.dim(2);
   const Tensor f = features.contiguous(), l = logits.contiguous();
@@ -168,11 +176,7 @@ void KnnEval::add(const Tensor& features, const Tensor& logits, const Window& w)
   for (int64_t t = 0; t < w.len; ++t) {
     const Scalar* row = l.data() + (w.again + t) * V;  // (V)
     const int32_t y = w.targets.data[static_cast<size_t>(w.again + t)];
-    double top = row[0];
-    for (int64_t v = 1; v < V; ++v) top = std::max<double>(top, row[v]);
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
-    log_p_lm_.push_back(static_cast<double>(row[y]) - top - std::log(sum));
+    log_p_lm_.push_back(lm_log_prob(row, V, y));
     targets_.push_back(y);
     positions_.push_back(w.start + t + 1);
   }

@@ -73,6 +73,10 @@ Datastore open_knn_store(const KnnOptions& opt, const TrainConfig& cfg, const La
 // distances (k) squared L2 and values (k) of its neighbours, -1 where none.
 double knn_log_prob(double log_p_lm, int32_t target, const float* distances, const int32_t* values, int64_t k,
                     double lambda, double temperature);
+// log softmax(logits)[y] of one position's logits (V), in double, shifted by
+// the largest logit: the log p_LM that KnnEval and bench/knn_sweep mix.
+double lm_log_prob(const Scalar* logits, int64_t V, int32_t y);
+
 // The whole mixed distribution for one position: logits (V) of the model
 // become log p(v) for every v (the lowest float where p(v) = 0, so that
 // sampling draws it never). Logits that are not all finite are left as
