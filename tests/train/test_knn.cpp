@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "expect_error.h"
+#include "fresh_checkpoint.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/knn.h"
@@ -38,15 +39,7 @@ std::string make_checkpoint(const TempDir& dir, const std::string& name, uint64_
     cfg.model.positional = "txl";
     cfg.model.options["mem_len"] = mem_len;
   }
-  Rng rng(seed);
-  const std::unique_ptr<LanguageModel> model = make_model(cfg.model, rng);
-  Checkpoint c;
-  c.config_json = cfg.to_json();
-  c.tokenizer = save_tokenizer(tok);
-  c.model = model->state();
-  const std::string path = (dir.path / (name + ".bin")).string();
-  save_checkpoint(path, c);
-  return path;
+  return save_fresh_checkpoint(dir, name, cfg, tok, seed);
 }
 
 std::string write_text(const TempDir& dir, const std::string& name, const std::string& text) {

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "expect_error.h"
+#include "fresh_checkpoint.h"
 #include "tapeformer/layers/spalm.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/commands.h"
@@ -57,15 +58,7 @@ std::string make_checkpoint(const TempDir& dir, const std::string& name, const s
   TrainConfig cfg;
   cfg.model = xl_model(tok.vocab_size());
   if (adjust) adjust(cfg.model);
-  Rng rng(seed);
-  const std::unique_ptr<LanguageModel> model = make_model(cfg.model, rng);
-  Checkpoint c;
-  c.config_json = cfg.to_json();
-  c.tokenizer = save_tokenizer(tok);
-  c.model = model->state();
-  const std::string path = (dir.path / (name + ".bin")).string();
-  save_checkpoint(path, c);
-  return path;
+  return save_fresh_checkpoint(dir, name, cfg, tok, seed);
 }
 
 std::string build_store(const std::string& checkpoint, const std::string& data, const std::string& split,
