@@ -34,7 +34,7 @@ Batch CopyTask::next() {
       targets[static_cast<size_t>(b * T + t)] = t >= L && t < 2 * L ? seq[static_cast<size_t>(t + 1)] : kIgnoreTarget;
     }
   }
-  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets))};
+  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets)), {}, {}};
 }
 
 RecallTask::RecallTask(const RecallTaskConfig& cfg, int64_t batch, uint64_t seed)
@@ -68,7 +68,7 @@ Batch RecallTask::next() {
     past.push_back(key);
   }
   ++segments_;
-  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets))};
+  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets)), {}, {}};
 }
 
 void RecallTask::save_position(cereal::BinaryOutputArchive& ar) const {
@@ -109,6 +109,10 @@ AssociativeRecallTask::AssociativeRecallTask(const AssociativeRecallConfig& cfg,
   TAPEFORMER_CHECK(cfg.distance >= 1 && cfg.distance * cfg.facts < cfg.names / 2, "AssociativeRecallTask: distance ",
                    cfg.distance, " x facts ", cfg.facts, " must be in [1, ", cfg.names / 2,
                    ") (names / 2, the facts within which no name repeats)");
+  TAPEFORMER_CHECK(cfg.max_distance == 0 || (cfg.max_distance >= cfg.distance && cfg.max_distance * cfg.facts < cfg.names / 2),
+                   "AssociativeRecallTask: max_distance ", cfg.max_distance, " must be 0 (fixed) or in [distance ",
+                   cfg.distance, ", ", (cfg.names / 2 + cfg.facts - 1) / cfg.facts,
+                   ") (max_distance x facts below names / 2)");
   TAPEFORMER_CHECK(cfg.segment >= 4 + 3 * cfg.facts && cfg.segment <= (1 << 20), "AssociativeRecallTask: segment must be in [",
                    4 + 3 * cfg.facts, ", 2^20] (4 + 3 facts), got ", cfg.segment);
   TAPEFORMER_CHECK(batch >= 1, "AssociativeRecallTask: batch size must be >= 1, got ", batch);
@@ -125,7 +129,9 @@ Batch AssociativeRecallTask::next() {
     for (int64_t t = 0; t < T; ++t) row[t] = static_cast<int32_t>(draw(cfg_.fillers));
     std::vector<Fact>& recent = recent_[static_cast<size_t>(b)];
     // The fact `distance` segments back that the far query asks for (none yet while too few came).
-    const int64_t far_at = static_cast<int64_t>(recent.size()) - cfg_.distance * F;
+    const int64_t distance =
+        cfg_.max_distance > cfg_.distance ? cfg_.distance + draw(cfg_.max_distance - cfg_.distance + 1) : cfg_.distance;
+    const int64_t far_at = static_cast<int64_t>(recent.size()) - distance * F;
     const Fact far = far_at >= 0 ? recent[static_cast<size_t>(far_at + draw(F))] : Fact{};
     for (int64_t i = 0; i < F; ++i) {
       // A name none of the last names / 2 - 1 facts stated.
@@ -149,7 +155,7 @@ Batch AssociativeRecallTask::next() {
     row[T - 1] = far_at >= 0 ? far.name : first_name + static_cast<int32_t>(draw(cfg_.names));
     if (far_at >= 0) want[T - 1] = far.value;
   }
-  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets))};
+  return {IndexTensor({batch_, T}, std::move(inputs)), IndexTensor({batch_, T}, std::move(targets)), {}, {}};
 }
 
 void AssociativeRecallTask::save_position(cereal::BinaryOutputArchive& ar) const {

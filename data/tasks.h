@@ -94,7 +94,9 @@ class RecallTask : public BatchSource {
 //   local query: n, one of the names stated in this segment (answerable by a
 //                model that attends within its segment, matching names: a
 //                segment holds several facts, so no heuristic finds the value);
-//   far query:   m, one of the names stated `distance` segments earlier.
+//   far query:   m, one of the names stated `distance` segments earlier
+//                (with max_distance > distance: a distance drawn uniformly
+//                from [distance, max_distance] per stream and segment).
 // The value comes before its name, so the name's own position can hold both
 // (one attention step back), and a query finds it by the name alone.
 // Two statements of a name lie at least names / 2 facts apart: the binding a
@@ -108,19 +110,20 @@ struct AssociativeRecallConfig {
   int64_t values = 16;   // distinct values: chance is 1 / values
   int64_t facts = 2;     // facts per segment
   int64_t distance = 1;  // segments between a fact and its far query; distance * facts < names / 2
+  int64_t max_distance = 0;  // > distance: each far query's distance drawn from [distance, max_distance]; 0: fixed
   int64_t segment = 32;  // T, >= 4 + 3 facts
 };
 
 class AssociativeRecallTask : public BatchSource {
  public:
   // Throws Error naming the field unless fillers, values, facts >= 1,
-  // names >= 4, 1 <= distance with distance * facts < names / 2, and
-  // segment >= 4 + 3 facts.
+  // names >= 4, 1 <= distance with distance * facts < names / 2, max_distance
+  // 0 or in [distance, names / 2 / facts) alike, and segment >= 4 + 3 facts.
   AssociativeRecallTask(const AssociativeRecallConfig& cfg, int64_t batch, uint64_t seed);
 
   // The next segment of every stream: inputs (B, T), targets (B, T) with the
   // local query's target at T - 3 and the far query's at T - 1 (ignored
-  // while fewer than `distance` segments came before). Fact i lies in
+  // while fewer than its distance's segments came before). Fact i lies in
   // positions [i s, (i + 1) s) with s = (T - 4) / facts.
   Batch next() override;
   int64_t vocab_size() const { return cfg_.fillers + cfg_.names + cfg_.values + 2; }

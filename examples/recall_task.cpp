@@ -9,12 +9,17 @@
 //     experiment): every segment states `--facts` facts `KEY value name` and
 //     asks for the value of one of its names (local) and of one of the names
 //     stated `--distance` segments earlier (far), which a memory searched by
-//     content (model.xmem_len) can reach beyond the segment memory.
+//     content (model.xmem_len) can reach beyond the segment memory. With
+//     --max-distance each far query's distance is drawn from [--distance,
+//     --max-distance], and --eval-distances scores the final model at each
+//     listed distance alone ("recall_dN").
 //
 //   build/examples/recall_task --config configs/e4c_recall.json --out out/e4c/xl --distance 2
 //       [--set model.mem_len=0] [--set model.n_layer=4]
 //   build/examples/recall_task --config configs/memorizing_recall.json --associative --distance 8
 //       --out out/recall/mem [--set model.xmem_len=0]
+//   build/examples/recall_task --config configs/memorizing_recall.json --associative --names 32
+//       --distance 1 --max-distance 6 --eval-distances 1,2,3,4,5,6 --out out/recall/mixed
 //
 // The config is a training config (model.*, optimizer.*, schedule.*, train.*,
 // eval.interval / eval.iters (segments per evaluation) / eval.final_iters,
@@ -91,12 +96,19 @@ int run(int argc, char** argv) {
   RecallTaskConfig key_cfg;
   AssociativeRecallConfig assoc_cfg;
   bool associative = false;
-  int64_t distance = 1, fillers = 16;
+  int64_t distance = 1, max_distance = 0, fillers = 16;
+  std::vector<int64_t> eval_distances;
   app.add_option("--config", config_path, "training config (model, optimizer, schedule, train, eval)")->required();
   app.add_option("--out", out, "output directory")->capture_default_str();
   app.add_option("--set", overrides, "override a config value (repeatable)");
   app.add_flag("--associative", associative, "the associative task: KEY value name, queried by name");
   app.add_option("--distance", distance, "segments between a key (a fact) and its query")->capture_default_str();
+  app.add_option("--max-distance", max_distance,
+                 "associative: each far query's distance drawn from [--distance, --max-distance] (0: fixed)")
+      ->capture_default_str();
+  app.add_option("--eval-distances", eval_distances,
+                 "associative: at the end, the far recall at each of these distances alone (recall_dN)")
+      ->delimiter(',');
   app.add_option("--fillers", fillers, "distinct filler symbols")->capture_default_str();
   app.add_option("--keys", key_cfg.keys, "E4c: distinct keys (chance is 1 / keys)")->capture_default_str();
   app.add_option("--names", assoc_cfg.names, "associative: distinct names (one returns at the earliest names / 2 "
@@ -114,6 +126,10 @@ int run(int argc, char** argv) {
 
   const TrainConfig cfg = TrainConfig::load(config_path, overrides);
   key_cfg.distance = assoc_cfg.distance = distance;
+  assoc_cfg.max_distance = max_distance;
+  if (!associative && (max_distance != 0 || !eval_distances.empty()))
+    throw Error("recall_task: --max-distance and --eval-distances need --associative");
+  const int64_t farthest = std::max(distance, max_distance);  // segments read before the first scored one
   key_cfg.fillers = assoc_cfg.fillers = fillers;
   key_cfg.segment = assoc_cfg.segment = cfg.model.block_size;
   const int64_t batch = cfg.train.batch_size;
@@ -128,16 +144,30 @@ int run(int argc, char** argv) {
   TaskData task;
   task.name = "recall_task";
   task.batches = make_task(seed + 1);
+  const auto at_distance = [&](int64_t d) {  // the task with every far query d segments back
+    AssociativeRecallConfig c = assoc_cfg;
+    c.distance = d;
+    c.max_distance = 0;
+    return c;
+  };
+  for (const int64_t d : eval_distances) AssociativeRecallTask(at_distance(d), batch, 0);  // bad distances fail now
   task.vocab_size = associative ? AssociativeRecallTask(assoc_cfg, batch, 0).vocab_size()
                                 : RecallTask(key_cfg, batch, 0).vocab_size();
-  task.warmup_batches = distance;  // the first `distance` segments have no far query to answer yet
+  task.warmup_batches = farthest;  // the first segments have no far query to answer yet
   task.dropout_seed = seed + 3;
   task.evaluate = [&](LanguageModel& m, bool final) {
-    const Recall v = evaluate(m, [&] { return make_task(final ? seed + 4 : seed + 2); }, distance,
+    const Recall v = evaluate(m, [&] { return make_task(final ? seed + 4 : seed + 2); }, farthest,
                               final ? cfg.eval.final_iters : cfg.eval.iters);
     if (!final) std::fprintf(stderr, "recall %.4f\n", v.accuracy);
     TaskEvaluation e{v.loss, {{"recall", v.accuracy}}};
     if (associative) e.fields.emplace_back("local_recall", v.local_accuracy);
+    if (final)
+      for (const int64_t d : eval_distances) {
+        const Recall at = evaluate(
+            m, [&] { return std::make_unique<AssociativeRecallTask>(at_distance(d), batch, seed + 4); }, d,
+            cfg.eval.final_iters);
+        e.fields.emplace_back("recall_d" + std::to_string(d), at.accuracy);
+      }
     return e;
   };
   std::unique_ptr<Trainer> trainer =
@@ -149,12 +179,14 @@ int run(int argc, char** argv) {
   const double chance = 1.0 / static_cast<double>(associative ? assoc_cfg.values : key_cfg.keys);
   std::string local;
   if (associative) local = ", \"local_recall\": " + json_number(result.val_fields.at(1).second);
+  for (size_t i = 2; i < result.val_fields.size(); ++i)  // recall_dN
+    local += ", \"" + result.val_fields[i].first + "\": " + json_number(result.val_fields[i].second);
   std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"recall\": %s%s, \"chance\": %s, "
-              "\"distance\": %lld, \"mem_len\": %lld, \"xmem_len\": %lld, \"layers\": %lld, "
+              "\"distance\": %lld, \"max_distance\": %lld, \"mem_len\": %lld, \"xmem_len\": %lld, \"layers\": %lld, "
               "\"train_seconds\": %.3f}\n",
               static_cast<long long>(cfg.train.max_iters), json_number(loss).c_str(), json_number(result.val_loss).c_str(),
               json_number(result.val_fields.at(0).second).c_str(), local.c_str(), json_number(chance).c_str(),
-              static_cast<long long>(distance), static_cast<long long>(model.mem_len()),
+              static_cast<long long>(distance), static_cast<long long>(max_distance), static_cast<long long>(model.mem_len()),
               static_cast<long long>(cfg.model.option_int("xmem_len")), static_cast<long long>(cfg.model.n_layer), seconds);
   return 0;
 }

@@ -305,7 +305,10 @@ def plot_curves(spec, args, exp_dir):
 def plot_points(spec, args, exp_dir):
     """Final figures across arms: per series (the arms whose name contains its
     text), one point per arm at x = the runs' result field `x` and y = mean ±
-    sd over seeds of the result field `y` (recall against distance, say)."""
+    sd over seeds of the result field `y` (recall against distance, say).
+    With `x` a list of numbers and `y` a list of as many result fields, each
+    arm of a series is one line: at x[i], mean ± sd of field y[i] (a run that
+    measured recall at several distances itself)."""
     points = spec.get("points", [])
     if not points:
         return []
@@ -319,6 +322,17 @@ def plot_points(spec, args, exp_dir):
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
         drawn = False
         for name in plot["series"]:
+            if isinstance(plot["y"], list):
+                for arm in (a for a in spec["arms"] if name in a["name"]):
+                    results = list(arm_results(spec, args, arm).values())
+                    line = [(x, mean_sd(ys)) for x, field in zip(plot["x"], plot["y"])
+                            if (ys := [v for v in (field_of(r, field) for r in results) if v is not None])]
+                    if line:
+                        ax.errorbar([x for x, _ in line], [m for _, (m, _) in line],
+                                    yerr=[sd or 0 for _, (_, sd) in line], marker="o", capsize=3, linewidth=1.4,
+                                    label=f"{arm['name']} (n={len(results)})")
+                        drawn = True
+                continue
             xs, ms, sds, n = [], [], [], 0
             for arm in (a for a in spec["arms"] if name in a["name"]):
                 results = arm_results(spec, args, arm).values()
@@ -344,8 +358,8 @@ def plot_points(spec, args, exp_dir):
             ax.set_xscale("log", base=2 if plot.get("log_x") == 2 else 10)
         if "chance" in plot:
             ax.axhline(plot["chance"], color="grey", linestyle=":", linewidth=1, label="chance")
-        ax.set_xlabel(plot.get("x_label", plot["x"]))
-        ax.set_ylabel(plot.get("y_label", plot["y"]))
+        ax.set_xlabel(plot.get("x_label", str(plot["x"])))
+        ax.set_ylabel(plot.get("y_label", str(plot["y"])))
         ax.set_title(plot.get("title", spec.get("title", spec["name"])), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)

@@ -192,10 +192,10 @@ TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blo
     CHECK_THROWS_WITH_AS(load_tokenizer(blob), Contains(message), Error);
   }
   CHECK(load_tokenizer(save_tokenizer(CharTokenizer("ab")))->vocab_size() == 2);
-  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {98, 97}}),
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {98, 97}, {}}),
                        Contains("sorted and distinct (entry 1 'a' (U+0061) follows 'b' (U+0062))"), Error);
-  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {0xD800}}), Contains("U+D800) is not a Unicode"), Error);
-  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"wordpiece", {}}), Contains("unknown kind 'wordpiece'"), Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"char", {0xD800}, {}}), Contains("U+D800) is not a Unicode"), Error);
+  CHECK_THROWS_WITH_AS(make_tokenizer(TokenizerState{"wordpiece", {}, {}}), Contains("unknown kind 'wordpiece'"), Error);
 }
 
 TEST_CASE("corpus files: missing, unreadable, directory, empty, binary and non-UTF-8 files get one clear error each") {
@@ -536,6 +536,52 @@ TEST_CASE("AssociativeRecallTask: facts KEY v n per segment; queries ask for one
   cfg.segment = 9;
   CHECK_THROWS_WITH_AS(AssociativeRecallTask(cfg, B, 7),
                        "AssociativeRecallTask: segment must be in [10, 2^20] (4 + 3 facts), got 9", Error);
+}
+
+TEST_CASE("AssociativeRecallTask: with max_distance, each far query asks for a fact 1..max_distance segments back") {
+  AssociativeRecallConfig cfg;
+  cfg.names = 16;
+  cfg.facts = 2;
+  cfg.distance = 1;
+  cfg.max_distance = 3;
+  cfg.segment = 14;
+  const int64_t B = 4, T = 14, F = 2;
+  AssociativeRecallTask task(cfg, B, /*seed=*/11);
+  std::vector<std::vector<int32_t>> names(B), values(B);  // per stream, every fact's name and value in order
+  std::vector<int> at_distance(4, 0);
+  for (int64_t i = 0; i < 60; ++i) {
+    const Batch b = task.next();
+    for (int64_t r = 0; r < B; ++r) {
+      CAPTURE(i);
+      const int32_t* x = b.inputs.data.data() + r * T;
+      const int32_t* y = b.targets.data.data() + r * T;
+      for (int64_t f = 0; f < F; ++f) {
+        const int64_t key_at = std::find(x + 5 * f, x + 5 * f + 3, task.key_marker()) - x;
+        REQUIRE(key_at < 5 * f + 3);
+        values[static_cast<size_t>(r)].push_back(x[key_at + 1]);
+        names[static_cast<size_t>(r)].push_back(x[key_at + 2]);
+      }
+      if (y[T - 1] == kIgnoreTarget) {
+        CHECK(i < 3);  // only while the distance drawn reaches before the first segment
+        continue;
+      }
+      int found = 0;  // the segment back, 1..3, stating the far query's name with its target
+      for (int64_t d = 1; d <= 3 && d <= i; ++d)
+        for (int64_t f = 0; f < F; ++f) {
+          const size_t at = static_cast<size_t>((i - d) * F + f);
+          if (names[static_cast<size_t>(r)][at] == x[T - 1] && values[static_cast<size_t>(r)][at] == y[T - 1])
+            found = static_cast<int>(d);
+        }
+      REQUIRE(found > 0);
+      ++at_distance[static_cast<size_t>(found)];
+    }
+  }
+  for (int d = 1; d <= 3; ++d) CHECK(at_distance[static_cast<size_t>(d)] > 40);  // every distance drawn, ~75 each
+  cfg.max_distance = 4;
+  CHECK_THROWS_WITH_AS(AssociativeRecallTask(cfg, B, 7),
+                       "AssociativeRecallTask: max_distance 4 must be 0 (fixed) or in [distance 1, 4) (max_distance x "
+                       "facts below names / 2)",
+                       Error);
 }
 
 TEST_CASE("CopyTask: w SEP w PAD..., targets only on the second copy") {

@@ -30,7 +30,7 @@ Batch random_batch(int64_t B, int64_t T, uint64_t seed) {
   std::vector<int32_t> x(B * T), y(B * T);
   for (auto& v : x) v = static_cast<int32_t>(rng.below(11));
   for (auto& v : y) v = static_cast<int32_t>(rng.below(11));
-  return {IndexTensor({B, T}, x), IndexTensor({B, T}, y)};
+  return {IndexTensor({B, T}, x), IndexTensor({B, T}, y), {}, {}};
 }
 
 // Gradients of scale * loss(batch) computed with `shards` shards.
