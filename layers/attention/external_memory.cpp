@@ -30,7 +30,19 @@ void ExternalMemory::append(const Tensor& k, const Tensor& v) {
     const int64_t n = all.dim(1), kept = std::min(n, capacity);
     store = all.slice(1, n - kept, n).contiguous();  // a new tensor: copies of the memory stay as they were
   };
-  grow(*keys, k);
+  // Unit keys per head: the search by dot product ranks by cosine, and keys
+  // stored under older weights keep the scale of newer ones.
+  const Tensor kc = k.contiguous();
+  Tensor unit = Tensor::empty(kc.shape());
+  const int64_t D = kc.dim(3);
+  for (int64_t r = 0; r < kc.numel() / D; ++r) {
+    const Scalar* src = kc.data() + r * D;
+    double ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(src[d]) * src[d];
+    const auto inv = static_cast<Scalar>(1.0 / std::sqrt(ss + 1e-12));
+    for (int64_t d = 0; d < D; ++d) unit.data()[r * D + d] = src[d] * inv;
+  }
+  grow(*keys, unit);
   grow(*values, v);
 }
 
@@ -61,8 +73,10 @@ std::vector<int32_t> ExternalMemory::search(const Tensor& q_in) const {
   return out;
 }
 
-Var retrieved_attention(const Var& q, const ExternalMemory& memory) {
+Var retrieved_attention(const Var& q, const ExternalMemory& memory, const Var& log_scale) {
   TAPEFORMER_CHECK(q.rank() == 4, "retrieved_attention: queries ", q.shape(), " must be (B, H, T, D)");
+  TAPEFORMER_CHECK(log_scale.rank() == 1 && log_scale.dim(0) == q.dim(1), "retrieved_attention: log_scale ",
+                   log_scale.shape(), " must be (H) for queries ", q.shape());
   const std::vector<int32_t> index = memory.search(q.value());
   const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), D = q.dim(3), N = memory.length(),
                 k = std::min(memory.top_k, N), C = H * D;
@@ -79,8 +93,10 @@ Var retrieved_attention(const Var& q, const ExternalMemory& memory) {
   }
   // One query against its own k pairs: batched (1, D) x (D, k) and (1, k) x (k, D) products.
   const int64_t R = B * H * T;
-  const Var scores = mul_scalar(matmul(reshape(q, {R, 1, D}), Var(kg.reshape({R, k, D}).transpose(1, 2))),
-                                1.0f / std::sqrt(static_cast<float>(D)));  // (R, 1, k)
+  const Var unit_q = div(q, sqrt(add_scalar(sum(mul(q, q), {3}, /*keepdim=*/true), 1e-12f)));  // (B, H, T, D)
+  const Var tau = reshape(exp(log_scale), {1, H, 1, 1});                                      // per head
+  const Var scaled_q = mul(unit_q, tau);  // tau_h q / |q|
+  const Var scores = matmul(reshape(scaled_q, {R, 1, D}), Var(kg.reshape({R, k, D}).transpose(1, 2)));  // (R, 1, k)
   const Var p = softmax(scores);                                           // over the k pairs
   return reshape(matmul(p, Var(vg.reshape({R, k, D}))), {B, H, T, D});     // (B, H, T, D)
 }

@@ -3,16 +3,20 @@
 // attended to without gradient into the memory.
 //
 //   ExternalMemory mem{&keys, &values, /*capacity=*/1024, /*top_k=*/32};
-//   const Var y = retrieved_attention(q, mem);   // q (B, H, T, D) -> (B, H, T, D)
+//   const Var y = retrieved_attention(q, mem, log_scale);  // q (B, H, T, D), log_scale (H) -> (B, H, T, D)
 //   mem.append(k_new, v_new);                     // (B, H, T, D) each; the oldest dropped past capacity
 //
-// For query q_i (per sequence and head) with retrieved pairs (k_j, v_j),
-// j in top_k(q_i . K) over the N stored keys (exact search):
+// Keys are stored as unit vectors, and queries are normalised too (the
+// paper's remedy for keys written under older weights): for query q_i (per
+// sequence and head h) with retrieved pairs (k_j, v_j), j in top_k(q_i . K)
+// over the N stored keys (exact search, i.e. by cosine),
 //
-//   y_i = sum_j softmax_j(q_i . k_j / sqrt(D)) v_j
+//   y_i = sum_j softmax_j(tau_h (q_i / |q_i|) . k_j) v_j,   tau_h = exp(s_h)
 //
-// The pairs are constants (no gradient to past positions, the paper's
-// non-differentiable memory); q gets its gradient through the scores.
+// with s (H) a learned log temperature (the layer's xmem_scale). Cosine
+// scores keep the attention diffuse where no key matches and sharp where
+// one does. The pairs are constants (no gradient to past positions, the
+// paper's non-differentiable memory); q and s get theirs through the scores.
 // The memory layer mixes y with its local attention by a learned gate per
 // head (softmax.h, MultiHeadAttention::enable_memorizing).
 //
@@ -35,15 +39,17 @@ struct ExternalMemory {
   int64_t top_k = 32;        // model.xmem_topk: pairs retrieved per query (fewer while N < top_k)
 
   int64_t length() const { return keys == nullptr || !keys->defined() ? 0 : keys->dim(1); }
-  // k, v (B, H, T, D) of T new positions appended; past capacity the oldest drop out.
+  // k, v (B, H, T, D) of T new positions appended (each key scaled to unit length);
+  // past capacity the oldest drop out.
   void append(const Tensor& k, const Tensor& v);
   // For each query of q (B, H, T, D), the indices of its min(top_k, N) best keys by
   // dot product, (B, H, T, k) row-major, ties to the lower index.
   std::vector<int32_t> search(const Tensor& q) const;
 };
 
-// Attention of q (B, H, T, D) over the pairs `memory` retrieves for it -> (B, H, T, D).
-// The memory must hold at least one position.
-Var retrieved_attention(const Var& q, const ExternalMemory& memory);
+// Attention of q (B, H, T, D) over the pairs `memory` retrieves for it, at
+// temperature exp(log_scale) (H) per head -> (B, H, T, D). The memory must
+// hold at least one position.
+Var retrieved_attention(const Var& q, const ExternalMemory& memory, const Var& log_scale);
 
 }  // namespace tapeformer

@@ -181,7 +181,7 @@ Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const
     const std::vector<Var> h = split_heads(qkv_x, n_head);  // q, k, v (B, H, T, D)
     if (external_->length() > 0) {
       const int64_t H = n_head, D = n_embd / n_head;
-      const Var y_mem = merge_heads(retrieved_attention(h[0], *external_));                // (B, T, C)
+      const Var y_mem = merge_heads(retrieved_attention(h[0], *external_, xmem_scale));    // (B, T, C)
       const Var g = reshape(expand(reshape(sigmoid(xmem_gate), {H, 1}), {H, D}), {H * D});  // g_h per column
       y = add(mul(y_mem, g), mul(y, add_scalar(neg(g), 1.0f)));
     }
@@ -208,6 +208,17 @@ Var MultiHeadAttention::local_attention(const Var& qkv_x, const Var& memory, flo
 void MultiHeadAttention::enable_memorizing(float gate_bias) {
   TAPEFORMER_CHECK(causal_ && pattern_ == nullptr, "MultiHeadAttention: an external memory needs dense causal attention");
   if (!xmem_gate.defined()) xmem_gate = register_parameter("xmem_gate", Tensor::full({n_head}, gate_bias));
+  if (!xmem_scale.defined())
+    xmem_scale = register_parameter("xmem_scale", Tensor::full({n_head}, static_cast<float>(std::log(kXmemScale))));
+}
+
+std::vector<std::pair<std::string, std::vector<double>>> MultiHeadAttention::own_metrics() const {
+  if (!xmem_gate.defined()) return {};
+  std::vector<double> g;
+  for (int64_t h = 0; h < n_head; ++h) g.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(xmem_gate.value().data()[h]))));
+  std::vector<double> tau;
+  for (int64_t h = 0; h < n_head; ++h) tau.push_back(std::exp(static_cast<double>(xmem_scale.value().data()[h])));
+  return {{"xmem_gate", g}, {"xmem_scale", tau}};
 }
 
 Var MultiHeadAttention::content_attention(const Var& x, const Var& rows) const {

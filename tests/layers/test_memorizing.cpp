@@ -34,7 +34,7 @@ ModelConfig memorizing_config(int64_t xmem_len, int64_t top_k = 4, const std::st
   return c;
 }
 
-// Sets the memorizing layer's gate logits b (its one parameter "....attn.xmem_gate") to `value`.
+// Sets the memorizing layer's gate logits b (its parameter "....attn.xmem_gate") to `value`.
 void set_gate(TransformerLM& model, float value) {
   int found = 0;
   for (const auto& [name, p] : model.named_parameters()) {
@@ -66,48 +66,59 @@ std::vector<std::vector<float>> read_segments(TransformerLM& model, int segments
 
 }  // namespace
 
-TEST_CASE("retrieved attention: the top k by dot product, softmax over them, against a loop") {
-  const int64_t B = 2, H = 2, T = 3, D = 4, N = 7, C = H * D;
+TEST_CASE("retrieved attention: the top k by cosine, softmax of tau times cosine over them, against a loop") {
+  const int64_t B = 2, H = 2, T = 3, D = 4, N = 7;
   Rng rng(1);
-  Tensor keys = normal({B, N, C}, rng), values = normal({B, N, C}, rng);
+  Tensor keys, values;
+  ExternalMemory mem{&keys, &values, /*capacity=*/16, 3};
+  const Tensor k_in = normal({B, H, N, D}, rng), v_in = normal({B, H, N, D}, rng);
+  mem.append(k_in, v_in);  // keys stored as unit vectors
   const Tensor q = normal({B, H, T, D}, rng);
+  const double tau[H] = {1.5, 3.0};
+  const Var log_scale(Tensor::from({H}, {static_cast<float>(std::log(tau[0])), static_cast<float>(std::log(tau[1]))}));
   for (int64_t k : {int64_t{3}, int64_t{7}, int64_t{9}}) {
     CAPTURE(k);
-    const ExternalMemory mem{&keys, &values, /*capacity=*/16, k};
-    const Tensor y = retrieved_attention(Var(q), mem).value();  // (B, H, T, D)
+    mem.top_k = k;
+    const Tensor y = retrieved_attention(Var(q), mem, log_scale).value();  // (B, H, T, D)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t t = 0; t < T; ++t) {
-          std::vector<std::pair<double, int64_t>> s;
+          std::vector<std::pair<double, int64_t>> s;  // (cosine, j)
           for (int64_t j = 0; j < N; ++j) {
-            double dot = 0;
-            for (int64_t d = 0; d < D; ++d)
-              dot += q.data()[((b * H + h) * T + t) * D + d] * keys.data()[(b * N + j) * C + h * D + d];
-            s.push_back({dot, j});
+            double dot = 0, qq = 0, kk = 0;
+            for (int64_t d = 0; d < D; ++d) {
+              const double qd = q.data()[((b * H + h) * T + t) * D + d], kd = k_in.data()[((b * H + h) * N + j) * D + d];
+              dot += qd * kd;
+              qq += qd * qd;
+              kk += kd * kd;
+            }
+            s.push_back({dot / std::sqrt(qq * kk), j});
           }
           std::sort(s.begin(), s.end(), [](const auto& x, const auto& z) { return x.first > z.first; });
           s.resize(static_cast<size_t>(std::min(k, N)));
           double z = 0;
-          for (const auto& [dot, j] : s) z += std::exp(dot / 2.0);  // sqrt(D) = 2
+          for (const auto& [cosine, j] : s) z += std::exp(tau[h] * cosine);
           for (int64_t d = 0; d < D; ++d) {
             double expected = 0;
-            for (const auto& [dot, j] : s) expected += std::exp(dot / 2.0) / z * values.data()[(b * N + j) * C + h * D + d];
+            for (const auto& [cosine, j] : s)
+              expected += std::exp(tau[h] * cosine) / z * v_in.data()[((b * H + h) * N + j) * D + d];
             CHECK(y.data()[((b * H + h) * T + t) * D + d] == doctest::Approx(expected).epsilon(1e-5));
           }
         }
   }
 }
 
-TEST_CASE("retrieved attention: its gradient to the queries against finite differences; the memory gets none") {
-  const int64_t B = 1, H = 2, T = 3, D = 4, N = 6, C = H * D;
+TEST_CASE("retrieved attention: its gradient to the queries and temperatures against finite differences") {
+  const int64_t B = 1, H = 2, T = 3, D = 4, N = 6;
   Rng rng(2);
-  Tensor keys = normal({B, N, C}, rng), values = normal({B, N, C}, rng);
-  const ExternalMemory mem{&keys, &values, 16, 3};
+  Tensor keys, values;
+  ExternalMemory mem{&keys, &values, 16, 3};
+  mem.append(normal({B, H, N, D}, rng), normal({B, H, N, D}, rng));
   const GradcheckResult r =
-      gradcheck([&](const std::vector<Var>& v) { return retrieved_attention(v[0], mem); },
-                {normal({B, H, T, D}, rng)}, "retrieved_attention");
+      gradcheck([&](const std::vector<Var>& v) { return retrieved_attention(v[0], mem, v[1]); },
+                {normal({B, H, T, D}, rng), Tensor::from({H}, {0.3f, 1.1f})}, "retrieved_attention");
   CHECK_MESSAGE(r.ok, r.message);
-  CHECK(r.checked == B * H * T * D);
+  CHECK(r.checked == B * H * T * D + H);
 }
 
 TEST_CASE("external memory: appended oldest first, bounded by its capacity, copies unaffected") {
@@ -121,11 +132,18 @@ TEST_CASE("external memory: appended oldest first, bounded by its capacity, copi
   mem.append(k2, k2);
   CHECK(mem.length() == 5);       // 6 positions, the oldest dropped
   CHECK(before.dim(1) == 3);      // the earlier tensor is not changed in place
-  // Row 0 now holds k1's second position: head h's 2 values at columns [2h, 2h + 2).
+  // Row 0 now holds k1's second position: head h's 2 values at columns [2h, 2h + 2),
+  // the key scaled to unit length, the value as it came.
+  const auto unit = [](const Tensor& k, int64_t at, int64_t d) {
+    const float x = k.data()[at], y = k.data()[at + 1];
+    return doctest::Approx(k.data()[at + d] / std::sqrt(x * x + y * y)).epsilon(1e-6);
+  };
   for (int64_t h = 0; h < 2; ++h)
-    for (int64_t d = 0; d < 2; ++d) CHECK(keys.data()[h * 2 + d] == k1.data()[(h * 3 + 1) * 2 + d]);
-  for (int64_t h = 0; h < 2; ++h)
-    for (int64_t d = 0; d < 2; ++d) CHECK(keys.data()[4 * 4 + h * 2 + d] == k2.data()[(h * 3 + 2) * 2 + d]);
+    for (int64_t d = 0; d < 2; ++d) {
+      CHECK(keys.data()[h * 2 + d] == unit(k1, (h * 3 + 1) * 2, d));
+      CHECK(values.data()[h * 2 + d] == k1.data()[(h * 3 + 1) * 2 + d]);
+      CHECK(keys.data()[4 * 4 + h * 2 + d] == unit(k2, (h * 3 + 2) * 2, d));
+    }
 }
 
 TEST_CASE("memorizing, gate closed: the same logits as the model without the external memory, bit for bit") {
@@ -133,7 +151,7 @@ TEST_CASE("memorizing, gate closed: the same logits as the model without the ext
     CAPTURE(block);
     Rng a(5), b(5);
     TransformerLM local(memorizing_config(0, 4, block), a), memorizing(memorizing_config(12, 4, block), b);
-    CHECK(memorizing.num_parameters() == local.num_parameters() + 2);  // the gate's b, one per head
+    CHECK(memorizing.num_parameters() == local.num_parameters() + 2 * 2);  // the gate b and temperature s, per head
     set_gate(memorizing, -INFINITY);
     SegmentMemory m1, m2;
     const auto expected = read_segments(local, 6, m1);
