@@ -25,6 +25,12 @@ Var LanguageModel::forward_retrieved(const IndexTensor& ids, const IndexTensor& 
   return memory != nullptr ? forward(ids, *memory, rng) : forward(ids, rng);
 }
 
+Var LanguageModel::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const {
+  TAPEFORMER_CHECK(retrieved.data.empty(), "model.arch \"", config().arch, "\" reads no retrieved tokens, got ",
+                   retrieved.shape);
+  return forward(ids, state);
+}
+
 Var LanguageModel::features(const IndexTensor&, SegmentMemory*, Rng&) const { no_features(*this); }
 Var LanguageModel::features(const IndexTensor&, InferenceState&) const { no_features(*this); }
 Var LanguageModel::logits_from_features(const Var&) const { no_features(*this); }

@@ -73,6 +73,10 @@ class LanguageModel : public Module {
   // non-empty `retrieved` and is forward(ids, memory, rng) or forward(ids, rng).
   virtual Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
                                 Rng& rng) const;
+  // The same read piece by piece (sampling): ids (B, T) and retrieved
+  // (B, T, K) through make_state's state -> logits (B, T, V). The default
+  // refuses a non-empty `retrieved` and is forward(ids, state).
+  virtual Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const;
   // The longest sequence forward() takes, or -1 for any length.
   virtual int64_t max_positions() const { return -1; }
   virtual const ModelConfig& config() const = 0;

@@ -108,8 +108,15 @@ Var SpalmLM::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrie
 
 Var SpalmLM::forward(const IndexTensor&, Rng&) const { needs_retrieved("forward(ids, rng)"); }
 Var SpalmLM::forward(const IndexTensor&, SegmentMemory&, Rng&) const { needs_retrieved("forward(ids, memory, rng)"); }
-std::unique_ptr<InferenceState> SpalmLM::make_state(int64_t, int64_t) const {
-  needs_retrieved("reading piece by piece (sampling)");
+std::unique_ptr<InferenceState> SpalmLM::make_state(int64_t batch, int64_t window) const {
+  return lm->make_state(batch, window);
+}
+
+Var SpalmLM::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const {
+  TAPEFORMER_CHECK(retrieved.shape.rank() == 3 && retrieved.shape[2] == k_, "SpalmLM: retrieved must be (B, T, ",
+                   k_, ") (model.spalm_k = ", k_, "), got ", retrieved.shape);
+  const Var h = lm->features(ids, state);  // (B, T, C)
+  return lm->logits_from_features(spalm_mix(h, retrieved, lm->tok_emb->weight, gate->weight, gate->bias));
 }
 Var SpalmLM::forward(const IndexTensor&, InferenceState&) const { needs_retrieved("forward(ids, state)"); }
 

@@ -75,11 +75,15 @@ class SpalmLM : public LanguageModel {
   Var features_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
                          Rng& rng) const;
 
+  // Reading piece by piece (sampling, train/sample.h): the XL's state, and
+  // ids (B, T) with retrieved (B, T, K) -> logits (B, T, V).
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
+  Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const override;
+
   // Without retrieved tokens SPALM cannot read: these refuse, naming what to
   // call instead.
   Var forward(const IndexTensor& ids, Rng& rng) const override;
   Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const override;
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
   Var forward(const IndexTensor& ids, InferenceState& state) const override;
 
   int64_t mem_len() const override { return lm->mem_len(); }

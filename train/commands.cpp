@@ -153,9 +153,18 @@ int run_sample(const SampleArgs& args) {
   } catch (const Error& e) {
     fail(args.prompt_file.empty() ? "prompt" : "--prompt-file '" + args.prompt_file + "'", ": ", e.what());
   }
-  sample_context(*l.model, args.options);  // refused before anything reaches stdout
+  const int64_t context = sample_context(*l.model, args.options);  // refused before anything reaches stdout
   std::unique_ptr<Datastore> store;
   std::unique_ptr<KnnMixer> mixer;
+  // SPALM: its frozen retriever and store (model.spalm_retriever, model.spalm_store), searched per token.
+  std::unique_ptr<SpalmRetriever> spalm;
+  std::unique_ptr<TokenRetriever> retriever;
+  if (l.model->retrieved_per_position() > 0) {
+    TAPEFORMER_CHECK(!args.knn.on(), "sample: --knn mixes a kNN-LM into a model's output; model.arch \"",
+                     l.cfg.model.arch, "\" retrieves from its own store (model.spalm_store)");
+    spalm = std::make_unique<SpalmRetriever>(l.cfg, *l.tokenizer);
+    retriever = spalm->sampler(context);
+  }
   if (args.knn.on()) {
     store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
     mixer = std::make_unique<KnnMixer>(*store, args.knn);
@@ -174,7 +183,7 @@ int run_sample(const SampleArgs& args) {
       print_prompt();
       std::fputs(text.push(id).c_str(), stdout);
       std::fflush(stdout);
-    }, mixer.get());
+    }, mixer.get(), retriever.get());
   } catch (const NonFiniteLogits& e) {
     if (prompt_printed) std::fputs("\n", stdout);  // the error line starts a line of its own
     fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");

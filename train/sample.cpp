@@ -63,9 +63,17 @@ int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, 
 
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
-                              const std::function<void(int32_t)>& on_token, const NextTokenMixer* mixer) {
+                              const std::function<void(int32_t)>& on_token, const NextTokenMixer* mixer,
+                              TokenRetriever* retriever) {
   opt.validate();
   TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one token)");
+  const bool retrieves = model.retrieved_per_position() > 0;
+  TAPEFORMER_CHECK(!retrieves || retriever != nullptr, "sample: model.arch \"", model.config().arch,
+                   "\" reads retrieved tokens at every position, and no retriever was given");
+  TAPEFORMER_CHECK(!retrieves || mixer == nullptr, "sample: model.arch \"", model.config().arch,
+                   "\" retrieves from its own store; a kNN-LM mixture does not apply to it");
+  TAPEFORMER_CHECK(retrieves || retriever == nullptr, "sample: model.arch \"", model.config().arch,
+                   "\" reads no retrieved tokens, but a retriever was given");
   const int64_t V = model.config().vocab_size, limit = model.max_positions();
   const int64_t context = sample_context(model, opt);
   for (int32_t id : prompt)
@@ -82,9 +90,14 @@ std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& 
   std::vector<int32_t> seq = prompt;
   const std::unique_ptr<InferenceState> state = model.make_state(1, context);
   std::vector<Scalar> row(static_cast<size_t>(V));  // the last position's logits, (V)
-  const auto feed = [&](std::vector<int32_t>::const_iterator begin) {
+  const auto feed = [&](std::vector<int32_t>::const_iterator begin, bool restart) {
     const auto t = static_cast<int64_t>(seq.cend() - begin);
     const IndexTensor ids({1, t}, std::vector<int32_t>(begin, seq.cend()));
+    if (retrieves) {
+      const Tensor logits = model.forward_retrieved(ids, retriever->retrieve(ids, restart), *state).value();  // (1, t, V)
+      std::copy_n(logits.data() + (t - 1) * V, V, row.begin());
+      return;
+    }
     if (mixer == nullptr) {
       const Tensor logits = model.forward(ids, *state).value();  // (1, t, V)
       std::copy_n(logits.data() + (t - 1) * V, V, row.begin());
@@ -98,17 +111,17 @@ std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& 
     mixer->mix(f.data() + (t - 1) * C, C, row.data(), V);
   };
   const auto last = [&](int64_t n) { return seq.end() - std::min<int64_t>(n, static_cast<int64_t>(seq.size())); };
-  feed(last(context));
+  feed(last(context), true);
   for (int64_t n = 0; n < opt.tokens; ++n) {
     const int32_t next = sample_token(row.data(), V, opt, rng);
     seq.push_back(next);
     if (on_token) on_token(next);
     if (n + 1 == opt.tokens) break;
     if (limit < 0 || state->length() < limit) {
-      feed(seq.end() - 1);  // one more position
+      feed(seq.end() - 1, false);  // one more position
     } else {
       state->reset();  // the table is full: read the last window afresh
-      feed(last(context));
+      feed(last(context), true);
     }
   }
   return seq;

@@ -64,13 +64,26 @@ class NextTokenMixer {
   virtual void mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const = 0;
 };
 
+// The tokens a model that reads retrieved tokens (retrieved_per_position()
+// K > 0: SPALM, train/spalm.h) gets beside each position while sampling.
+// generate() passes every token it feeds, in order, once; `restart` says the
+// model's state was just reset and `ids` is the window read afresh.
+class TokenRetriever {
+ public:
+  virtual ~TokenRetriever() = default;
+  // ids (1, T) -> retrieved (1, T, K), -1 where fewer were found.
+  virtual IndexTensor retrieve(const IndexTensor& ids, bool restart) = 0;
+};
+
 // Returns prompt followed by opt.tokens sampled tokens. `on_token`, when set,
 // is called with each new token as it is produced (for streaming output).
 // With a `mixer`, the model runs as features() then logits_from_features()
 // (the same logits) and the mixer rewrites each row before it is sampled.
+// A model that reads retrieved tokens needs a `retriever` (and takes no
+// mixer): it runs as forward_retrieved(ids, retriever's tokens, state).
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
                               const std::function<void(int32_t)>& on_token = {},
-                              const NextTokenMixer* mixer = nullptr);
+                              const NextTokenMixer* mixer = nullptr, TokenRetriever* retriever = nullptr);
 
 }  // namespace tapeformer

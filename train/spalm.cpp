@@ -169,6 +169,39 @@ SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t tra
   return table;
 }
 
+namespace {
+
+class SpalmSampler : public TokenRetriever {
+ public:
+  SpalmSampler(const LanguageModel& model, const Datastore& store, int64_t k, int64_t context)
+      : model_(model), store_(store), k_(k), state_(model.make_state(1, context)) {}
+
+  IndexTensor retrieve(const IndexTensor& ids, bool restart) override {
+    if (restart) state_->reset();
+    NoGradGuard no_grad;
+    const Tensor f = model_.features(ids, *state_).value().contiguous();  // (1, T, C): the queries
+    const int64_t T = ids.shape[1], K = k_;
+    const Neighbours nb = store_.index().search(f.data(), T, K);  // (T, K)
+    const std::vector<int32_t>& values = store_.values();
+    std::vector<int32_t> out(static_cast<size_t>(T * K), -1);
+    for (size_t i = 0; i < out.size(); ++i)
+      if (nb.ids[i] >= 0) out[i] = values[static_cast<size_t>(nb.ids[i])];
+    return IndexTensor({1, T, K}, std::move(out));
+  }
+
+ private:
+  const LanguageModel& model_;
+  const Datastore& store_;
+  int64_t k_;
+  std::unique_ptr<InferenceState> state_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenRetriever> SpalmRetriever::sampler(int64_t context) const {
+  return std::make_unique<SpalmSampler>(*retriever_->model, *store_, k_, context);
+}
+
 void SpalmRetriever::initialise(LanguageModel& model) const {
   auto* spalm = dynamic_cast<SpalmLM*>(&model);
   TAPEFORMER_CHECK(spalm != nullptr, "SpalmRetriever::initialise: not a SPALM model (model.arch \"",

@@ -3,6 +3,7 @@
 //
 //   tapeformer knn build --checkpoint XL_RUN --data input.txt --split train --out xl.knn
 //   tapeformer train configs/spalm.json --set model.spalm_retriever=XL_RUN --set model.spalm_store=xl.knn
+//   tapeformer sample --checkpoint SPALM_RUN      (the same retriever and store, searched per token)
 //
 // The long-term memory is a kNN-LM datastore (train/knn.h) of (context
 // vector, next token) pairs built by a pretrained model, the retriever
@@ -47,6 +48,7 @@
 #include "tapeformer/layers/language_model.h"
 #include "tapeformer/retrieval/datastore.h"
 #include "tapeformer/train/config.h"
+#include "tapeformer/train/sample.h"
 
 namespace tapeformer {
 
@@ -74,6 +76,11 @@ class SpalmRetriever {
   // A fresh run's starting weights (model.spalm_init): the retriever's
   // weights copied into `model`'s tensors of the same names.
   void initialise(LanguageModel& model) const;
+  // Sampling's retrieval (train/sample.h): the retriever reads the tokens
+  // generate() feeds through its own state of `context` positions, and each
+  // position gets the values of its query's K nearest keys (nothing left
+  // out: a generated text is not the store's).
+  std::unique_ptr<TokenRetriever> sampler(int64_t context) const;
   const Datastore& store() const { return *store_; }
   int64_t k() const { return k_; }
 

@@ -272,6 +272,13 @@ expect_error "SPALM without a memory" "set model.mem_len > 0" -- tf train --conf
 expect_error "SPALM without a store" "model.spalm_store is required" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o39" "${spalm[@]}"
 expect_error "SPALM from a retriever of another architecture" "model.spalm_init: the retriever's model.mem_len is 0, this run's 8" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o40" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run"
 expect_error "SPALM with K above the store's keys" "model.spalm_k = $keys needs $((keys + 1)) keys" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o41" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run" --set model.spalm_k=$keys --set model.spalm_init=false
+# A SPALM run samples through its own retriever and store, and takes no --knn.
+checks=$((checks + 1))
+if ! tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/spalm_run" "${spalm[@]}" --set model.spalm_store="$work/run.knn" --set model.spalm_retriever="$work/run" --set model.spalm_k=2 --set model.spalm_init=false --set train.max_iters=2 >/dev/null 2>"$work/stderr" ||
+   ! tf sample --checkpoint "$work/spalm_run" --tokens 5 --prompt "ab" >/dev/null 2>>"$work/stderr"; then
+  echo "FAIL [SPALM trains and samples]:"; sed 's/^/    /' "$work/stderr"; failures=$((failures + 1))
+fi
+expect_error "SPALM sampled with --knn" "retrieves from its own store (model.spalm_store)" -- tf sample --checkpoint "$work/spalm_run" --knn "$work/run.knn" --tokens 5
 checks=$((checks + 1))
 if [ -e "$work/o.knn" ] || find "$work" -name '.o.knn.tmp*' | grep -q .; then
   echo "FAIL: a failed knn build left a store or a temp file"; failures=$((failures + 1))

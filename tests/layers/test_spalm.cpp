@@ -192,7 +192,8 @@ TEST_CASE("SPALM refuses: no memory, K out of range, no retrieved tokens, wrong 
   SegmentMemory mem;
   expect_error([&] { m.forward(ids, rng); }, {"spalm", "forward_retrieved"});
   expect_error([&] { m.forward(ids, mem, rng); }, {"spalm", "forward_retrieved"});
-  expect_error([&] { m.make_state(1); }, {"spalm", "sampling"});
+  const std::unique_ptr<InferenceState> state = m.make_state(1);
+  expect_error([&] { m.forward(ids, *state); }, {"spalm", "forward_retrieved"});
   expect_error([&] { m.forward_retrieved(ids, retrieved_ids(1, 4, 3, 1), &mem, rng); },
                {"retrieved must be (B, T, 2)", "[1, 4, 3]"});
   expect_error([&] { m.forward_retrieved(ids, IndexTensor({1, 4, 2}, {0, 1, 2, 3, 4, 5, 6, 11}), &mem, rng); },

@@ -4,6 +4,7 @@
 // retrieved tokens in every batch, and the refusals of the model.spalm_* keys.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/knn.h"
+#include "tapeformer/train/sample.h"
 #include "tapeformer/train/spalm.h"
 #include "tapeformer/train/trainer.h"
 #include "temp_dir.h"
@@ -218,6 +220,66 @@ TEST_CASE("SPALM training: starts from the retriever, resumes bit for bit") {
   CHECK(resumed.train_loss == straight.train_loss);
   CHECK(resumed.val_loss == straight.val_loss);
   CHECK(std::isfinite(straight.val_loss));
+}
+
+TEST_CASE("SPALM sampling: its retriever's tokens with the gate closed; each token's neighbours as eval reads them") {
+  Fixture f;
+  const TrainConfig run = spalm_run(f.data, f.retriever, f.train_store, 3, f.tok.vocab_size());
+  Rng init(0);
+  SpalmLM spalm(run.model, init);
+  const Loaded xl = load_model(f.retriever);
+  spalm.lm->load_state(xl.model->state());
+  const SpalmRetriever retriever(run, f.tok);
+  const std::vector<int32_t> prompt = f.tok.encode("abc d");
+  SampleOptions opt;
+  opt.tokens = 11;  // 16 positions in all: one window, so eval's first window sees what sampling saw
+  opt.temperature = 0.9f;
+  opt.seed = 5;
+
+  // Gate closed (g = 1): the XL's logits bit for bit, so the same draws.
+  spalm.gate->bias.value().copy_from(Tensor::full({1}, 100.0f));
+  {
+    Rng a(opt.seed), b(opt.seed);
+    const std::unique_ptr<TokenRetriever> r = retriever.sampler(16);
+    CHECK(generate(spalm, prompt, opt, a, {}, nullptr, r.get()) == generate(*xl.model, prompt, opt, b));
+  }
+
+  // Gate open, greedy: every draw is the argmax of the full forward over the
+  // text with the neighbours eval's table gives each position.
+  spalm.gate->bias.value().copy_from(Tensor::full({1}, 0.0f));
+  struct Recording : TokenRetriever {
+    std::unique_ptr<TokenRetriever> inner;
+    std::vector<int32_t> seen;  // every retrieved id, in order
+    IndexTensor retrieve(const IndexTensor& ids, bool restart) override {
+      IndexTensor r = inner->retrieve(ids, restart);
+      seen.insert(seen.end(), r.data.begin(), r.data.end());
+      return r;
+    }
+  } rec;
+  rec.inner = retriever.sampler(16);
+  opt.temperature = 0.0f;
+  Rng rng(opt.seed);
+  const std::vector<int32_t> seq = generate(spalm, prompt, opt, rng, {}, nullptr, &rec);
+  REQUIRE(seq.size() == 16);
+  const int64_t K = 3, T = 15;  // the last token is never fed
+  const SpalmTable table = retriever.table(seq, 0);
+  CHECK(table.excluded == 0);
+  CHECK(rec.seen == std::vector<int32_t>(table.ids.begin(), table.ids.begin() + T * K));
+  const IndexTensor ids({1, T}, std::vector<int32_t>(seq.begin(), seq.begin() + T));
+  const IndexTensor near({1, T, K}, std::vector<int32_t>(table.ids.begin(), table.ids.begin() + T * K));
+  spalm.eval();
+  NoGradGuard no_grad;
+  Rng unused(0);
+  const Tensor logits = spalm.forward_retrieved(ids, near, nullptr, unused).value();  // (1, T, V)
+  const int64_t V = f.tok.vocab_size();
+  for (int64_t t = static_cast<int64_t>(prompt.size()) - 1; t < T; ++t) {
+    CAPTURE(t);
+    const float* row = logits.data() + t * V;
+    CHECK(std::max_element(row, row + V) - row == seq[static_cast<size_t>(t + 1)]);
+  }
+  // A model that reads retrieved tokens is refused without a retriever.
+  Rng again(opt.seed);
+  expect_error([&] { generate(spalm, prompt, opt, again); }, {"sample", "\"spalm\"", "no retriever"});
 }
 
 TEST_CASE("SPALM refuses: no store or retriever, another model's store, another vocabulary, K too large") {
