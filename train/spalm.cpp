@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/layers/spalm.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/windows.h"
 
 namespace tapeformer {
+namespace fs = std::filesystem;
 namespace {
 
 // The fewest positions a store must share with a split to count as its text.
@@ -90,6 +93,7 @@ SpalmRetriever::SpalmRetriever(const TrainConfig& cfg, const Tokenizer& tokenize
   opt.k = 1;
   opt.nprobe = cfg.model.option_int("spalm_nprobe");
   TAPEFORMER_CHECK(opt.nprobe >= 0, "model.spalm_nprobe must be >= 0, got ", opt.nprobe);
+  nprobe_ = opt.nprobe;
   try {
     store_ = std::make_unique<Datastore>(open_knn_store(opt, retriever_->cfg, *retriever_->model, *retriever_->tokenizer));
   } catch (const Error& e) {
@@ -171,6 +175,72 @@ SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t tra
 
 namespace {
 
+constexpr char kTableMagic[9] = "TFSPALMT";
+constexpr uint32_t kTableVersion = 1;
+
+template <typename T>
+uint64_t hash_value(const T& v, uint64_t h) {
+  return fnv1a64(reinterpret_cast<const char*>(&v), sizeof(v), h);
+}
+
+}  // namespace
+
+SpalmTable SpalmRetriever::cached_table(const std::vector<int32_t>& tokens, int64_t train_length,
+                                        const std::string& what, const std::string& path) const {
+  // What the table depends on: the retriever's weights, the store file, K, nprobe and the text.
+  uint64_t key = hash_value(model_fingerprint(retriever_->cfg, *retriever_->model), kFnvOffset);
+  std::error_code ec;
+  const auto bytes = static_cast<int64_t>(fs::file_size(store_path_, ec));
+  const auto mtime = static_cast<int64_t>(fs::last_write_time(store_path_, ec).time_since_epoch().count());
+  const std::string where = fs::absolute(store_path_, ec).string();
+  key = fnv1a64(where.data(), where.size(), key);
+  for (const int64_t v : {bytes, mtime, k_, nprobe_, train_length, static_cast<int64_t>(tokens.size())})
+    key = hash_value(v, key);
+  key = fnv1a64(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(int32_t), key);
+  if (fs::exists(path, ec)) {
+    try {
+      CheckedFile f = open_checked_file(path, kTableMagic, kTableVersion, "SPALM table");
+      uint64_t stored = 0;
+      SpalmTable t;
+      f.in->read(reinterpret_cast<char*>(&stored), sizeof(stored));
+      f.in->read(reinterpret_cast<char*>(&t.n), sizeof(t.n));
+      f.in->read(reinterpret_cast<char*>(&t.k), sizeof(t.k));
+      f.in->read(reinterpret_cast<char*>(&t.excluded), sizeof(t.excluded));
+      if (*f.in && stored == key && t.n == static_cast<int64_t>(tokens.size()) && t.k == k_ &&
+          f.length == 32 + static_cast<uint64_t>(t.n * t.k) * sizeof(int32_t)) {
+        t.ids.resize(static_cast<size_t>(t.n * t.k));
+        f.in->read(reinterpret_cast<char*>(t.ids.data()), static_cast<std::streamsize>(t.ids.size() * sizeof(int32_t)));
+        if (*f.in) {
+          t.cached = true;
+          t.key = key;
+          if (!what.empty())
+            std::fprintf(stderr, "spalm: the %s's retrieved tokens from '%s'\n", what.c_str(), path.c_str());
+          return t;
+        }
+      }
+      std::fprintf(stderr, "spalm: '%s' was made for another retriever, store or text: retrieving again\n",
+                   path.c_str());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "spalm: %s: retrieving again\n", e.what());
+    }
+  }
+  SpalmTable t = table(tokens, train_length, what);
+  t.key = key;
+  return t;
+}
+
+void SpalmRetriever::keep_table(const SpalmTable& t, const std::string& path) {
+  write_checked_file(path, kTableMagic, kTableVersion, [&](std::ostream& out) {
+    out.write(reinterpret_cast<const char*>(&t.key), sizeof(t.key));
+    out.write(reinterpret_cast<const char*>(&t.n), sizeof(t.n));
+    out.write(reinterpret_cast<const char*>(&t.k), sizeof(t.k));
+    out.write(reinterpret_cast<const char*>(&t.excluded), sizeof(t.excluded));
+    out.write(reinterpret_cast<const char*>(t.ids.data()), static_cast<std::streamsize>(t.ids.size() * sizeof(int32_t)));
+  });
+}
+
+namespace {
+
 class SpalmSampler : public TokenRetriever {
  public:
   SpalmSampler(const LanguageModel& model, const Datastore& store, int64_t k, int64_t context)
@@ -227,11 +297,22 @@ Batch RetrievingSource::next() {
 }
 
 SpalmData::SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train,
-                     const TokenSource& val, BatchSource& train_batches)
+                     const TokenSource& val, BatchSource& train_batches, const std::string& run_dir)
     : retriever(std::make_unique<SpalmRetriever>(cfg, tokenizer)) {
-  train_table = retriever->table(read_all(train), train.size(), "train split");
-  val_table = retriever->table(read_all(val), train.size(), "val split");
+  const std::vector<std::string> paths = files(run_dir);
+  train_table = retriever->cached_table(read_all(train), train.size(), "train split", paths[0]);
+  val_table = retriever->cached_table(read_all(val), train.size(), "val split", paths[1]);
   train_source = std::make_unique<RetrievingSource>(train_batches, train_table);
+}
+
+std::vector<std::string> SpalmData::files(const std::string& run_dir) {
+  return {run_dir + "/spalm_train.table", run_dir + "/spalm_val.table"};
+}
+
+void SpalmData::keep(const std::string& run_dir) const {
+  const std::vector<std::string> paths = files(run_dir);
+  if (!train_table.cached) SpalmRetriever::keep_table(train_table, paths[0]);
+  if (!val_table.cached) SpalmRetriever::keep_table(val_table, paths[1]);
 }
 
 }  // namespace tapeformer

@@ -14,8 +14,9 @@
 // vector at position p is the query; the K nearest keys' values (next
 // tokens) are what position p retrieves. Since the retriever is frozen they
 // depend on the position alone, so they are computed once per split when
-// the run is built (SpalmTable) and looked up for each batch by the rows'
-// start positions (RetrievingSource), which keeps training, resuming and
+// the run is built (SpalmTable; kept in the run's directory, so a resume
+// reads them back) and looked up for each batch by the rows' start
+// positions (RetrievingSource), which keeps training, resuming and
 // data-parallel shards as they are for any model.
 //
 // Leaving the answer out: when the store holds the very text a split is
@@ -60,6 +61,8 @@ struct SpalmTable {
   int64_t n = 0, k = 0;
   std::vector<int32_t> ids;
   int64_t excluded = 0;  // positions whose own store entry was left out
+  bool cached = false;   // read from a cache file (SpalmRetriever::cached_table)
+  uint64_t key = 0;      // cached_table's: what the table was computed from
 };
 
 // The frozen retriever and its store, opened and checked for a SPALM run.
@@ -73,6 +76,15 @@ class SpalmRetriever {
   // (the offset of the val split in a store of the whole file). With `what`
   // ("val split") a line on stderr says what is being retrieved.
   SpalmTable table(const std::vector<int32_t>& tokens, int64_t train_length, const std::string& what = "") const;
+  // The same, read back from the file `path` when keep_table wrote it from
+  // the same retriever weights, store file (path, size and modification
+  // time), K, nprobe, tokens and train_length; else (missing, stale,
+  // corrupt: said on stderr) computed. A run keeps its tables in its
+  // directory, so a resume does not search again.
+  SpalmTable cached_table(const std::vector<int32_t>& tokens, int64_t train_length, const std::string& what,
+                          const std::string& path) const;
+  // Writes a cached_table's result to `path` (checked, atomically).
+  static void keep_table(const SpalmTable& table, const std::string& path);
   // A fresh run's starting weights (model.spalm_init): the retriever's
   // weights copied into `model`'s tensors of the same names.
   void initialise(LanguageModel& model) const;
@@ -87,7 +99,7 @@ class SpalmRetriever {
  private:
   std::unique_ptr<Loaded> retriever_;
   std::unique_ptr<Datastore> store_;
-  int64_t k_;
+  int64_t k_, nprobe_;
   std::string store_path_;
 };
 
@@ -110,8 +122,14 @@ class RetrievingSource : public BatchSource {
 // All of a SPALM run's retrieval: the retriever, the train and val tables,
 // and the train source (Trainer, train/trainer.cpp).
 struct SpalmData {
+  // The tables are read from run_dir (spalm_train.table, spalm_val.table)
+  // where keep() wrote them, else computed.
   SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train, const TokenSource& val,
-            BatchSource& train_batches);
+            BatchSource& train_batches, const std::string& run_dir);
+  // Writes the tables that were computed into run_dir (the Trainer's rank 0,
+  // once the run's directory exists).
+  void keep(const std::string& run_dir) const;
+  static std::vector<std::string> files(const std::string& run_dir);
   std::unique_ptr<SpalmRetriever> retriever;
   SpalmTable train_table, val_table;
   std::unique_ptr<RetrievingSource> train_source;

@@ -159,11 +159,18 @@ struct Trainer::State {
                      ec ? ": " + ec.message() : "");
     lock = std::make_unique<RunLock>(out_dir);
     remove_stale_temp_files();
+    keep_spalm_tables();
   }
   // Leftovers of atomic writes cut short by a kill.
   void remove_stale_temp_files() const {
     tapeformer::remove_stale_temp_files(checkpoint_path());
     tapeformer::remove_stale_temp_files(metrics_path());
+    if (spalm)
+      for (const std::string& f : SpalmData::files(out_dir)) tapeformer::remove_stale_temp_files(f);
+  }
+  // SPALM: the retrieved-token tables this build computed, kept for a resume.
+  void keep_spalm_tables() const {
+    if (spalm && writes()) spalm->keep(out_dir);
   }
   // For divergence errors: what the user still has.
   std::string checkpoint_note() const {
@@ -203,7 +210,7 @@ struct Trainer::State {
       for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     }
     if (model->retrieved_per_position() > 0)  // SPALM: a Transformer-XL, so train_streams
-      spalm = std::make_unique<SpalmData>(cfg, *tokenizer, *train_tokens, *val_tokens, *train_streams);
+      spalm = std::make_unique<SpalmData>(cfg, *tokenizer, *train_tokens, *val_tokens, *train_streams, out_dir);
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
   }
 
@@ -490,6 +497,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   s.train_seconds = c.train_seconds;
   s.resumed = true;
   if (s.writes()) s.remove_stale_temp_files();
+  s.keep_spalm_tables();
   s.trim_metrics_after(s.step);
   return t;
 }

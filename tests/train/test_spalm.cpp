@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -220,6 +222,47 @@ TEST_CASE("SPALM training: starts from the retriever, resumes bit for bit") {
   CHECK(resumed.train_loss == straight.train_loss);
   CHECK(resumed.val_loss == straight.val_loss);
   CHECK(std::isfinite(straight.val_loss));
+}
+
+TEST_CASE("SPALM tables: kept in a file and read back only while nothing they depend on changed") {
+  Fixture f;
+  const TrainConfig run = spalm_run(f.data, f.retriever, f.train_store, 3, f.tok.vocab_size());
+  const SpalmRetriever r(run, f.tok);
+  const std::vector<int32_t> train = split_ids(f, "train"), val = split_ids(f, "val");
+  const auto len = static_cast<int64_t>(train.size());
+  const std::string path = (f.dir.path / "t.table").string();
+  const SpalmTable a = r.cached_table(train, len, "", path);
+  CHECK_FALSE(a.cached);
+  CHECK_FALSE(std::filesystem::exists(path));  // cached_table reads; keep_table writes
+  SpalmRetriever::keep_table(a, path);
+  const SpalmTable b = r.cached_table(train, len, "", path);
+  CHECK(b.cached);
+  CHECK(b.n == a.n);
+  CHECK(b.k == a.k);
+  CHECK(b.excluded == a.excluded);
+  CHECK(b.ids == a.ids);
+  // Another text: searched again, not read back.
+  const SpalmTable c = r.cached_table(val, len, "", path);
+  CHECK_FALSE(c.cached);
+  CHECK(c.ids == r.table(val, len).ids);
+  SpalmRetriever::keep_table(c, path);
+  CHECK(r.cached_table(val, len, "", path).cached);
+  // A corrupt file: searched again, no error.
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-1, std::ios::end);
+    file.put('\x7f');
+  }
+  const SpalmTable d = r.cached_table(val, len, "", path);
+  CHECK_FALSE(d.cached);
+  CHECK(d.ids == c.ids);
+  SpalmRetriever::keep_table(d, path);
+  CHECK(r.cached_table(val, len, "", path).cached);
+  // The store rewritten (its modification time moves): stale.
+  std::filesystem::last_write_time(f.train_store,
+                                   std::filesystem::last_write_time(f.train_store) + std::chrono::hours(1));
+  const SpalmRetriever again(run, f.tok);
+  CHECK_FALSE(again.cached_table(val, len, "", path).cached);
 }
 
 TEST_CASE("SPALM sampling: its retriever's tokens with the gate closed; each token's neighbours as eval reads them") {
