@@ -177,6 +177,8 @@ namespace {
 
 constexpr char kTableMagic[9] = "TFSPALMT";
 constexpr uint32_t kTableVersion = 1;
+// Payload: key u64, n i64, k i64, excluded i64, then ids (n k int32).
+constexpr uint64_t kTableHeaderBytes = 4 * 8;
 
 template <typename T>
 uint64_t hash_value(const T& v, uint64_t h) {
@@ -207,7 +209,7 @@ SpalmTable SpalmRetriever::cached_table(const std::vector<int32_t>& tokens, int6
       f.in->read(reinterpret_cast<char*>(&t.k), sizeof(t.k));
       f.in->read(reinterpret_cast<char*>(&t.excluded), sizeof(t.excluded));
       if (*f.in && stored == key && t.n == static_cast<int64_t>(tokens.size()) && t.k == k_ &&
-          f.length == 32 + static_cast<uint64_t>(t.n * t.k) * sizeof(int32_t)) {
+          f.length == kTableHeaderBytes + static_cast<uint64_t>(t.n * t.k) * sizeof(int32_t)) {
         t.ids.resize(static_cast<size_t>(t.n * t.k));
         f.in->read(reinterpret_cast<char*>(t.ids.data()), static_cast<std::streamsize>(t.ids.size() * sizeof(int32_t)));
         if (*f.in) {
@@ -252,11 +254,7 @@ class SpalmSampler : public TokenRetriever {
     const Tensor f = model_.features(ids, *state_).value().contiguous();  // (1, T, C): the queries
     const int64_t T = ids.shape[1], K = k_;
     const Neighbours nb = store_.index().search(f.data(), T, K);  // (T, K)
-    const std::vector<int32_t>& values = store_.values();
-    std::vector<int32_t> out(static_cast<size_t>(T * K), -1);
-    for (size_t i = 0; i < out.size(); ++i)
-      if (nb.ids[i] >= 0) out[i] = values[static_cast<size_t>(nb.ids[i])];
-    return IndexTensor({1, T, K}, std::move(out));
+    return IndexTensor({1, T, K}, neighbour_values(nb, store_));  // -1 where the search found fewer
   }
 
  private:
