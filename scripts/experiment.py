@@ -36,6 +36,7 @@ import argparse
 import concurrent.futures
 import csv
 import datetime
+import functools
 import json
 import math
 import os
@@ -238,7 +239,10 @@ def markdown_table(header, rows):
     return "\n".join(lines)
 
 
-def plot_curves(spec, args, exp_dir):
+@functools.lru_cache(maxsize=None)
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or None (said once on stderr)
+    when it cannot be imported: the tables are written without plots."""
     try:
         import matplotlib
 
@@ -247,6 +251,13 @@ def plot_curves(spec, args, exp_dir):
     except ImportError:
         print("experiment: matplotlib cannot be imported (bash scripts/setup.sh python3-matplotlib); no plots",
               file=sys.stderr)
+        return None
+    return plt
+
+
+def plot_curves(spec, args, exp_dir):
+    plt = pyplot()
+    if plt is None:
         return []
     files = []
     for curve in spec.get("curves", []):
@@ -310,12 +321,9 @@ def plot_points(spec, args, exp_dir):
     arm of a series is one line: at x[i], mean ± sd of field y[i] (a run that
     measured recall at several distances itself)."""
     points = spec.get("points", [])
-    if not points:
+    plt = pyplot() if points else None
+    if plt is None:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     files = []
     for plot in points:
@@ -380,12 +388,9 @@ def plot_bars(spec, args, exp_dir):
     {"0.attn.spans": [head 0, head 1, ...]}) at its last logging, as grouped bars:
     one group per key, one bar per entry, mean ± sd over seeds; one panel per arm."""
     bars = spec.get("bars", [])
-    if not bars:
+    plt = pyplot() if bars else None
+    if plt is None:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     files = []
     for bar in bars:
