@@ -13,6 +13,7 @@
 
 #include "tapeformer/cli/cli.h"
 #include "tapeformer/cli/kinds.h"
+#include "tapeformer/core/build_info.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/train/checkpoint.h"
@@ -147,7 +148,7 @@ int cli_main(int argc, char** argv) {
   CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tapeformer ") + TAPEFORMER_VERSION + " (checkpoint format " +
-                                        std::to_string(kCheckpointVersion) + ")");
+                                        std::to_string(kCheckpointVersion) + "; " + vector_description() + ")");
   app.fallthrough();  // --threads works before or after the subcommand
   // Command-line mistakes get one line, like every other error.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -269,6 +270,10 @@ int cli_main(int argc, char** argv) {
   bool readme = false;
   k->add_flag("--readme", readme, "README.md's tables of the model families, with their markers")
       ->excludes("--markdown");
+  bool json = false;
+  k->add_flag("--json", json, "as JSON, for scripts (each kind's options with their defaults and small test values)")
+      ->excludes("--markdown")
+      ->excludes("--readme");
 
   int threads = -1;
   app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")
@@ -300,7 +305,7 @@ int cli_main(int argc, char** argv) {
     if (*pr) return run_prepare(prep);
     if (*kb) return run_knn_build(knn_build);
     if (*k) {
-      std::fputs((readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
+      std::fputs((json ? kinds_json() : readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
       return 0;
     }
   } catch (const Interrupted& stop) {  // a checkpoint of the last step was saved (every rank stops together)

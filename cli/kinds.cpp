@@ -1,6 +1,7 @@
 #include "tapeformer/cli/kinds.h"
 
 #include <sstream>
+#include <variant>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -91,6 +92,56 @@ std::string kinds_readme() {
     }
   }
   out << kReadmeEnd << "\n";
+  return out.str();
+}
+
+namespace {
+
+// A JSON string literal.
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// An option's value as JSON: option_to_string's, with a string's characters escaped.
+std::string json_value(const OptionValue& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return json_string(*s);
+  return option_to_string(v);
+}
+
+}  // namespace
+
+std::string kinds_json() {
+  std::ostringstream out;
+  out << "[";
+  bool first_family = true;
+  for (const Family& f : families()) {
+    out << (first_family ? "\n" : ",\n") << " {\"key\": " << json_string(f.key) << ", \"prefix\": " << json_string(f.prefix)
+        << ", \"default\": " << json_string(default_kind(f.key)) << ", \"kinds\": [";
+    first_family = false;
+    bool first_kind = true;
+    for (const Entry& e : f.kinds) {
+      out << (first_kind ? "\n" : ",\n") << "  {\"name\": " << json_string(e.name) << ", \"summary\": " << json_string(e.summary)
+          << ", \"options\": [";
+      first_kind = false;
+      bool first_option = true;
+      for (const ModelOption& o : e.options) {
+        out << (first_option ? "" : ", ") << "{\"name\": " << json_string(o.name) << ", \"default\": "
+            << json_value(o.default_value);
+        if (o.small) out << ", \"small\": " << json_value(*o.small);
+        out << "}";
+        first_option = false;
+      }
+      out << "]}";
+    }
+    out << "]}";
+  }
+  out << "\n]\n";
   return out.str();
 }
 

@@ -5,6 +5,7 @@
 //   tapeformer kinds              # plain text
 //   tapeformer kinds --markdown   # docs/kinds.md (the ctest docs_kinds fails when that file drifts)
 //   tapeformer kinds --readme     # README.md's tables of the model families, between its markers
+//   tapeformer kinds --json       # [{key, prefix, default, kinds: [{name, summary, options: [{name, default, small?}]}]}]
 #pragma once
 
 #include <string>
@@ -12,6 +13,10 @@
 namespace tapeformer {
 
 std::string kinds_listing(bool markdown);
+
+// Every family as JSON, for scripts: each kind's name, summary and declared
+// options with their defaults and the small values whole-model tests use.
+std::string kinds_json();
 
 // The tables of model.attention, model.positional, model.block and
 // model.mlp (kind, summary, keys), between the marker lines below.

@@ -230,9 +230,9 @@ if ! TAPEFORMER_THREADS=1 "$bin" train --config "$work/tiny.json" --data "$work/
   echo "FAIL: TAPEFORMER_THREADS=1 did not give a 1-thread run"; failures=$((failures + 1))
 fi
 
-# --version names the release and the checkpoint format this build reads.
+# --version names the release, the checkpoint format this build reads and the vector width it was compiled for.
 checks=$((checks + 1))
-if ! "$bin" --version | grep -Eq '^tapeformer [0-9]+\.[0-9]+\.[0-9]+ \(checkpoint format [0-9]+\)$'; then
+if ! "$bin" --version | grep -Eq '^tapeformer [0-9]+\.[0-9]+\.[0-9]+ \(checkpoint format [0-9]+; [0-9]+-float vectors.*\)$'; then
   echo "FAIL: --version printed '$("$bin" --version 2>&1)'"; failures=$((failures + 1))
 fi
 

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Short runs of every registered kind, compared bit for bit with stored ones.
+
+For every family a config selects from (`tapeformer kinds --json`), each kind
+trains a tiny model for a few steps with its small test options; attention
+kinds are crossed with every positional scheme, run again on rows longer than
+one kernel tile with dropout, and with a segment memory; every memory (the
+Transformer-XL memory, the compressive memory with each compression, the
+Memorizing Transformer's external memory) runs on every block kind that
+carries one; SPALM trains from a store built on a run. Each run is then
+sampled and evaluated. What is kept of a run: its metrics.jsonl with the
+timing fields dropped, the sampled text and the eval line (or the one error
+line of a refused combination), as SHA-256 digests beside the final losses.
+
+    python3 scripts/kind_runs.py build/cli/tapeformer --write tests/fixtures/kind_runs
+    python3 scripts/kind_runs.py build/cli/tapeformer --check tests/fixtures/kind_runs
+
+The bits depend on the seed, the shard count and the vector width the
+library was compiled for (`tapeformer --version`), so references are kept
+per vector width (DIR/<width>.json); --check exits 77 (skipped) when DIR has
+none for this build, 1 naming every run that differs.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TIMING = re.compile(r"(seconds|_s|per_s|_ms)$")
+
+BASE = {
+    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32},
+    "train": {"batch_size": 4, "max_iters": 8, "threads": 2, "shards": 2},
+    "schedule": {"warmup_iters": 2, "decay_iters": 8},
+    "eval": {"interval": 4, "iters": 2, "final_iters": 2},
+    "log": {"interval": 1},
+}
+
+
+def corpus(path):
+    with open(path, "w") as f:
+        for i in range(1, 401):
+            f.write(f"Verse {i}: the quick brown fox jumps over the lazy dog {i * 37 % 101}.\n")
+
+
+def small(kind):
+    """--set arguments for a kind's own small test values."""
+    return [f"{o['name']}={json.dumps(o['small'])}" for o in kind["options"] if "small" in o]
+
+
+def setting(prefix, pairs):
+    return [prefix + p for p in pairs]
+
+
+def plan(families):
+    """[(name, [--set key=value, ...])] for every run, from the registries."""
+    fam = {f["key"]: f for f in families}
+    kinds = {key: {k["name"]: k for k in f["kinds"]} for key, f in fam.items()}
+    runs = []
+
+    def kind_sets(key, name):
+        f = fam[key]
+        return [f"{key}={name}"] + setting(f["prefix"], small(kinds[key][name]))
+
+    # Every kind of every family alone, the rest at their defaults.
+    for f in families:
+        key = f["key"]
+        for name in kinds[key]:
+            if key == "model.arch" and name != "transformer":
+                continue  # model kinds that need more than a config (SPALM: a store) run below
+            extra = []
+            if key == "model.feature_map":
+                extra = ["model.attention=linear"]
+            elif key == "model.gate":
+                extra = ["model.block=gtrxl"]
+            elif key == "model.activation":
+                extra = ["model.mlp=standard"]
+            elif key == "data.tokenizer" and name == "sentencepiece":
+                extra = ["data.vocab_size=320"]
+            runs.append((f"{key}={name}", extra + kind_sets(key, name)))
+
+    attention = list(kinds["model.attention"])
+    positional = list(kinds["model.positional"])
+    # Attention x positional: every score term, rotation and relative term through every kernel.
+    for a in attention:
+        for p in positional:
+            runs.append((f"attention={a},positional={p}", kind_sets("model.attention", a) + kind_sets("model.positional", p)))
+    # Rows longer than one 64-row kernel tile, with dropout on the attention weights.
+    for a in attention:
+        for p in ("learned", "alibi"):
+            runs.append((f"long,dropout,attention={a},positional={p}",
+                         kind_sets("model.attention", a) + kind_sets("model.positional", p)
+                         + ["model.block_size=150", "model.dropout=0.1", "train.batch_size=2"]))
+    # A segment memory through every attention kind (those without one refuse), with positions in the
+    # scores (ALiBi: a constant term) and in q and k (RoPE).
+    for a in attention:
+        for p in ("alibi", "rope"):
+            runs.append((f"memory=xl,attention={a},positional={p}",
+                         kind_sets("model.attention", a) + [f"model.positional={p}", "model.mem_len=16"]))
+    # Every memory on every block kind that declares the memory's keys.
+    memories = {
+        "xl": ["model.positional=txl", "model.mem_len=16"],
+        "xl_same_length": ["model.positional=txl", "model.mem_len=16", "model.same_length=true"],
+        "compressive_mean": ["model.positional=txl", "model.mem_len=8", "model.cmem_len=8", "model.cmem_ratio=2"],
+        "compressive_max": ["model.positional=txl", "model.mem_len=8", "model.cmem_len=8", "model.cmem_fn=max"],
+        "compressive_conv": ["model.positional=txl", "model.mem_len=8", "model.cmem_len=8", "model.cmem_fn=conv"],
+        "memorizing": ["model.positional=txl", "model.mem_len=16", "model.xmem_len=64", "model.xmem_topk=4"],
+    }
+    for b, block in kinds["model.block"].items():
+        declared = {o["name"] for o in block["options"]}
+        for m, sets in memories.items():
+            keys = {s.split("=")[0][len("model."):] for s in sets} - {"positional", "same_length"}
+            if keys <= declared:
+                runs.append((f"memory={m},block={b}", kind_sets("model.block", b) + sets))
+    return runs
+
+
+def digest(data):
+    return hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()[:16]
+
+
+def strip_timing(metrics):
+    out = []
+    for line in metrics.splitlines():
+        row = json.loads(line)
+        out.append(json.dumps({k: v for k, v in row.items() if not TIMING.search(k)}, sort_keys=True))
+    return "\n".join(out)
+
+
+def run(binary, work, name, sets, base_args=None):
+    """Trains, samples and evaluates one run; returns what is kept of it."""
+    out = os.path.join(work, re.sub(r"[^A-Za-z0-9_.=-]", "_", name))
+    args = base_args or ["--config", os.path.join(work, "cfg.json"), "--data", os.path.join(work, "text.txt")]
+    cmd = [binary, "train", *args, "--out", out]
+    for s in sets:
+        cmd += ["--set", s]
+    t = subprocess.run(cmd, capture_output=True, text=True)
+    if t.returncode != 0:
+        errors = [l for l in t.stderr.splitlines() if "error" in l]
+        return {"refused": errors[-1] if errors else f"exit {t.returncode}"}
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        metrics = f.read()
+    final = json.loads(t.stdout.strip().splitlines()[-1])
+    kept = {"metrics": digest(strip_timing(metrics)), "train_loss": final["train_loss"], "val_loss": final["val_loss"]}
+    s = subprocess.run([binary, "sample", "--checkpoint", out, "--tokens", "24", "--seed", "1", "--prompt", "Verse"],
+                       capture_output=True)  # bytes: a byte tokenizer may sample invalid UTF-8
+    kept["sample"] = (digest(s.stdout) if s.returncode == 0
+                      else "refused: " + s.stderr.decode(errors="replace").strip().splitlines()[-1])
+    e = subprocess.run([binary, "eval", "--checkpoint", out, "--data", os.path.join(work, "text.txt")],
+                       capture_output=True, text=True)
+    if e.returncode == 0:
+        row = json.loads(e.stdout.strip().splitlines()[-1])
+        kept["eval"] = {k: v for k, v in row.items() if not TIMING.search(k)}
+    else:
+        kept["eval"] = "refused: " + e.stderr.strip().splitlines()[-1]
+    return kept, out
+
+
+def spalm_runs(binary, work):
+    """SPALM: a Transformer-XL run, its kNN store, and SPALM trained from them."""
+    kept = {}
+    r = run(binary, work, "spalm_retriever", ["model.positional=txl", "model.mem_len=16"])
+    if isinstance(r, dict):
+        return {"model.arch=spalm": r}
+    _, retriever = r
+    store = os.path.join(work, "spalm.knn")
+    b = subprocess.run([binary, "knn", "build", "--checkpoint", retriever, "--data", os.path.join(work, "text.txt"),
+                        "--split", "train", "--out", store, "--index", "exact"], capture_output=True, text=True)
+    if b.returncode != 0:
+        return {"model.arch=spalm": {"refused": "knn build: " + b.stderr.strip()}}
+    sets = ["model.arch=spalm", "model.positional=txl", "model.mem_len=16", "model.spalm_k=3",
+            f"model.spalm_store={store}", f"model.spalm_retriever={retriever}"]
+    r = run(binary, work, "model.arch=spalm", sets)
+    kept["model.arch=spalm"] = r if isinstance(r, dict) else r[0]
+    # kNN-LM's mixture through eval, on the retriever and its store.
+    e = subprocess.run([binary, "eval", "--checkpoint", retriever, "--data", os.path.join(work, "text.txt"),
+                        "--knn", store], capture_output=True, text=True)
+    kept["eval --knn"] = (json.loads(e.stdout.strip().splitlines()[-1]) if e.returncode == 0
+                          else "refused: " + e.stderr.strip().splitlines()[-1])
+    if isinstance(kept["eval --knn"], dict):
+        kept["eval --knn"] = {k: v for k, v in kept["eval --knn"].items() if not TIMING.search(k)}
+    return kept
+
+
+def vector_width(binary):
+    v = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"(\d+)-float vectors", v)
+    if not m:
+        sys.exit(f"kind_runs.py: `{binary} --version` does not say its vector width: {v.strip()}")
+    return f"{m.group(1)}-float" + ("-fma" if "FMA" in v else "")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("binary", help="the tapeformer command")
+    group = ap.add_mutually_exclusive_group(required=True)
+    group.add_argument("--write", metavar="DIR", help="store this build's runs as DIR/<vector width>.json")
+    group.add_argument("--check", metavar="DIR", help="compare with DIR/<vector width>.json")
+    ap.add_argument("--only", help="a regular expression: the runs whose names match")
+    a = ap.parse_args()
+
+    width = vector_width(a.binary)
+    ref_path = os.path.join(a.write or a.check, width + ".json")
+    if a.check and not os.path.exists(ref_path):
+        print(f"kind_runs.py: no references for {width} vectors ({ref_path}): skipped")
+        sys.exit(77)
+    families = json.loads(subprocess.run([a.binary, "kinds", "--json"], capture_output=True, text=True,
+                                         check=True).stdout)
+    results = {}
+    with tempfile.TemporaryDirectory() as work:
+        corpus(os.path.join(work, "text.txt"))
+        with open(os.path.join(work, "cfg.json"), "w") as f:
+            json.dump(BASE, f)
+        for name, sets in plan(families):
+            if a.only and not re.search(a.only, name):
+                continue
+            r = run(a.binary, work, name, sets)
+            results[name] = r if isinstance(r, dict) else r[0]
+        if not a.only or re.search(a.only, "model.arch=spalm"):
+            results.update(spalm_runs(a.binary, work))
+
+    if a.write:
+        os.makedirs(a.write, exist_ok=True)
+        with open(ref_path, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+            f.write("\n")
+        refused = sum(1 for r in results.values() if "refused" in r)
+        print(f"kind_runs.py: {len(results)} runs ({refused} refused combinations) written to {ref_path}")
+        return
+    with open(ref_path) as f:
+        ref = json.load(f)
+    differ = [n for n in results if n in ref and results[n] != ref[n]]
+    new = [n for n in results if n not in ref]
+    missing = [n for n in ref if n not in results and (not a.only or re.search(a.only, n))]
+    for n in differ:
+        print(f"DIFFERS: {n}\n  stored: {json.dumps(ref[n], sort_keys=True)}\n  now:    {json.dumps(results[n], sort_keys=True)}")
+    for n in new:
+        print(f"NEW (no stored run): {n}")
+    for n in missing:
+        print(f"MISSING (stored, not run now): {n}")
+    print(f"kind_runs.py: {len(results)} runs, {len(differ)} differ, {len(new)} new, {len(missing)} missing ({width})")
+    sys.exit(1 if differ or missing else 0)
+
+
+if __name__ == "__main__":
+    main()
