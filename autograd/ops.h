@@ -136,61 +136,65 @@ Var causal_attention(const Var& qkv, int64_t n_head, Scalar dropout_p = 0, Rng* 
 Var embedding(const Var& weight, const IndexTensor& ids);
 
 // ---- attention kernels (autograd/ops/softmax_attention.cpp, linear_attention.cpp) ----
-// Softmax attention that keeps O(T) per query row for the backward (the row
-// log-sum-exp; probabilities are recomputed tile by tile, FlashAttention-style):
-// q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) -> y (B, H, Tq, Dv),
-//   y_i = sum_j P~_ij v_j, P_i = softmax_j(q_i . k_j / sqrt(D) + sum_t bias_t[.., i, j]), P~ = P * dropout mask.
-// Inputs may be strided views whose last dim is contiguous (the heads of a
-// packed qkv projection); y is a (B, H, Tq, Dv) view of a (B, Tq, H, Dv)
-// buffer, so merging heads afterwards is free.
-// causal: query i sits at position Tk - Tq + i and sees keys j <= Tk - Tq + i.
-// bias: additive score terms, each a constant (no gradient) tensor
-// broadcastable to (B, H, Tq, Tk) and read through its strides, e.g. ALiBi's
-// (1, H, Tq, 1) and (1, H, 1, Tk) parts or a key-padding (B, 1, 1, Tk) of 0 / -inf.
-// A row with no visible key gives y_i = 0 and no gradient.
-// The dropout mask is a counter-based hash of (a seed drawn from rng, b, h, i,
-// j), so the backward regenerates it exactly instead of storing it.
-//   D_i = dy_i . y_i, dS = P (dP~ mask - D), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), dv = P~^T dy
-Var softmax_attention(const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias = {},
-                      bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr);
-// The same restricted to a block-sparse pattern (core/kernels/flash_attention.h):
-// only the pattern's tiles are computed, forward and backward, and pairs its
-// masks hide are -inf scores; equal to softmax_attention with those pairs
-// given a -inf bias. Sparse attention kinds (window, BigBird, ...) are patterns.
-// distance_bias (H, n), learned: query i (at position Tk - Tq + i) and key j
-// get distance_bias[h, d] at d = Tk - Tq + i - j, -inf outside [0, n)
-// (adaptive span's soft mask); d distance_bias[h, d] = sum over b and pairs at distance d of dS.
-Var block_sparse_attention(const Var& q, const Var& k, const Var& v,
-                           std::shared_ptr<const kernels::BlockSparsity> pattern, const std::vector<Tensor>& bias = {},
-                           bool causal = true, Scalar dropout_p = 0, Rng* rng = nullptr,
-                           const Var& distance_bias = Var());
-// Heads in groups with patterns of their own, in one op with one output
-// (no slices, no concat): the heads [h0, h1) of a group attend through
-// `tiles` (as block_sparse_attention), or, with period = l > 0, query t
-// sees the keys s <= t with (t - s) % l == 0: each residue class mod l is a
-// causal sequence, read in place through strided views (Child et al.'s
-// strided head; self-attention only, Tq == Tk). Groups cover the heads in
-// order. Score terms and dropout apply as in softmax_attention (a residue
-// class's pair (r, s) reads the term of positions (c + l r, c + l s)).
+// A group of heads of softmax_attention (AttentionSpec::groups).
 struct AttentionHeadGroup {
   int64_t h0, h1;
-  std::shared_ptr<const kernels::BlockSparsity> tiles;  // null with a period
+  std::shared_ptr<const kernels::BlockMask> tiles;  // null with a period
   int64_t period = 0;
 };
-Var grouped_sparse_attention(const Var& q, const Var& k, const Var& v, std::vector<AttentionHeadGroup> groups,
-                             const std::vector<Tensor>& bias = {}, Scalar dropout_p = 0, Rng* rng = nullptr);
-// Attention over rows held in another order than their positions (LSH
-// attention's buckets): q_pos (B, H, Tq) and k_pos (B, H, Tk) give each
-// row's position, keys after a query's position are masked, and with
-// mask_self a query sees the key at its own position only when it sees
-// nothing else (then y_i = v_self, lse_i = -1e5 = kSelfScore: Reformer's rule). `pattern` (or null:
-// every pair) is in row order. Returns {y (B, H, Tq, Dv), lse (B, H, Tq)},
-// the row log-sum-exp differentiable too, dS_ij = P_ij (dP_ij - delta_i + dlse_i),
-// so rounds can be combined with softmax weights of their lse.
-std::vector<Var> positioned_attention(const Var& q, const Var& k, const Var& v,
-                                      std::shared_ptr<const kernels::BlockSparsity> pattern, const IndexTensor& q_pos,
-                                      const IndexTensor& k_pos, bool mask_self = false, Scalar dropout_p = 0,
-                                      Rng* rng = nullptr);
+
+// A score modifier of softmax_attention with the parameter it learns
+// (undefined: none); the op returns the parameter's gradient from the
+// kernel's backward (core/kernels/score_mods.h says how a modifier adds it).
+template <class Mod>
+struct Modifier {
+  std::shared_ptr<const Mod> mod;
+  Var parameter = Var();
+};
+
+// What softmax_attention computes beyond q k^T / sqrt(D): FlexAttention's
+// score and mask modifiers and block mask (core/kernels/score_mods.h,
+// block_mask.h). A kind fills in what its math needs; the defaults are
+// plain causal attention.
+struct AttentionSpec {
+  bool causal = true;  // query i sits at position Tk - Tq + i and sees keys j <= Tk - Tq + i
+  // Constant additive terms, each broadcastable to (B, H, Tq, Tk) and read
+  // through its strides (ALiBi's (1, H, Tq, 1) and (1, H, 1, Tk) parts, a
+  // key padding (B, 1, 1, Tk) of 0 / -inf); summed first, in order.
+  std::vector<Tensor> bias;
+  std::vector<Modifier<kernels::ScoreTerm>> terms;  // then these terms, in order (adaptive span's bias by distance)
+  std::vector<Modifier<kernels::ScoreMap>> maps;    // then s <- f(s), in order (a soft cap)
+  std::vector<std::shared_ptr<const kernels::ScoreMask>> masks;  // then -inf where a mask hides the pair
+  // The tiles computed (null: every tile); pairs its partial tiles hide are
+  // -inf, so the result equals the dense one with those pairs masked.
+  std::shared_ptr<const kernels::BlockMask> blocks;
+  // Heads in groups with block masks of their own, in one op with one output
+  // (no slices, no concat): heads [h0, h1) of a group attend through `tiles`,
+  // or, with period = l > 0, query t sees the keys s <= t with
+  // (t - s) % l == 0: each residue class mod l is a causal sequence, read in
+  // place through strided views (Child et al.'s strided head; causal
+  // self-attention, Tq == Tk). Groups cover the heads in order; the
+  // modifiers see every pair at its position in the whole attention.
+  std::vector<AttentionHeadGroup> groups;
+  Scalar dropout_p = 0;  // on the probabilities: a counter-based hash of (a seed from rng, b, h, i, j)
+  Rng* rng = nullptr;    // needed with dropout
+};
+
+// Memory-lean softmax attention, the one entry point of every softmax kind
+// (core/kernels/flash_attention.h; the tape keeps q, k, v, y and the row
+// log-sum-exp; probabilities are recomputed tile by tile, FlashAttention-style):
+// q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) -> y (B, H, Tq, Dv),
+//   s_ij = maps(q_i . k_j / sqrt(D) + sum_t term_t[b, h, i, j]), -inf where masked,
+//   y_i = sum_j P~_ij v_j, P_i = softmax_j(s_ij), P~ = P * dropout mask.
+// Inputs may be strided views whose last dim is contiguous (the heads of a
+// packed qkv projection); y is a (B, H, Tq, Dv) view of a (B, Tq, H, Dv)
+// buffer, so merging heads afterwards is free. A row with no visible key
+// gives y_i = 0 and no gradient (or its mask's fallback key's value).
+// lse, when given, receives the row log-sum-exp (B, H, Tq), differentiable
+// too: dS_ij = P_ij (dP_ij - delta_i + dlse_i), so several calls can be
+// combined with softmax weights of their lse (LSH's rounds); not with groups.
+//   D_i = dy_i . y_i, dS = P (dP~ mask - D), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), dv = P~^T dy
+Var softmax_attention(const Var& q, const Var& k, const Var& v, const AttentionSpec& spec = {}, Var* lse = nullptr);
 // Kernelised linear attention (Katharopoulos et al. 2020) on features a =
 // phi(q), b = phi(k) (B, H, T, C) (all > 0) and values v (B, H, T, M) -> (B, H, T, M):
 //   causal: y_i = a_i^T S_i / (a_i . z_i + eps), S_i = sum_{j<=i} b_j v_j^T, z_i = sum_{j<=i} b_j;

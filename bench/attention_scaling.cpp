@@ -10,7 +10,7 @@
 // round(d ln d) orthogonal random features, favor_attention), and every sparse pattern
 // (layers/attention/sparse.h: window, strided, fixed, longformer, bigbird; their
 // options with --option window=256) through sparse_attention (one
-// grouped_sparse_attention: tiles, or strided's residue classes in place), and the
+// softmax_attention with head groups: tiles, or strided's residue classes in place), and the
 // kinds that are whole layers ("lsh", "linformer", "adaptive_span": x (B, N,
 // d) -> (B, N, d) with their projections, each next to the softmax layer of
 // the same size; --option lsh_chunk=64, span_max=256, linformer_k=256). One
@@ -89,7 +89,7 @@ Tensor random(const Shape& s, Rng& rng) {
 // A sparse kind's pattern with its tiles at one N, built before timing.
 struct Sparse {
   const SparsePattern* pattern = nullptr;
-  std::map<int64_t, std::shared_ptr<const kernels::BlockSparsity>> tiles;  // by head group
+  std::map<int64_t, std::shared_ptr<const kernels::BlockMask>> tiles;  // by head group
   int64_t pairs = 0, tile_count = 0;                                        // over the groups, per head
 };
 

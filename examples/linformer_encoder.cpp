@@ -45,7 +45,9 @@ class FullAttention : public Module {
   }
   Var forward(const Var& x) const {
     const std::vector<Var> h = split_heads(qkv->forward(x), H_);  // (B, H, T, D)
-    return proj->forward(merge_heads(softmax_attention(h[0], h[1], h[2], {}, /*causal=*/false)));
+    AttentionSpec bidirectional;
+    bidirectional.causal = false;
+    return proj->forward(merge_heads(softmax_attention(h[0], h[1], h[2], bidirectional)));
   }
 
  private:

@@ -24,7 +24,7 @@ constexpr int64_t kLanes = eigen::kPacketSize;
 constexpr int64_t kTile = kAttentionTile;
 // Rows per group on a tile the causal diagonal crosses: each group stops at
 // the last key its last row sees, so the masked triangle costs 10/16 of the
-// tile instead of all of it. A pattern's masked tile is grouped the same
+// tile instead of all of it. A partial tile of the block mask is grouped the same
 // way, each group over the keys its rows see.
 constexpr int64_t kGroup = 16;
 static_assert(kTile % kGroup == 0 && kTile % kLanes == 0, "tiles hold whole groups and whole packets");
@@ -76,30 +76,32 @@ Scalar dot_row(const Scalar* x, const Scalar* y, int64_t n) {
   return predux(sum);
 }
 
-// One bias term at (b, h): element (i, j) is data[i * si + j * sj].
-struct BiasRow {
-  const Scalar* data;
-  int64_t si, sj;
-};
-
-// The operands of one (b, h).
+// The operands of one (b, h), and where its rows sit for the modifiers:
+// the call's row t is row base + step t of head h of the attention (Placement).
 struct Head {
   int64_t bh = 0;
   const Scalar *q = nullptr, *k = nullptr, *v = nullptr;  // (Tq, D), (Tk, D), (Tk, Dv)
   int64_t qs = 0, ks = 0, vs = 0;                         // their row strides
-  std::vector<BiasRow> bias;
-  const Scalar* dist = nullptr;  // this head's distance bias (n), or null
-  int64_t dist_n = 0;
+  int64_t b = 0, h = 0, base = 0, step = 1;               // in the attention's coordinates
+  int64_t Tq = 0, Tk = 0;                                 // the attention's lengths
 
   void set(const FlashAttention& a, int64_t bh_) {
     bh = bh_;
-    const int64_t b = bh / a.s.H, h = bh % a.s.H;
-    q = a.q.data + b * a.q.sb + h * a.q.sh, qs = a.q.st;
-    k = a.k.data + b * a.k.sb + h * a.k.sh, ks = a.k.st;
-    v = a.v.data + b * a.v.sb + h * a.v.sh, vs = a.v.st;
-    bias.clear();
-    for (const ScoreBias& t : a.terms.bias) bias.push_back({t.data + b * t.sb + h * t.sh, t.si, t.sj});
-    if (a.terms.distance) dist = a.terms.distance->data + h * a.terms.distance->n, dist_n = a.terms.distance->n;
+    const int64_t c = bh % a.s.H;
+    b = bh / a.s.H;
+    q = a.q.data + b * a.q.sb + c * a.q.sh, qs = a.q.st;
+    k = a.k.data + b * a.k.sb + c * a.k.sh, ks = a.k.st;
+    v = a.v.data + b * a.v.sb + c * a.v.sh, vs = a.v.st;
+    const Placement& p = a.place;
+    h = p.period > 0 ? p.h0 : p.h0 + c;
+    base = p.period > 0 ? p.c0 + c : 0;
+    step = p.period > 0 ? p.period : 1;
+    Tq = p.Tq >= 0 ? p.Tq : a.s.Tq;
+    Tk = p.Tk >= 0 ? p.Tk : a.s.Tk;
+  }
+  // Query row i against keys j0 + [0, n) of the call, for the modifiers.
+  ScoreRow row(int64_t i, int64_t j0, int64_t n) const {
+    return {b, h, base + step * i, base + step * j0, step, n, Tq, Tk};
   }
 };
 
@@ -113,7 +115,7 @@ auto row_of(const View& x, const FlashAttentionShape& s, int64_t bh, int64_t t) 
 // (the row code is also written not to depend on it).
 using Buffer = std::vector<Scalar, Eigen::aligned_allocator<Scalar>>;
 struct Workspace {
-  explicit Workspace(const FlashAttentionShape& s)
+  Workspace(const FlashAttentionShape& s, size_t maps)
       : kt(s.D * kTile),
         vt(s.Dv * kTile),
         s(kTile * kTile),
@@ -124,12 +126,15 @@ struct Workspace {
         m(kTile),
         l(kTile * kLanes),
         bias(kTile),
-        keep(kTile) {}
+        keep(kTile),
+        ds(kTile),
+        map_in(kTile * maps) {}
   Buffer kt, vt;               // K^T (D, kTile), V^T (Dv, kTile) of one key tile
   Buffer s, dp;                // (kTile, kTile): scores -> P~, and dP~ -> scale dS
   Buffer acc_q, acc_k, acc_v;  // (kTile, D), (kTile, D), (kTile, Dv): O or dq, dk, dv
   Buffer m, l;                 // running row max, and (kTile, kLanes) partial sums, of the forward
-  Buffer bias, keep;           // one row's summed bias and dropout factors
+  Buffer bias, keep;           // one row's summed terms and dropout factors
+  Buffer ds, map_in;           // one row's dS, and its scores as each map received them (maps, kTile)
   Head head;
 };
 
@@ -144,68 +149,56 @@ int64_t visible(const FlashAttention& a, int64_t i, int64_t j0, int64_t nk) {
 }
 
 // The keys a tile pair computes: [j0, j0 + nk), column c0 of its key tile
-// onwards. A pattern entry covers only the columns some row sees (a key tile
+// onwards. A block-mask entry covers only the columns some row sees (a key tile
 // whose first half no query sees costs half a tile); dense, the whole tile.
-struct Span {
+struct KeyRange {
   int64_t j0, nk, entry, c0;
 };
-Span span_of(const FlashAttention& a, int64_t u, int64_t entry) {
+KeyRange range_of(const FlashAttention& a, int64_t u, int64_t entry) {
   if (entry < 0) return {u * kTile, std::min(kTile, a.s.Tk - u * kTile), -1, 0};
-  const BlockSparsity& p = *a.sparsity;
+  const BlockMask& p = *a.blocks;
   const int64_t c0 = p.col_lo[entry];
   return {u * kTile + c0, p.col_hi[entry] - c0, entry, c0};
 }
 
-// Calls fn(span) for the key tiles query tile `qt` computes, in order: with a
-// pattern its listed tiles, else every tile that starts before `kend`. A span
-// at or past kend (wholly in the causal future) is skipped either way.
+// Calls fn(range) for the key tiles query tile `qt` computes, in order: with a
+// block mask its listed tiles, else every tile that starts before `kend`. A
+// range at or past kend (wholly in the causal future) is skipped either way.
 template <class F>
 void for_each_key_tile(const FlashAttention& a, int64_t qt, int64_t kend, F&& fn) {
-  if (a.sparsity == nullptr) {
-    for (int64_t j0 = 0; j0 < kend; j0 += kTile) fn(span_of(a, j0 / kTile, -1));
+  if (a.blocks == nullptr) {
+    for (int64_t j0 = 0; j0 < kend; j0 += kTile) fn(range_of(a, j0 / kTile, -1));
     return;
   }
-  const BlockSparsity& p = *a.sparsity;
+  const BlockMask& p = *a.blocks;
   for (int64_t e = p.row_start[qt]; e < p.row_start[qt + 1]; ++e) {
-    const Span sp = span_of(a, p.key_tile[e], e);
+    const KeyRange sp = range_of(a, p.key_tile[e], e);
     if (sp.j0 < kend) fn(sp);
   }
 }
 
-// Masks row r of a span: scores of keys its pattern entry hides become -inf
-// (exactly zero probability, as with a -inf bias).
-void mask_row(const FlashAttention& a, const Span& sp, int64_t r, Scalar* row, int64_t vis) {
+// Masks row r of a key range: scores of keys its block-mask entry hides become
+// -inf (exactly zero probability, as with a -inf term).
+void mask_row(const FlashAttention& a, const KeyRange& sp, int64_t r, Scalar* row, int64_t vis) {
   if (sp.entry < 0) return;
-  const int32_t m = a.sparsity->mask_of[sp.entry];
+  const int32_t m = a.blocks->mask_of[sp.entry];
   if (m < 0) return;
-  const uint8_t* seen = a.sparsity->masks.data() + (int64_t{m} * kTile + r) * kTile + sp.c0;
+  const uint8_t* seen = a.blocks->masks.data() + (int64_t{m} * kTile + r) * kTile + sp.c0;
   for (int64_t j = 0; j < vis; ++j)
     if (!seen[j]) row[j] = -kInf;
 }
 
-// Row i's scores against keys j0 + [0, vis) when rows carry positions:
-// later keys -inf, and with self_row its own position too (forward_tile
-// gives a row that then sees nothing its own value).
-void position_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, Scalar* row, int64_t vis) {
-  if (a.terms.q_pos == nullptr) return;
-  const int32_t qp = a.terms.q_pos[bh * a.s.Tq + i];
-  const int32_t* kp = a.terms.k_pos + bh * a.s.Tk + j0;
-  const bool no_self = a.terms.self_row != nullptr;
-  for (int64_t j = 0; j < vis; ++j)
-    if (kp[j] > qp || (no_self && kp[j] == qp)) row[j] = -kInf;
-}
-
-// Calls fn(r0, r1, g) for the row groups of span sp against query rows
-// i0 + [0, n), g the keys the group computes (a part of sp): the whole span
+// Calls fn(r0, r1, g) for the row groups of key range sp against query rows
+// i0 + [0, n), g the keys the group computes (a part of sp): the whole range
 // when every row sees every key and no mask applies; else kGroup-row groups,
 // each from the first key a row of the group sees (by its mask) to the last
 // its last row may see (causal) or any row sees (mask). Groups that see no
 // key are skipped.
 template <class F>
-void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, const Span& sp, F&& fn) {
-  const uint8_t* mask = sp.entry >= 0 && a.sparsity->mask_of[sp.entry] >= 0
-                            ? a.sparsity->masks.data() + int64_t{a.sparsity->mask_of[sp.entry]} * kTile * kTile + sp.c0
-                            : nullptr;  // row r of the span: mask[r * kTile + j], j < sp.nk
+void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, const KeyRange& sp, F&& fn) {
+  const uint8_t* mask = sp.entry >= 0 && a.blocks->mask_of[sp.entry] >= 0
+                            ? a.blocks->masks.data() + int64_t{a.blocks->mask_of[sp.entry]} * kTile * kTile + sp.c0
+                            : nullptr;  // row r of the range: mask[r * kTile + j], j < sp.nk
   if (mask == nullptr && visible(a, i0, sp.j0, sp.nk) == sp.nk) {
     fn(int64_t{0}, n, sp);
     return;
@@ -230,39 +223,21 @@ void for_each_group(const FlashAttention& a, int64_t i0, int64_t n, const Span& 
       }
       lo = first, hi = last;
     }
-    if (hi > lo) fn(r0, r1, Span{sp.j0 + lo, hi - lo, sp.entry, sp.c0 + lo});
+    if (hi > lo) fn(r0, r1, KeyRange{sp.j0 + lo, hi - lo, sp.entry, sp.c0 + lo});
   }
 }
 
 // Row i's scores against keys j0 + [0, vis): s holds q_i . k_j and becomes
 // x with score = k x, and -inf in [vis, w) so the row runs in whole packets.
-// Without bias x stays q_i . k_j and k = scale (the exp's multiply-add applies
-// it); with bias x = scale q_i . k_j + sum_t bias_t (terms summed first, in
-// order) and k = 1. Returns k. `sum` is scratch for the bias row.
-Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const Head& hd, int64_t i, int64_t j0,
-                 int64_t offset, Scalar* sum) {
-  const std::vector<BiasRow>& bias = hd.bias;
+// Without terms x stays q_i . k_j and k = scale (the exp's multiply-add
+// applies it); with terms x = scale q_i . k_j + sum_t term_t (terms summed
+// first, in order) and k = 1. Returns k. `sum` is scratch for the terms.
+Scalar score_row(const FlashAttention& a, const ScoreRow& row, Scalar* s, int64_t w, Scalar scale, Scalar* sum) {
+  const int64_t vis = row.n;
   std::fill(s + vis, s + w, -kInf);
-  if (bias.empty() && hd.dist == nullptr) return scale;
-  auto acc = eigen::array(sum, vis);
-  acc.setZero();
-  for (const BiasRow& t : bias) {
-    const Scalar* p = t.data + i * t.si + j0 * t.sj;
-    if (t.sj == 1) {
-      acc += eigen::array(p, vis);
-    } else if (t.sj == 0) {  // a term constant along the row (ALiBi's row part, query padding)
-      acc += *p;
-    } else {
-      for (int64_t j = 0; j < vis; ++j) sum[j] += p[j * t.sj];
-    }
-  }
-  if (hd.dist != nullptr) {
-    const int64_t base = offset + i - j0;  // the distance of key j0
-    for (int64_t j = 0; j < vis; ++j) {
-      const int64_t d = base - j;
-      sum[j] += d >= 0 && d < hd.dist_n ? hd.dist[d] : -kInf;
-    }
-  }
+  if (a.mods.terms.empty()) return scale;
+  std::fill(sum, sum + vis, 0.0f);
+  for (const ScoreTerm* t : a.mods.terms) t->add(row, sum);
   // s = scale s + sum as one multiply-add per lane: Eigen's loop over a map
   // peels its unaligned head to scalar code that may round differently, and
   // results must not depend on where a work item's buffers happen to lie.
@@ -275,6 +250,18 @@ Scalar score_row(Scalar* s, int64_t vis, int64_t w, Scalar scale, const Head& hd
   return 1.0f;
 }
 
+// The maps in order on row[0, vis) (row holds true scores: k = 1), each
+// map's input kept in ws.map_in for the backward; a -inf score stays -inf.
+void map_row(const FlashAttention& a, Workspace& ws, const ScoreRow& row, Scalar* s) {
+  for (size_t m = 0; m < a.mods.maps.size(); ++m) {
+    Scalar* in = ws.map_in.data() + m * kTile;
+    std::copy(s, s + row.n, in);
+    a.mods.maps[m]->apply(row, s);
+    for (int64_t x = 0; x < row.n; ++x)
+      if (in[x] == -kInf) s[x] = -kInf;
+  }
+}
+
 // Row i's dropout factors for keys j0 + [0, vis): 1 / (1 - p) where kept, else 0.
 void keep_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, int64_t vis, Scalar* keep) {
   const uint64_t base = static_cast<uint64_t>((bh * a.s.Tq + i) * a.s.Tk + j0);
@@ -282,17 +269,22 @@ void keep_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, int64_
   for (int64_t j = 0; j < vis; ++j) keep[j] = hash_uniform(a.seed, base + j) >= p ? inv : 0.0f;
 }
 
-// Every term of query row i (row r of span sp) against keys sp.j0 + [0, vis),
-// in one place for the forward and the backward's recompute: the score
-// terms and distance bias (score_row; row[vis, w) becomes -inf), the tile
-// mask, the row positions and self row; with dropout, *keep points at the
-// row's keep factors (zero in [vis, w)). Returns score_row's k.
-Scalar row_terms(const FlashAttention& a, Workspace& ws, const Span& sp, int64_t r, int64_t i, int64_t vis, int64_t w,
+// Every modifier of query row i (row r of key range sp) against keys
+// sp.j0 + [0, vis), in one place for the forward and the backward's
+// recompute: the terms (score_row; row[vis, w) becomes -inf), the maps, the
+// block mask's tile mask and the masks; with dropout, *keep points at the
+// row's keep factors (zero in [vis, w)). Returns the k of score = k row.
+Scalar row_terms(const FlashAttention& a, Workspace& ws, const KeyRange& sp, int64_t r, int64_t i, int64_t vis, int64_t w,
                  Scalar scale, Scalar* row, const Scalar** keep) {
   const Head& hd = ws.head;
-  const Scalar k = score_row(row, vis, w, scale, hd, i, sp.j0, a.s.Tk - a.s.Tq, ws.bias.data());
+  const ScoreRow sr = hd.row(i, sp.j0, vis);
+  Scalar k = score_row(a, sr, row, w, scale, ws.bias.data());
+  if (!a.mods.maps.empty()) {
+    if (k != 1.0f) scale_row(row, vis, k, row), k = 1.0f;
+    map_row(a, ws, sr, row);
+  }
   mask_row(a, sp, r, row, vis);
-  position_row(a, hd.bh, i, sp.j0, row, vis);
+  for (const ScoreMask* m : a.mods.masks) m->apply(sr, row);
   *keep = nullptr;
   if (a.dropout_p > 0) {
     keep_row(a, hd.bh, i, sp.j0, vis, ws.keep.data());
@@ -353,6 +345,17 @@ void backward_row(Scalar* s, Scalar* dp, int64_t w, Scalar k, Scalar lse, Scalar
   }
 }
 
+// The key row (of the call) whose value query row i takes when it sees no
+// key: the first mask's fallback, or -1.
+int64_t fallback_key(const FlashAttention& a, const Head& hd, int64_t i) {
+  const ScoreRow r = hd.row(i, 0, 0);
+  for (const ScoreMask* m : a.mods.masks) {
+    const int64_t j = m->fallback(r.b, r.h, r.i);
+    if (j >= 0) return (j - hd.base) / hd.step;
+  }
+  return -1;
+}
+
 // ---- forward -------------------------------------------------------------
 
 void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y, Scalar* lse) {
@@ -365,10 +368,10 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
   std::fill(ws.m.begin(), ws.m.end(), -kInf);
   std::fill(ws.l.begin(), ws.l.end(), 0.0f);
   std::fill(o, o + n * s.Dv, 0.0f);
-  for_each_key_tile(a, i0 / kTile, kend, [&](const Span& sp) {
+  for_each_key_tile(a, i0 / kTile, kend, [&](const KeyRange& sp) {
     const int64_t j0 = sp.j0, nk = sp.nk;
     transpose_tile(hd.k + j0 * hd.ks, hd.ks, nk, s.D, ws.kt.data());
-    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const Span& g) {
+    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const KeyRange& g) {
       const int64_t w = round_up(g.nk);
       product(q + r0 * hd.qs, hd.qs, 1, r1 - r0, s.D, ws.kt.data() + (g.j0 - j0), kTile, g.nk,
               ws.s.data() + r0 * kTile, kTile, false);
@@ -390,10 +393,10 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
     const int64_t i = i0 + r;
     const Scalar l = Eigen::internal::predux(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
     const bool seen = l > 0;
-    const int32_t self = a.terms.self_row && !seen ? a.terms.self_row[hd.bh * s.Tq + i] : -1;
-    if (self >= 0) {  // sees only itself
-      std::copy_n(hd.v + self * hd.vs, s.Dv, row_of(y, s, hd.bh, i));
-      lse[hd.bh * s.Tq + i] = kSelfScore;
+    const int64_t fb = seen ? -1 : fallback_key(a, hd, i);
+    if (fb >= 0) {  // sees no key: takes its fallback key's value
+      std::copy_n(hd.v + fb * hd.vs, s.Dv, row_of(y, s, hd.bh, i));
+      lse[hd.bh * s.Tq + i] = kFallbackScore;
       continue;
     }
     scale_row(o + r * s.Dv, s.Dv, seen ? 1.0f / l : 0.0f, row_of(y, s, hd.bh, i));
@@ -408,33 +411,52 @@ struct Grads {
   const Scalar* lse;    // (B, H, Tq)
   const Scalar* delta;  // (B, H, Tq): dy_i . y_i
   HeadOut dq, dk, dv;
-  Scalar* dist_parts = nullptr;  // (B H, query tiles, n): the distance bias's gradient per query tile
+  // Per modifier (the terms, then the maps): the partial gradients of a
+  // learned one whose gradient is wanted, (B H, query tiles, partial_size), or null.
+  std::vector<Scalar*> parts;
+  bool learned = false;  // any part
 };
 
-// Adds the rows [r0, r1) of a recomputed group's dS (ws.dp holds scale dS)
-// to the query tile's partial distance-bias gradient.
-void accumulate_distance(const FlashAttention& a, const Workspace& ws, const Grads& g, int64_t i0, int64_t r0,
-                         int64_t r1, int64_t j0, int64_t nk_g) {
-  if (g.dist_parts == nullptr) return;
+// After backward_row on row r (query i, keys j0 + [0, vis)): dS taken back
+// through the maps (ws.dp holds scale dS), and with `learn` the learned
+// modifiers' partial gradients of the query tile at i0, from dS at each
+// modifier's output.
+void modifiers_backward(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r, int64_t i,
+                        int64_t j0, int64_t vis, Scalar scale, bool learn) {
+  const ScoreMods& mods = a.mods;
+  learn = learn && g.learned;
+  if (mods.maps.empty() && !learn) return;
   const FlashAttentionShape& s = a.s;
-  const int64_t n = a.terms.distance->n, q_tiles = (s.Tq + kTile - 1) / kTile;
-  Scalar* part = g.dist_parts + (ws.head.bh * q_tiles + i0 / kTile) * n;
+  const Head& hd = ws.head;
+  const ScoreRow sr = hd.row(i, j0, vis);
+  const int64_t tile = hd.bh * ((s.Tq + kTile - 1) / kTile) + i0 / kTile;
+  const auto part = [&](size_t m, const LearnedModifier& mod) {
+    return learn && g.parts[m] ? g.parts[m] + tile * mod.partial_size() : nullptr;
+  };
+  Scalar* dp = ws.dp.data() + r * kTile;
+  Scalar* ds = ws.ds.data();
   const Scalar inv_scale = std::sqrt(static_cast<Scalar>(s.D));
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t base = s.Tk - s.Tq + i0 + r - j0;
-    const Scalar* dp = ws.dp.data() + r * kTile;
-    for (int64_t j = 0; j < nk_g; ++j) {
-      const int64_t d = base - j;
-      if (d >= 0 && d < n) part[d] += dp[j] * inv_scale;
+  for (int64_t x = 0; x < vis; ++x) ds[x] = dp[x] * inv_scale;
+  const size_t nt = mods.terms.size();
+  if (!mods.maps.empty()) {
+    for (size_t m = mods.maps.size(); m-- > 0;) {
+      const Scalar* in = ws.map_in.data() + m * kTile;
+      mods.maps[m]->backward(sr, in, ds, part(nt + m, *mods.maps[m]));
+      for (int64_t x = 0; x < vis; ++x)
+        if (in[x] == -kInf) ds[x] = 0.0f;
     }
+    for (int64_t x = 0; x < vis; ++x) dp[x] = ds[x] * scale;
   }
+  for (size_t t = 0; t < nt; ++t)
+    if (Scalar* pt = part(t, *mods.terms[t])) mods.terms[t]->add_gradient(sr, ds, pt);
 }
 
 // Recomputes rows [r0, r1) of query rows i0 + .. against the group's keys
 // sp (sp.j0 + [0, sp.nk)) into ws.s (P~) and ws.dp (scale dS). kt, vt hold
-// the loaded key tile, sp.j0 at their column `col`.
+// the loaded key tile, sp.j0 at their column `col`. With `learn` (once per
+// pair: the dq pass), the learned modifiers' partial gradients too.
 void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
-                     const Span& sp, int64_t col) {
+                     const KeyRange& sp, int64_t col, bool learn) {
   const int64_t j0 = sp.j0, nk_g = sp.nk;
   const FlashAttentionShape& s = a.s;
   const Head& hd = ws.head;
@@ -451,6 +473,7 @@ void recompute_group(const FlashAttention& a, Workspace& ws, const Grads& g, int
     const Scalar* keep = nullptr;
     const Scalar k = row_terms(a, ws, sp, r, i, vis, w, scale, row, &keep);
     backward_row(row, ws.dp.data() + r * kTile, w, k, g.lse[hd.bh * s.Tq + i], g.delta[hd.bh * s.Tq + i], scale, keep);
+    modifiers_backward(a, ws, g, i0, r, i, j0, vis, scale, learn);
   }
 }
 
@@ -468,7 +491,7 @@ void store_rows(const Scalar* acc, int64_t rows, int64_t cols, const HeadOut& ou
 }
 
 // Per key group: dv[c0, c0 + nk_g) += P~^T dY, dk[c0, c0 + nk_g) += scale dS^T Q over rows [r0, r1)
-// (c0: the span's first column in its key tile).
+// (c0: the range's first column in its key tile).
 void accumulate_dkv(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0, int64_t r0, int64_t r1,
                     int64_t nk_g, int64_t c0) {
   const FlashAttentionShape& s = a.s;
@@ -486,12 +509,11 @@ void dq_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t i0)
   const Head& hd = ws.head;
   const int64_t n = std::min(kTile, s.Tq - i0), kend = key_end(a, i0 + n);
   std::fill(ws.acc_q.begin(), ws.acc_q.begin() + n * s.D, 0.0f);
-  for_each_key_tile(a, i0 / kTile, kend, [&](const Span& sp) {
+  for_each_key_tile(a, i0 / kTile, kend, [&](const KeyRange& sp) {
     const int64_t j0 = sp.j0, nk = sp.nk;
     load_key_tile(a, ws, j0, nk);
-    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const Span& gs) {
-      recompute_group(a, ws, g, i0, r0, r1, gs, gs.j0 - j0);
-      accumulate_distance(a, ws, g, i0, r0, r1, gs.j0, gs.nk);
+    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const KeyRange& gs) {
+      recompute_group(a, ws, g, i0, r0, r1, gs, gs.j0 - j0, /*learn=*/true);
       product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, gs.nk, hd.k + gs.j0 * hd.ks, hd.ks, s.D,
               ws.acc_q.data() + r0 * s.D, s.D, true);
     });
@@ -505,26 +527,26 @@ void dkv_tile(const FlashAttention& a, Workspace& ws, const Grads& g, int64_t j0
   const int64_t nk = std::min(kTile, s.Tk - j0);
   std::fill(ws.acc_k.begin(), ws.acc_k.begin() + nk * s.D, 0.0f);
   std::fill(ws.acc_v.begin(), ws.acc_v.begin() + nk * s.Dv, 0.0f);
-  Span loaded{-1, 0, -1, 0};  // the keys in ws.kt, ws.vt
-  const auto query_tile = [&](int64_t i0, const Span& sp) {
+  KeyRange loaded{-1, 0, -1, 0};  // the keys in ws.kt, ws.vt
+  const auto query_tile = [&](int64_t i0, const KeyRange& sp) {
     if (sp.j0 != loaded.j0 || sp.nk != loaded.nk) load_key_tile(a, ws, sp.j0, sp.nk);
     loaded = sp;
     const int64_t n = std::min(kTile, s.Tq - i0);
-    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const Span& gs) {
-      recompute_group(a, ws, g, i0, r0, r1, gs, gs.j0 - sp.j0);
+    for_each_group(a, i0, n, sp, [&](int64_t r0, int64_t r1, const KeyRange& gs) {
+      recompute_group(a, ws, g, i0, r0, r1, gs, gs.j0 - sp.j0, /*learn=*/false);
       accumulate_dkv(a, ws, g, i0, r0, r1, gs.nk, gs.c0);
     });
   };
   const int64_t u = j0 / kTile;
-  if (a.sparsity == nullptr) {
+  if (a.blocks == nullptr) {
     const int64_t first = a.causal ? std::max<int64_t>(0, j0 - (s.Tk - s.Tq)) : 0;  // first query that sees j0
-    for (int64_t i0 = first / kTile * kTile; i0 < s.Tq; i0 += kTile) query_tile(i0, span_of(a, u, -1));
+    for (int64_t i0 = first / kTile * kTile; i0 < s.Tq; i0 += kTile) query_tile(i0, range_of(a, u, -1));
   } else {
-    const BlockSparsity& p = *a.sparsity;
+    const BlockMask& p = *a.blocks;
     for (int64_t c = p.col_start[u]; c < p.col_start[u + 1]; ++c) {
       const int64_t e = p.col_entry[c];
       const int64_t qt = std::upper_bound(p.row_start.begin(), p.row_start.end(), e) - p.row_start.begin() - 1;
-      const Span sp = span_of(a, u, e);
+      const KeyRange sp = range_of(a, u, e);
       const int64_t first = a.causal ? std::max<int64_t>(0, sp.j0 - (s.Tk - s.Tq)) : 0;  // first query seeing it
       if ((qt + 1) * kTile > first) query_tile(qt * kTile, sp);
     }
@@ -545,20 +567,19 @@ void head_single_query_tile(const FlashAttention& a, Workspace& ws, const Grads&
     std::fill(ws.acc_k.begin(), ws.acc_k.begin() + nk * s.D, 0.0f);
     std::fill(ws.acc_v.begin(), ws.acc_v.begin() + nk * s.Dv, 0.0f);
     int64_t entry = -1;
-    bool listed = a.sparsity == nullptr;
+    bool listed = a.blocks == nullptr;
     if (!listed) {  // is key tile j0 / kTile in query tile 0's row?
-      const BlockSparsity& p = *a.sparsity;
+      const BlockMask& p = *a.blocks;
       const auto first = p.key_tile.begin() + p.row_start[0], last = p.key_tile.begin() + p.row_start[1];
       const auto it = std::lower_bound(first, last, static_cast<int32_t>(j0 / kTile));
       listed = it != last && *it == j0 / kTile;
       if (listed) entry = it - p.key_tile.begin();
     }
-    const Span sp = span_of(a, j0 / kTile, entry);
+    const KeyRange sp = range_of(a, j0 / kTile, entry);
     if (sp.j0 < kend && listed) {
       load_key_tile(a, ws, sp.j0, sp.nk);
-      for_each_group(a, 0, n, sp, [&](int64_t r0, int64_t r1, const Span& gs) {
-        recompute_group(a, ws, g, 0, r0, r1, gs, gs.j0 - sp.j0);
-        accumulate_distance(a, ws, g, 0, r0, r1, gs.j0, gs.nk);
+      for_each_group(a, 0, n, sp, [&](int64_t r0, int64_t r1, const KeyRange& gs) {
+        recompute_group(a, ws, g, 0, r0, r1, gs, gs.j0 - sp.j0, /*learn=*/true);
         product(ws.dp.data() + r0 * kTile, kTile, 1, r1 - r0, gs.nk, hd.k + gs.j0 * hd.ks, hd.ks, s.D,
                 ws.acc_q.data() + r0 * s.D, s.D, true);
         accumulate_dkv(a, ws, g, 0, r0, r1, gs.nk, gs.c0);
@@ -579,7 +600,7 @@ template <class F>
 void for_each_tile(const FlashAttention& a, int64_t n_tiles, F&& fn) {
   const int64_t pairs = (n_tiles + 1) / 2;
   parallel::parallel_for(a.s.B * a.s.H * pairs, 1, [&](int64_t u0, int64_t u1) {
-    Workspace ws(a.s);
+    Workspace ws(a.s, a.mods.maps.size());
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t t = u % pairs;
       ws.head.set(a, u / pairs);
@@ -591,46 +612,53 @@ void for_each_tile(const FlashAttention& a, int64_t n_tiles, F&& fn) {
 
 int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
-void check_sparsity(const FlashAttention& a) {
-  if (a.sparsity == nullptr) return;
-  const BlockSparsity& p = *a.sparsity;
-  TAPEFORMER_CHECK(p.Tq == a.s.Tq && p.Tk == a.s.Tk, "block-sparse attention: the pattern is for Tq ", p.Tq, ", Tk ",
-                   p.Tk, " but the inputs have Tq ", a.s.Tq, ", Tk ", a.s.Tk);
+void check_blocks(const FlashAttention& a) {
+  if (a.blocks == nullptr) return;
+  const BlockMask& p = *a.blocks;
+  TAPEFORMER_CHECK(p.Tq == a.s.Tq && p.Tk == a.s.Tk, "attention: the block mask is for Tq ", p.Tq, ", Tk ", p.Tk,
+                   " but the inputs have Tq ", a.s.Tq, ", Tk ", a.s.Tk);
   TAPEFORMER_CHECK(static_cast<int64_t>(p.row_start.size()) == p.q_tiles() + 1 &&
                        static_cast<int64_t>(p.col_start.size()) == p.k_tiles() + 1,
-                   "block-sparse attention: the pattern is unfinished (", p.row_start.size() - 1, " of ", p.q_tiles(),
+                   "attention: the block mask is unfinished (", p.row_start.size() - 1, " of ", p.q_tiles(),
                    " query tiles ended; finish() builds the key index)");
 }
 
-}  // namespace
+// Modifier m of a call: its terms, then its maps.
+const LearnedModifier& modifier(const FlashAttention& a, size_t m) {
+  const size_t nt = a.mods.terms.size();
+  return m < nt ? static_cast<const LearnedModifier&>(*a.mods.terms[m]) : *a.mods.maps[m - nt];
+}
 
-namespace {
-
-// The row terms' own part of the backward, after the tiles: a query that
-// saw only its self row (LSH) passes dy_i to v_self, and the distance
-// bias's per-query-tile partial gradients (adaptive span) are summed over
-// b and query tiles in a fixed order.
-void row_terms_backward(const FlashAttention& a, const Scalar* lse, HeadView dy, HeadOut dv, const Grads& g,
-                        const std::vector<Scalar>& parts) {
+// The modifiers' own part of the backward, after the tiles: a query that saw
+// no key but its fallback key passes dy_i to that key's dv, and the learned
+// modifiers' partial gradients are folded in the fixed order b, h, query tile.
+void modifiers_backward_end(const FlashAttention& a, const Scalar* lse, HeadView dy, HeadOut dv, const Grads& g) {
   const FlashAttentionShape& s = a.s;
-  const DistanceBias* db = a.terms.distance;
-  if (a.terms.self_row && dv.data) {  // a query that saw only itself: y_i = v_self, so dv_self += dy_i
+  if (!a.mods.masks.empty() && dv.data) {  // y_i = v_fallback, so dv_fallback += dy_i
+    Head hd;
     for (int64_t r = 0; r < s.B * s.H * s.Tq; ++r) {
       const int64_t bh = r / s.Tq, i = r % s.Tq;
-      if (lse[r] != kSelfScore || a.terms.self_row[r] < 0) continue;
-      Scalar* out = row_of(dv, s, bh, a.terms.self_row[r]);
+      if (lse[r] != kFallbackScore) continue;
+      hd.set(a, bh);
+      const int64_t fb = fallback_key(a, hd, i);
+      if (fb < 0) continue;
+      Scalar* out = row_of(dv, s, bh, fb);
       const Scalar* in = row_of(dy, s, bh, i);
       for (int64_t d = 0; d < s.Dv; ++d) out[d] += in[d];
     }
   }
-  if (g.dist_parts) {  // sum over b and query tiles, in that fixed order
-    const int64_t n = db->n, q_tiles = tiles(s.Tq);
-    for (int64_t h = 0; h < s.H; ++h)
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t t = 0; t < q_tiles; ++t) {
-          const Scalar* part = parts.data() + ((b * s.H + h) * q_tiles + t) * n;
-          for (int64_t d = 0; d < n; ++d) db->grad[h * n + d] += part[d];
-        }
+  if (!g.learned) return;
+  const int64_t q_tiles = tiles(s.Tq);
+  for (size_t m = 0; m < g.parts.size(); ++m) {
+    if (g.parts[m] == nullptr) continue;
+    const LearnedModifier& mod = modifier(a, m);
+    const int64_t size = mod.partial_size();
+    Head hd;
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+      hd.set(a, bh);
+      for (int64_t t = 0; t < q_tiles; ++t)
+        mod.fold_gradient(hd.b, hd.h, g.parts[m] + (bh * q_tiles + t) * size, a.mods.grads[m]);
+    }
   }
 }
 
@@ -638,14 +666,14 @@ void row_terms_backward(const FlashAttention& a, const Scalar* lse, HeadView dy,
 
 void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse) {
   const profile::Scope timed("attention");
-  check_sparsity(a);
+  check_blocks(a);
   for_each_tile(a, tiles(a.s.Tq), [&](Workspace& ws, int64_t t) { forward_tile(a, ws, t * kTile, y, lse); });
 }
 
 void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar* lse, HeadView dy, HeadOut dq,
                               HeadOut dk, HeadOut dv, const Scalar* dlse) {
   const profile::Scope timed("attention");
-  check_sparsity(a);
+  check_blocks(a);
   const FlashAttentionShape& s = a.s;
   // delta_i = dy_i . y_i (= sum_j P_ij dP_ij, dropout included), one per query row.
   std::vector<Scalar> delta(static_cast<size_t>(s.B * s.H * s.Tq));
@@ -655,22 +683,27 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
       delta[r] = dot_row(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv) - (dlse ? dlse[r] : 0.0f);
     }
   });
-  Grads g{y, dy, lse, delta.data(), dq, dk, dv};
-  const DistanceBias* db = a.terms.distance;
-  std::vector<Scalar> parts;
-  if (db != nullptr && db->grad != nullptr) {
-    parts.assign(static_cast<size_t>(s.B * s.H * tiles(s.Tq) * db->n), 0.0f);
-    g.dist_parts = parts.data();
+  Grads g{y, dy, lse, delta.data(), dq, dk, dv, {}, false};
+  // A learned modifier's partial gradients, where its gradient is wanted.
+  const size_t n_mods = a.mods.terms.size() + a.mods.maps.size();
+  std::vector<std::vector<Scalar>> parts(n_mods);
+  g.parts.assign(n_mods, nullptr);
+  for (size_t m = 0; m < n_mods; ++m) {
+    const LearnedModifier& mod = modifier(a, m);
+    if (mod.partial_size() == 0 || m >= a.mods.grads.size() || a.mods.grads[m] == nullptr) continue;
+    parts[m].assign(static_cast<size_t>(s.B * s.H * tiles(s.Tq) * mod.partial_size()), 0.0f);
+    g.parts[m] = parts[m].data();
+    g.learned = true;
   }
   if (s.Tq <= kTile) {
     for_each_tile(a, 1, [&](Workspace& ws, int64_t) { head_single_query_tile(a, ws, g); });
   } else {
-    if (dq.data || g.dist_parts)
+    if (dq.data || g.learned)
       for_each_tile(a, tiles(s.Tq), [&](Workspace& ws, int64_t t) { dq_tile(a, ws, g, t * kTile); });
     if (dk.data || dv.data)
       for_each_tile(a, tiles(s.Tk), [&](Workspace& ws, int64_t t) { dkv_tile(a, ws, g, t * kTile); });
   }
-  row_terms_backward(a, lse, dy, dv, g, parts);
+  modifiers_backward_end(a, lse, dy, dv, g);
 }
 
 }  // namespace tapeformer::kernels

@@ -2,40 +2,47 @@
 // docs/math.md#softmax-attention): the T x T
 // probabilities never exist as a tensor. Per (b, h):
 //
-//   s_ij = q_i . k_j / sqrt(D) + sum_t bias_t[b, h, i, j]     (-inf where masked)
+//   s_ij = maps( q_i . k_j / sqrt(D) + sum_t term_t(b, h, i, j) )   (-inf where masked)
 //   P_ij = softmax_j(s_ij),  P~_ij = P_ij m_ij / (1 - p),  y_i = sum_j P~_ij v_j
 //   lse_i = log sum_j e^(s_ij)                                (+inf for a row with no visible key)
 //
+// The terms, maps and masks are the call's modifiers (score_mods.h): a kind
+// supplies its own and the kernel applies them, one routine for the forward
+// and the backward's recompute, so both see the same scores bit for bit.
 // Backward, with P recomputed as e^(s - lse) tile by tile:
 //   delta_i = dy_i . y_i,  dP_ij = (dy_i . v_j) m_ij / (1 - p),  dS_ij = P_ij (dP_ij - delta_i),
 //   dq_i = sum_j dS_ij k_j / sqrt(D),  dk_j = sum_i dS_ij q_i / sqrt(D),  dv_j = sum_i P~_ij dy_i
-// (delta_i = sum_j P_ij dP_ij holds with dropout too, because y_i = sum_j P~_ij v_j.)
+// (delta_i = sum_j P_ij dP_ij holds with dropout too, because y_i = sum_j P~_ij v_j),
+// with dS taken back through the maps, and a learned modifier's gradient
+// summed from dS.
 //
 // Causal: query i sits at position Tk - Tq + i and sees keys j <= Tk - Tq + i.
 // Dropout: m_ij = [hash_uniform(seed, ((b H + h) Tq + i) Tk + j) >= p], so the
 // backward regenerates the mask instead of storing it.
 //
-// Scores live in 64 x 64 tiles per thread; key tiles wholly in the future
-// are skipped and tiles on the causal diagonal are cut into 16-row groups
-// that each stop at their last row's last visible key (a masked tile of a
-// block-sparse pattern: that span from the first to the last key any row
-// of the group sees). Work is parallel over
-// (b, h, tile), every output element written by one work item with fixed tile
-// boundaries, so results are bit-identical for any thread count.
+// Scores live in 64 x 64 tiles per thread; only the tiles the block mask
+// names are computed (all, without one), key tiles wholly in the future are
+// skipped, and tiles on the causal diagonal (or partial tiles of the block
+// mask) are cut into 16-row groups that each stop at the last key they see.
+// Work is parallel over (b, h, tile), every output element written by one
+// work item with fixed tile boundaries, so results are bit-identical for any
+// thread count.
 //
 // Causal self-attention on the heads of a packed qkv (B, T, 3C), C = H D,
 // into y (B, T, H, D) and lse (B, H, T):
 //
 //   const int64_t sb = T * 3 * C, st = 3 * C;
-//   FlashAttention a{{B, H, T, T, D, D}, {qkv, sb, D, st}, {qkv + C, sb, D, st}, {qkv + 2 * C, sb, D, st},
-//                    {}, /*causal=*/true, /*dropout_p=*/0, /*seed=*/0};
+//   FlashAttention a;
+//   a.s = {B, H, T, T, D, D};
+//   a.q = {qkv, sb, D, st}, a.k = {qkv + C, sb, D, st}, a.v = {qkv + 2 * C, sb, D, st};
 //   flash_attention_forward(a, {y, T * C, D, C}, lse);
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "tapeformer/core/kernels/block_sparsity.h"
+#include "tapeformer/core/kernels/block_mask.h"
+#include "tapeformer/core/kernels/score_mods.h"
 #include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
@@ -56,57 +63,29 @@ struct HeadOut {  // the same for an output; data == nullptr means "not wanted"
   int64_t sb, sh, st;
 };
 
-// One additive score term read as (B, H, Tq, Tk) through its strides, with
-// stride 0 on broadcast dims (a Tensor::expand view).
-struct ScoreBias {
-  const Scalar* data;
-  int64_t sb, sh, si, sj;
-};
-
-// A learned bias by distance, per head (adaptive attention span's soft mask,
-// as log m(d)): query i, at position Tk - Tq + i, and key j get
-// data[h * n + d] at d = Tk - Tq + i - j when 0 <= d < n, and -inf otherwise.
-// The backward adds sum over b and the pairs at distance d of dS to
-// grad[h * n + d] (partial sums per query tile, added in a fixed order).
-struct DistanceBias {
-  const Scalar* data;  // (H, n)
-  int64_t n;
-  Scalar* grad;  // (H, n) accumulated into, or null
-};
-
-// The terms a kind adds to every query row's scores, prepared once per call
-// and per (b, h), and applied by one routine in the forward and in the
-// backward's recompute (so both see the same scores, bit for bit):
-struct RowTerms {
-  std::vector<ScoreBias> bias;  // summed in this order, then added to the scaled score (ALiBi, TXL, masks)
-  const DistanceBias* distance = nullptr;  // added after `bias` (adaptive span)
-  // Rows in an order other than their positions (LSH attention's buckets):
-  // q_pos (B H, Tq) and k_pos (B H, Tk) give each row's position; a key
-  // after the query's position is masked (-inf). With self_row (B H, Tq: the
-  // key row at the query's own position, or -1) the query does not see that
-  // key, unless it sees nothing else: then y_i = v_self and lse_i =
-  // kSelfScore exactly (Reformer's finite self mask, without its rounding:
-  // the self pair's score is a constant, so it gives v a gradient and q, k none).
-  // Use with causal = false (causal compares rows).
-  const int32_t* q_pos = nullptr;
-  const int32_t* k_pos = nullptr;
-  const int32_t* self_row = nullptr;
+// Where the call's heads and rows sit in the attention they are part of, so
+// that modifiers see that attention's coordinates (ScoreRow): the call's head
+// c is head h0 + c; or, with period l > 0, the call's head c is residue class
+// c0 + c of head h0, its row r the position c0 + c + l r (of Tq = Tk positions).
+struct Placement {
+  int64_t h0 = 0, c0 = 0, period = 0;
+  int64_t Tq = -1, Tk = -1;  // the attention's lengths; -1: the call's own
 };
 
 struct FlashAttention {
-  FlashAttentionShape s;
-  HeadView q, k, v;  // (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)
-  RowTerms terms;    // score terms, distance bias, row positions
-  bool causal;
-  Scalar dropout_p;  // in [0, 1)
-  uint64_t seed;     // of the dropout mask; unused when dropout_p == 0
-  const BlockSparsity* sparsity = nullptr;  // null: every tile (dense); else its (Tq, Tk) must be s's
+  FlashAttentionShape s{};
+  HeadView q{}, k{}, v{};  // (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)
+  bool causal = true;
+  Scalar dropout_p = 0;  // in [0, 1)
+  uint64_t seed = 0;     // of the dropout mask; unused when dropout_p == 0
+  const BlockMask* blocks = nullptr;  // the tiles computed (null: every tile); its (Tq, Tk) must be s's
+  ScoreMods mods;                     // terms, maps and masks (score_mods.h)
+  Placement place;
 };
 
-inline constexpr Scalar kSelfScore = -1e5f;  // the lse of a query that sees only itself
-
 // y (B, H, Tq, Dv) and lse (B, H, Tq, contiguous). A row with no visible key
-// gets y_i = 0 and lse_i = +inf, so the recomputed P (and every gradient) is 0.
+// gets y_i = 0 and lse_i = +inf, so the recomputed P (and every gradient) is
+// 0, or its mask's fallback key (ScoreMask::fallback).
 void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse);
 
 // Given the forward's y (B, H, Tq, Dv), lse (B, H, Tq) and dy (B, H, Tq, Dv),
@@ -115,8 +94,9 @@ void flash_attention_forward(const FlashAttention& a, HeadOut y, Scalar* lse);
 // (b, h, key tile) for dk and dv; with a single query tile (Tq <= 64) one
 // pass over (b, h) does all three, with the same sums in the same order.
 // dlse (B, H, Tq), or null: the gradient of the loss with respect to lse
-// too (when lse is an output that is used, as when LSH rounds are combined):
-// dS_ij = P_ij (dP_ij - delta_i + dlse_i).
+// too (when lse is an output that is used, e.g. to weigh several calls by
+// their lse): dS_ij = P_ij (dP_ij - delta_i + dlse_i). The learned
+// modifiers' gradients are added to a.mods.grads.
 void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar* lse, HeadView dy, HeadOut dq,
                               HeadOut dk, HeadOut dv, const Scalar* dlse = nullptr);
 

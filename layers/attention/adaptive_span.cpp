@@ -10,6 +10,36 @@
 
 namespace tapeformer {
 
+DistanceTerm::DistanceTerm(const Tensor& table) : table_(table.contiguous()), n_(table.rank() == 2 ? table.dim(1) : 0) {
+  TAPEFORMER_CHECK(table.rank() == 2, "DistanceTerm: the table ", table.shape(), " must be (H, n)");
+}
+
+void DistanceTerm::check(int64_t, int64_t H, int64_t, int64_t) const {
+  TAPEFORMER_CHECK(table_.dim(0) == H, "DistanceTerm: the table ", table_.shape(), " must be (H, n) with the ", H,
+                   " heads of q");
+}
+
+void DistanceTerm::add(const kernels::ScoreRow& r, Scalar* sum) const {
+  const Scalar* row = table_.data() + r.h * n_;
+  const int64_t base = r.offset() + r.i - r.j0;  // the distance of key j0
+  for (int64_t x = 0; x < r.n; ++x) {
+    const int64_t d = base - x * r.step;
+    sum[x] += d >= 0 && d < n_ ? row[d] : -std::numeric_limits<Scalar>::infinity();
+  }
+}
+
+void DistanceTerm::add_gradient(const kernels::ScoreRow& r, const Scalar* ds, Scalar* part) const {
+  const int64_t base = r.offset() + r.i - r.j0;
+  for (int64_t x = 0; x < r.n; ++x) {
+    const int64_t d = base - x * r.step;
+    if (d >= 0 && d < n_) part[d] += ds[x];
+  }
+}
+
+void DistanceTerm::fold_gradient(int64_t, int64_t h, const Scalar* part, Scalar* grad) const {
+  for (int64_t d = 0; d < n_; ++d) grad[h * n_ + d] += part[d];
+}
+
 AdaptiveSpanAttention::AdaptiveSpanAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
     : ProjectedAttention("AdaptiveSpanAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       span_max(cfg.option_int("span_max") > 0 ? cfg.option_int("span_max") : cfg.block_size),
@@ -54,8 +84,13 @@ Var AdaptiveSpanAttention::attend(const Var& q, const Var& k, const Var& v, int6
     w.options["window"] = n;
     return tile_pattern(*sparse_pattern_kinds().get("window").make(w), Tq, Tk, q0, k0);
   });
-  const std::vector<Tensor> bias = positional().score_bias(n_head, Tq, Tk, q0, k0);
-  return block_sparse_attention(q, k, v, tiles, bias, /*causal=*/true, p, rng, log_m);  // (B, H, Tq, D)
+  AttentionSpec spec;
+  spec.bias = positional().score_bias(n_head, Tq, Tk, q0, k0);
+  spec.terms = {{std::make_shared<DistanceTerm>(log_m.value()), log_m}};
+  spec.blocks = tiles;
+  spec.dropout_p = p;
+  spec.rng = rng;
+  return softmax_attention(q, k, v, spec);  // (B, H, Tq, D)
 }
 
 Var AdaptiveSpanAttention::forward(const Var& x, Rng& rng) const {

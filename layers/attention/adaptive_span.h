@@ -6,8 +6,8 @@
 //
 //   m_h(d) = clamp((R + z_h - d) / R, 0, 1),   a_ij = m(i - j) e^(s_ij) / sum_q m(i - q) e^(s_iq)
 //
-// computed as the score term log m_h(d) (-inf where m = 0) with its gradient
-// to rho (block_sparse_attention's distance bias). Keys no head can reach,
+// computed as the score term log m_h(d) (-inf where m = 0, DistanceTerm
+// below) whose gradient the attention kernel returns. Keys no head can reach,
 // d >= R + max_h z_h, are not computed at all: the layer runs the window
 // pattern of that width, so compute falls as the spans shrink. The loss gets
 // lambda S mean_h(rho_h) per layer (Module::auxiliary_loss).
@@ -26,6 +26,25 @@
 #include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
+
+// A learned bias by distance as a score term of softmax_attention: query i
+// (at position Tk - Tq + i) and key j of head h get table[h, d] at
+// d = Tk - Tq + i - j when 0 <= d < n, and -inf otherwise. Its gradient:
+//   dtable[h, d] = sum over b and the pairs at distance d of dS_ij
+// (a partial per query tile, folded in a fixed order).
+class DistanceTerm : public kernels::ScoreTerm {
+ public:
+  explicit DistanceTerm(const Tensor& table);  // (H, n)
+  void check(int64_t B, int64_t H, int64_t Tq, int64_t Tk) const override;  // the table's H
+  void add(const kernels::ScoreRow& r, Scalar* sum) const override;
+  int64_t partial_size() const override { return n_; }
+  void add_gradient(const kernels::ScoreRow& r, const Scalar* ds, Scalar* part) const override;
+  void fold_gradient(int64_t b, int64_t h, const Scalar* part, Scalar* grad) const override;
+
+ private:
+  Tensor table_;  // (H, n), contiguous
+  int64_t n_;
+};
 
 class AdaptiveSpanAttention : public ProjectedAttention {
  public:

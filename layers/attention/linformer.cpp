@@ -59,7 +59,11 @@ Var LinformerAttention::forward(const Var& x, Rng& rng) const {
   const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const PositionalLayer& pos = positional();
   const Var q = pos.rotate(h[0], 0), keys = pos.rotate(h[1], 0);
-  const Var y = softmax_attention(q, project(E, keys), project(F, h[2]), {}, /*causal=*/false, p, &rng);  // (B, H, T, D)
+  AttentionSpec spec;
+  spec.causal = false;
+  spec.dropout_p = p;
+  spec.rng = &rng;
+  const Var y = softmax_attention(q, project(E, keys), project(F, h[2]), spec);  // (B, H, T, D)
   return output(y, rng);  // (B, T, C)
 }
 

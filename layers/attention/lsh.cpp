@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <unordered_map>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/matmul.h"
@@ -50,6 +52,49 @@ class InputWindow : public InferenceState {
 };
 
 }  // namespace
+
+// ---- PositionMask ---------------------------------------------------------------
+
+PositionMask::PositionMask(IndexTensor q_pos, IndexTensor k_pos, bool no_self)
+    : q_pos_(std::move(q_pos)), k_pos_(std::move(k_pos)), no_self_(no_self) {
+  TAPEFORMER_CHECK(q_pos_.shape.rank() == 3 && k_pos_.shape.rank() == 3 && q_pos_.shape[0] == k_pos_.shape[0] &&
+                       q_pos_.shape[1] == k_pos_.shape[1],
+                   "PositionMask: q_pos ", q_pos_.shape, " and k_pos ", k_pos_.shape,
+                   " must be (B, H, Tq) and (B, H, Tk)");
+  if (!no_self_) return;
+  const int64_t BH = q_pos_.shape[0] * q_pos_.shape[1], Tq = q_pos_.shape[2], Tk = k_pos_.shape[2];
+  self_row_.assign(static_cast<size_t>(BH * Tq), -1);  // each query's own key row, by position
+  std::unordered_map<int32_t, int32_t> row_of_position;
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    row_of_position.clear();
+    for (int64_t j = 0; j < Tk; ++j) row_of_position[k_pos_.data[static_cast<size_t>(bh * Tk + j)]] = static_cast<int32_t>(j);
+    for (int64_t i = 0; i < Tq; ++i) {
+      const auto it = row_of_position.find(q_pos_.data[static_cast<size_t>(bh * Tq + i)]);
+      if (it != row_of_position.end()) self_row_[static_cast<size_t>(bh * Tq + i)] = it->second;
+    }
+  }
+}
+
+void PositionMask::check(int64_t B, int64_t H, int64_t Tq, int64_t Tk) const {
+  TAPEFORMER_CHECK(q_pos_.shape == Shape({B, H, Tq}) && k_pos_.shape == Shape({B, H, Tk}), "PositionMask: q_pos ",
+                   q_pos_.shape, " and k_pos ", k_pos_.shape, " must be (B, H, Tq) = (", B, ", ", H, ", ", Tq,
+                   ") and (B, H, Tk) = (", B, ", ", H, ", ", Tk, ")");
+}
+
+void PositionMask::apply(const kernels::ScoreRow& r, Scalar* s) const {
+  const int64_t bh = r.b * q_pos_.shape[1] + r.h;
+  const int32_t qp = q_pos_.data[static_cast<size_t>(bh * r.Tq + r.i)];
+  const int32_t* kp = k_pos_.data.data() + bh * r.Tk + r.j0;
+  for (int64_t x = 0; x < r.n; ++x) {
+    const int32_t p = kp[x * r.step];
+    if (p > qp || (no_self_ && p == qp)) s[x] = -std::numeric_limits<Scalar>::infinity();
+  }
+}
+
+int64_t PositionMask::fallback(int64_t b, int64_t h, int64_t i) const {
+  if (!no_self_) return -1;
+  return self_row_[static_cast<size_t>((b * q_pos_.shape[1] + h) * q_pos_.shape[2] + i)];
+}
 
 LSHAttention::LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
     : ProjectedAttention("LSHAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
@@ -107,11 +152,16 @@ Var LSHAttention::forward(const Var& x, Rng& rng) const {
       for (int64_t t = 0; t < T; ++t) inverse[static_cast<size_t>(bh * T + o[t])] = static_cast<int32_t>(t);
     }
     const IndexTensor sorted({B, H, T}, order), back({B, H, T}, inverse);
-    const std::vector<Var> out = positioned_attention(gather_rows(q, sorted), gather_rows(k, sorted),
-                                                      gather_rows(v, sorted), tiles, sorted, sorted,
-                                                      /*mask_self=*/true, p, &rng);
-    ys.push_back(gather_rows(out[0], back));                            // (B, H, T, D) in position order
-    lses.push_back(gather_rows(reshape(out[1], {B, H, T, 1}), back));  // (B, H, T, 1)
+    AttentionSpec spec;
+    spec.causal = false;  // the mask compares positions
+    spec.blocks = tiles;
+    spec.masks = {std::make_shared<PositionMask>(sorted, sorted, /*no_self=*/true)};
+    spec.dropout_p = p;
+    spec.rng = &rng;
+    Var lse;
+    const Var y_r = softmax_attention(gather_rows(q, sorted), gather_rows(k, sorted), gather_rows(v, sorted), spec, &lse);
+    ys.push_back(gather_rows(y_r, back));                            // (B, H, T, D) in position order
+    lses.push_back(gather_rows(reshape(lse, {B, H, T, 1}), back));  // (B, H, T, 1)
   }
   Var y = ys[0];
   if (n_hashes > 1) {  // rounds weighted by softmax over their log-sum-exps

@@ -7,9 +7,9 @@
 //   rounds combined as y = sum_r softmax_r(lse_r) y_r.
 //
 // model.lsh_buckets = n_b (even, default 8), model.lsh_hashes = rounds (2),
-// model.lsh_chunk = m (64). Each round is one positioned_attention over the
-// rows gathered into bucket order (autograd/ops.h), whose tiles are the chunk
-// pattern. Rotations are drawn from the step's Rng in training (the
+// model.lsh_chunk = m (64). Each round is one softmax_attention over the
+// rows gathered into bucket order (autograd/ops.h), whose block mask is the
+// chunk pattern and whose PositionMask (below) hides by original position. Rotations are drawn from the step's Rng in training (the
 // reversible stack replays it, so its backward rebuilds the same buckets) and
 // are fixed per layer in eval (from a seed of the init stream).
 // set_hashes changes the rounds an evaluation uses (E3d).
@@ -34,6 +34,26 @@
 #include "tapeformer/layers/basic.h"
 
 namespace tapeformer {
+
+// Rows held in another order than their positions (LSH's buckets), as a
+// mask of softmax_attention: q_pos (B, H, Tq) and k_pos (B, H, Tk) give each
+// row's position; a key after the query's position is hidden, and with
+// no_self the key at the query's own position too, unless the query sees
+// nothing else: then it takes that key's value, with lse = kFallbackScore
+// (Reformer's finite self mask, without its rounding: the pair's score is a
+// constant, so v gets a gradient and q, k none). Use with causal = false.
+class PositionMask : public kernels::ScoreMask {
+ public:
+  PositionMask(IndexTensor q_pos, IndexTensor k_pos, bool no_self);
+  void check(int64_t B, int64_t H, int64_t Tq, int64_t Tk) const override;  // the positions' shapes
+  void apply(const kernels::ScoreRow& r, Scalar* s) const override;
+  int64_t fallback(int64_t b, int64_t h, int64_t i) const override;
+
+ private:
+  IndexTensor q_pos_, k_pos_;     // (B, H, Tq), (B, H, Tk)
+  bool no_self_;
+  std::vector<int32_t> self_row_;  // (B, H, Tq): the key row at the query's position, or -1
+};
 
 class LSHAttention : public ProjectedAttention {
  public:

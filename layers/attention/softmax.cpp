@@ -119,7 +119,7 @@ bool MultiHeadAttention::plain() const {
   return !n.rotates_qk && !n.score_bias && !n.relative_terms && pattern_ == nullptr;
 }
 
-std::shared_ptr<const kernels::BlockSparsity> MultiHeadAttention::tiles(int64_t group, const SparsePattern& p,
+std::shared_ptr<const kernels::BlockMask> MultiHeadAttention::tiles(int64_t group, const SparsePattern& p,
                                                                         int64_t Tq, int64_t Tk, int64_t q0,
                                                                         int64_t k0) const {
   return tiles_.get({group, Tq, Tk, q0, k0}, [&] { return tile_pattern(p, Tq, Tk, q0, k0); });
@@ -135,7 +135,14 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, int64_t
     return sparse_attention(*pattern_, q, k, v, bias, q0, k0, p, rng,
                             [&](int64_t group, const SparsePattern& pg) { return tiles(group, pg, Tq, Tk, q0, k0); });
   }
-  if (!pos.needs().relative_terms) return softmax_attention(q, k, v, bias, causal_, p, rng);
+  if (!pos.needs().relative_terms) {
+    AttentionSpec spec;
+    spec.causal = causal_;
+    spec.bias = bias;
+    spec.dropout_p = p;
+    spec.rng = rng;
+    return softmax_attention(q, k, v, spec);
+  }
   // Learned per-(i, j) terms: the scores exist as a tensor, so compose.
   const float scale = 1.0f / std::sqrt(static_cast<float>(q.dim(3)));
   Var scores = mul_scalar(add(matmul(q, transpose(k, 2, 3)), pos.score_terms(q, k, q0, k0)), scale);  // (B, H, Tq, Tk)

@@ -120,7 +120,7 @@ class MultiHeadAttention : public ProjectedAttention {
   Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
   bool plain() const;  // no positional terms inside the layer, dense
   // A head group's tiles for queries at q0.. over keys at k0.., built once per shape and kept.
-  std::shared_ptr<const kernels::BlockSparsity> tiles(int64_t group, const SparsePattern& p, int64_t Tq, int64_t Tk,
+  std::shared_ptr<const kernels::BlockMask> tiles(int64_t group, const SparsePattern& p, int64_t Tq, int64_t Tk,
                                                       int64_t q0, int64_t k0) const;
 
   std::shared_ptr<const SparsePattern> pattern_;  // null: dense

@@ -12,10 +12,10 @@ namespace tapeformer {
 
 AttentionKind softmax_attention_kind();  // softmax.cpp: the projections the sparse kinds share
 
-std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
+std::shared_ptr<const kernels::BlockMask> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
                                                            int64_t k0) {
   constexpr int64_t kT = kernels::kAttentionTile;
-  auto out = std::make_shared<kernels::BlockSparsity>(Tq, Tk);
+  auto out = std::make_shared<kernels::BlockMask>(Tq, Tk);
   std::vector<std::pair<int64_t, int64_t>> ranges;
   std::vector<uint8_t> mask(static_cast<size_t>(kT * kT));
   for (int64_t t = 0; t < out->q_tiles(); ++t) {
@@ -60,7 +60,12 @@ Var sparse_attention(const SparsePattern& p, const Var& q, const Var& k, const V
       heads.push_back({h0, h1, tiles(g, pg), 0});
     }
   }
-  return grouped_sparse_attention(q, k, v, std::move(heads), bias, dropout_p, rng);
+  AttentionSpec spec;
+  spec.bias = bias;
+  spec.groups = std::move(heads);
+  spec.dropout_p = dropout_p;
+  spec.rng = rng;
+  return softmax_attention(q, k, v, spec);
 }
 
 namespace {

@@ -1,9 +1,9 @@
 // Sparse attention patterns (docs/math.md#sparse-patterns): softmax attention where query i sees
-// only the keys a pattern lists, computed by one block-sparse kernel
-// (block_sparse_attention, autograd/ops.h) that touches only the 64 x 64
-// tiles the pattern needs, forward and backward. A pattern is a predicate
-// over absolute positions plus the key ranges worth testing; tile_pattern
-// turns it into the kernel's tile list and masks. Every pattern here is
+// only the keys a pattern lists: the pattern is the attention kernel's block
+// mask (softmax_attention, autograd/ops.h), so only the 64 x 64 tiles it
+// needs are computed, forward and backward. A pattern is a predicate over
+// absolute positions plus the key ranges worth testing; tile_pattern turns
+// it into the block mask's tile list and partial-tile masks. Every pattern here is
 // causal (j <= i), so each is an attention kind of a causal LM:
 //
 //   model.attention   query i sees key j <= i when
@@ -24,8 +24,9 @@
 // every earlier key, and every later query sees them).
 //
 //   auto p = sparse_pattern_kinds().get("window").make(cfg);
-//   std::shared_ptr<const kernels::BlockSparsity> tiles = tile_pattern(*p, Tq, Tk, q0, k0);
-//   Var y = block_sparse_attention(q, k, v, tiles);     // q (B, H, Tq, D) at positions q0..
+//   std::shared_ptr<const kernels::BlockMask> tiles = tile_pattern(*p, Tq, Tk, q0, k0);
+//   AttentionSpec spec;  spec.blocks = tiles;
+//   Var y = softmax_attention(q, k, v, spec);            // q (B, H, Tq, D) at positions q0..
 //
 // A new pattern is an entry in sparse_pattern_kinds(): it becomes an
 // attention kind of the same name, with the softmax layer's projections,
@@ -64,21 +65,21 @@ class SparsePattern {
   // > 0: the pattern is exactly "j <= i and (i - j) % period() == 0"
   // (strided's second head). Self-attention then runs each residue class as
   // a causal sequence read in place through strided views: no tiles, no
-  // copies (grouped_sparse_attention). A query block of other lengths (a KV
+  // copies (AttentionSpec::groups). A query block of other lengths (a KV
   // cache step) uses the tiles. 0 (the default): always the tiles.
   virtual int64_t period() const { return 0; }
 };
 
 // The kernel's tiles for queries at positions q0 + [0, Tq) over keys at
 // k0 + [0, Tk): every tile with a visible pair, masked where not all are.
-std::shared_ptr<const kernels::BlockSparsity> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
+std::shared_ptr<const kernels::BlockMask> tile_pattern(const SparsePattern& p, int64_t Tq, int64_t Tk, int64_t q0,
                                                            int64_t k0);
 
 // Attention of q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at
 // k0.. through pattern p (each head group with its own pattern), causal ->
-// (B, H, Tq, D), in one grouped_sparse_attention. `tiles(group, p)` supplies
+// (B, H, Tq, D), in one softmax_attention with head groups. `tiles(group, p)` supplies
 // (and may cache) the tiles of a group's pattern.
-using TileSource = std::function<std::shared_ptr<const kernels::BlockSparsity>(int64_t group, const SparsePattern& p)>;
+using TileSource = std::function<std::shared_ptr<const kernels::BlockMask>(int64_t group, const SparsePattern& p)>;
 Var sparse_attention(const SparsePattern& p, const Var& q, const Var& k, const Var& v, const std::vector<Tensor>& bias,
                      int64_t q0, int64_t k0, float dropout_p, Rng* rng, const TileSource& tiles);
 

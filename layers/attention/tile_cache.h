@@ -1,4 +1,4 @@
-// TileCache: the block-sparse kernel's tiles (core/kernels/block_sparsity.h)
+// TileCache: the block-sparse kernel's tiles (core/kernels/block_mask.h)
 // of a layer's patterns, built once per shape and offsets and kept. The
 // sparse kinds, adaptive span and LSH each hold one.
 //
@@ -11,7 +11,7 @@
 #include <memory>
 #include <mutex>
 
-#include "tapeformer/core/kernels/block_sparsity.h"
+#include "tapeformer/core/kernels/block_mask.h"
 
 namespace tapeformer {
 
@@ -21,12 +21,12 @@ namespace tapeformer {
 class TileCache {
  public:
   using Key = std::array<int64_t, 5>;
-  std::shared_ptr<const kernels::BlockSparsity> get(
-      const Key& key, const std::function<std::shared_ptr<const kernels::BlockSparsity>()>& build) const;
+  std::shared_ptr<const kernels::BlockMask> get(
+      const Key& key, const std::function<std::shared_ptr<const kernels::BlockMask>()>& build) const;
 
  private:
   mutable std::mutex mutex_;
-  mutable std::map<Key, std::shared_ptr<const kernels::BlockSparsity>> tiles_;
+  mutable std::map<Key, std::shared_ptr<const kernels::BlockMask>> tiles_;
 };
 
 }  // namespace tapeformer

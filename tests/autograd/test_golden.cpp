@@ -43,8 +43,10 @@
 #include "tapeformer/layers/attention/softmax.h"
 #include "tapeformer/layers/attention/sparse.h"
 #include "tapeformer/layers/block/block.h"
+#include "attention_calls.h"
 
 using namespace tapeformer;
+using namespace attention_calls;
 
 namespace {
 
@@ -239,7 +241,7 @@ TEST_CASE("golden: embedding [7,5] with repeated ids [3,4]") {
 
 TEST_CASE("golden: causal softmax attention [2,3,70,8] (two query tiles)") {
   run_golden("softmax_attention", {"q", "k", "v"},
-             [](const Golden&, const Vars& v) { return softmax_attention(in(v, "q"), in(v, "k"), in(v, "v")); });
+             [](const Golden&, const Vars& v) { return attend(in(v, "q"), in(v, "k"), in(v, "v")); });
 }
 
 TEST_CASE("golden: strided attention, l = 4, [2,4,29,8]: window heads by tiles, residue heads in place") {
@@ -262,7 +264,7 @@ TEST_CASE("golden: FAVOR+ causal linear attention on log-features [2,2,23,6], v 
 TEST_CASE("golden: positioned attention (LSH's core) [1,2,13,4]: rows out of order, self only when alone, lse") {
   run_golden("positioned_attention", {"q", "k", "v"}, [](const Golden& g, const Vars& v) {
     const IndexTensor pos = g.index("pos");  // (1, H, T)
-    const std::vector<Var> r = positioned_attention(in(v, "q"), in(v, "k"), in(v, "v"), nullptr, pos, pos, true);
+    const std::vector<Var> r = attend_positioned(in(v, "q"), in(v, "k"), in(v, "v"), nullptr, pos, pos, true);
     const Var lse = reshape(r[1], {pos.shape[0], pos.shape[1], pos.shape[2], 1});
     return add(r[0], mul_scalar(exp(mul_scalar(lse, 0.5f)), 0.1f));  // y + 0.1 e^(lse / 2)
   });

@@ -18,8 +18,10 @@
 #include "expect_error.h"
 #include "golden.h"
 #include "op_runs.h"
+#include "attention_calls.h"
 
 using namespace tapeformer;
+using namespace attention_calls;
 
 namespace {
 
@@ -40,7 +42,7 @@ Var head_view(const Var& qkv, int part, int64_t H) {
 
 // softmax_attention on a packed qkv, heads merged back: (B, T, 3C) -> (B, T, C).
 Var lean_on_qkv(const Var& qkv, int64_t H, Scalar p = 0, Rng* rng = nullptr) {
-  const Var y = softmax_attention(head_view(qkv, 0, H), head_view(qkv, 1, H), head_view(qkv, 2, H), {}, true, p, rng);
+  const Var y = attend(head_view(qkv, 0, H), head_view(qkv, 1, H), head_view(qkv, 2, H), {}, true, p, rng);
   return reshape(permute(y, {0, 2, 1, 3}), {qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3});
 }
 
@@ -119,7 +121,7 @@ void check_against_composed(const Case& c, uint64_t seed, bool k_transposed = fa
     Rng dropout_rng(c.rng_seed);
     Var kk = x[1];
     if (k_transposed) kk = transpose(contiguous(transpose(x[1], 2, 3)), 2, 3);  // strided last dim again
-    return softmax_attention(x[0], kk, x[2], c.bias, c.causal, c.p, c.p > 0 ? &dropout_rng : nullptr);
+    return attend(x[0], kk, x[2], c.bias, c.causal, c.p, c.p > 0 ? &dropout_rng : nullptr);
   };
   auto reference = [&](const std::vector<Var>& x) { return composed(c, x[0], x[1], x[2]); };
   check_runs_close(run(lean, {q, k, v}, R), run(reference, {q, k, v}, R));
@@ -192,7 +194,7 @@ TEST_CASE("softmax_attention: key and query padding with -inf; rows with every k
   std::vector<Var> x = {Var(random({B, H, Tq, D}, rng), true), Var(random({B, H, Tk, D}, rng), true),
                         Var(random({B, H, Tk, D}, rng), true)};
   TapeScope tape;
-  const Var y = softmax_attention(x[0], x[1], x[2], padding, false);
+  const Var y = attend(x[0], x[1], x[2], padding, false);
   backward(y, random(y.shape(), rng));
   auto is_zero = [](const Tensor& t) { return bitwise_equal(t.contiguous(), Tensor::zeros(t.shape())); };
   for (const Tensor& t : {y.value(), x[0].grad(), x[1].grad(), x[2].grad()}) CHECK(is_zero(t.slice(0, 1, 2)));
@@ -222,7 +224,7 @@ TEST_CASE("softmax_attention with dropout equals the composed reference with the
     for (int64_t j = 0; j < T; ++j) eye[(r * T + j) * T + j] = 1.0f;
   const Var zero(Tensor::zeros({B, H, T, 8})), v(Tensor::from({B, H, T, T}, eye));
   Rng op_rng(99);
-  const Tensor y = softmax_attention(zero, zero, v, {}, false, p, &op_rng).value().contiguous();
+  const Tensor y = attend(zero, zero, v, {}, false, p, &op_rng).value().contiguous();
   const Tensor factors = dropout_factors({B, H, T, T, 8, T, false, {}, p, 99});
   const std::vector<Scalar> yv = y.to_vector(), fv = factors.to_vector();
   int64_t kept = 0, agree = 0;
@@ -244,7 +246,7 @@ TEST_CASE("softmax_attention keeps O(T D) for its backward, not the T x T probab
   const int64_t before = Storage::live_bytes();
   {
     TapeScope tape;
-    const Var y = softmax_attention(q, k, v);
+    const Var y = attend(q, k, v);
     // What the forward added: y and lse (q, k, v are the caller's).
     const int64_t kept = Storage::live_bytes() - before;
     const int64_t lean = (4 * T * D + T) * static_cast<int64_t>(sizeof(Scalar));  // q, k, v, y, lse
@@ -281,7 +283,7 @@ TEST_CASE("softmax_attention: values and gradients are bit-identical with 1, 2 a
     const std::vector<Tensor> bias = s.H == H && s.Tk == T ? alibi_keys : std::vector<Tensor>{};
     auto f = [&](const std::vector<Var>& x) {
       Rng dropout_rng(5);
-      return softmax_attention(x[0], x[1], x[2], bias, true, s.p, &dropout_rng);
+      return attend(x[0], x[1], x[2], bias, true, s.p, &dropout_rng);
     };
     parallel::set_num_threads(1);
     const Run one = run(f, in, R);
@@ -323,22 +325,22 @@ TEST_CASE("softmax_attention: every guarded error names the op, the argument and
   const std::vector<Tensor> bias_bad_1 = {Tensor::zeros({1, 3, 5, 1}), Tensor::zeros({2, 3, 1, 5})};
   const std::vector<Tensor> bias_rank5 = {Tensor::zeros({1, 1, 1, 1, 7})}, bias_undefined = {Tensor()};
   Rng rng(1);
-  expect_error([&] { softmax_attention(q_rank3, k, v); }, {"softmax_attention", "rank 4", "q [3, 5, 8]"});
-  expect_error([&] { softmax_attention(q, k_narrow, v); },
+  expect_error([&] { attend(q_rank3, k, v); }, {"softmax_attention", "rank 4", "q [3, 5, 8]"});
+  expect_error([&] { attend(q, k_narrow, v); },
                {"softmax_attention", "k must be", "q [2, 3, 5, 8]", "k [2, 3, 7, 4]"});
-  expect_error([&] { softmax_attention(q, k_one_head, v); }, {"softmax_attention", "k must be", "k [2, 1, 7, 8]"});
-  expect_error([&] { softmax_attention(q, k, v_short); },
+  expect_error([&] { attend(q, k_one_head, v); }, {"softmax_attention", "k must be", "k [2, 1, 7, 8]"});
+  expect_error([&] { attend(q, k, v_short); },
                {"softmax_attention", "v must be", "k [2, 3, 7, 8]", "v [2, 3, 6, 6]"});
-  expect_error([&] { softmax_attention(q, k, v, bias_bad_1); },
+  expect_error([&] { attend(q, k, v, bias_bad_1); },
                {"softmax_attention", "bias term 1", "[2, 3, 1, 5]", "(B, H, Tq, Tk) = [2, 3, 5, 7]"});
-  expect_error([&] { softmax_attention(q, k, v, bias_rank5); },
+  expect_error([&] { attend(q, k, v, bias_rank5); },
                {"softmax_attention", "bias term 0", "[1, 1, 1, 1, 7]"});
-  expect_error([&] { softmax_attention(q, k, v, bias_undefined); }, {"softmax_attention", "bias term 0", "undefined"});
-  expect_error([&] { softmax_attention(q, k, v, {}, true, 1.0f, &rng); }, {"softmax_attention", "dropout 1", "[0, 1)"});
-  expect_error([&] { softmax_attention(q, k, v, {}, true, -0.5f, &rng); }, {"softmax_attention", "dropout -0.5"});
-  expect_error([&] { softmax_attention(q, k, v, {}, true, 0.2f); },
+  expect_error([&] { attend(q, k, v, bias_undefined); }, {"softmax_attention", "bias term 0", "undefined"});
+  expect_error([&] { attend(q, k, v, {}, true, 1.0f, &rng); }, {"softmax_attention", "dropout 1", "[0, 1)"});
+  expect_error([&] { attend(q, k, v, {}, true, -0.5f, &rng); }, {"softmax_attention", "dropout -0.5"});
+  expect_error([&] { attend(q, k, v, {}, true, 0.2f); },
                {"softmax_attention", "dropout 0.2", "needs an Rng"});
-  expect_error([&] { softmax_attention(q_long, k, v); },
+  expect_error([&] { attend(q_long, k, v); },
                {"softmax_attention", "Tq <= Tk", "q [2, 3, 9, 8]", "k [2, 3, 7, 8]"});
-  expect_error([&] { softmax_attention(q, Var(), v); }, {"softmax_attention", "undefined"});
+  expect_error([&] { attend(q, Var(), v); }, {"softmax_attention", "undefined"});
 }

@@ -1,4 +1,4 @@
-// block_sparse_attention (the lean kernel restricted to a tile pattern) and
+// softmax_attention with a block mask (the lean kernel restricted to a tile pattern) and
 // the sparse patterns (layers/attention/sparse.h): each pattern equals dense
 // softmax attention with the same mask as an additive -inf bias, values and
 // gradients; the tiles and pairs are what the pattern says; tiles a pattern
@@ -18,8 +18,10 @@
 #include "golden.h"
 #include "op_runs.h"
 #include "tapeformer/layers/attention/sparse.h"
+#include "attention_calls.h"
 
 using namespace tapeformer;
+using namespace attention_calls;
 
 namespace {
 
@@ -81,11 +83,11 @@ TEST_CASE("every sparse pattern equals dense softmax attention with its mask as 
         CAPTURE(p);
         const auto sparse = [&](const std::vector<Var>& x) {
           Rng drop(3);
-          return block_sparse_attention(x[0], x[1], x[2], tiles, {alibi}, true, p, &drop);
+          return attend_blocks(x[0], x[1], x[2], tiles, {alibi}, true, p, &drop);
         };
         const auto dense = [&](const std::vector<Var>& x) {
           Rng drop(3);
-          return softmax_attention(x[0], x[1], x[2], {alibi, mask}, true, p, &drop);
+          return attend(x[0], x[1], x[2], {alibi, mask}, true, p, &drop);
         };
         const Run a = run(sparse, {q, k, v}, R), b = run(dense, {q, k, v}, R);
         check_close(a.y, b.y, "value", 1e-5);
@@ -128,13 +130,13 @@ TEST_CASE("strided: its two head groups, the residue half as strided views of it
     const auto tiles = [&](int64_t, const SparsePattern& p) { return tile_pattern(p, Tq, Tk, q0, 0); };
     const Run a = run([&](const std::vector<Var>& x) { return sparse_attention(*strided, x[0], x[1], x[2], {term}, q0, 0, 0, nullptr, tiles); },
                       {q, k, v}, R);
-    const Run b = run([&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {term, bias}); }, {q, k, v}, R);
+    const Run b = run([&](const std::vector<Var>& x) { return attend(x[0], x[1], x[2], {term, bias}); }, {q, k, v}, R);
     check_close(a.y, b.y, "value", 1e-5);
     for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
   }
 }
 
-TEST_CASE("grouped_sparse_attention: residue classes longer than a tile equal dense attention; bits for any thread count") {
+TEST_CASE("softmax_attention with head groups: residue classes longer than a tile equal dense attention; bits for any thread count") {
   // T = 300 with l = 2 and 3: classes of 150 and 100 rows, several 64-row tiles per class.
   for (const int64_t l : {int64_t{2}, int64_t{3}}) {
     CAPTURE(l);
@@ -151,9 +153,9 @@ TEST_CASE("grouped_sparse_attention: residue classes longer than a tile equal de
     const Tensor q = random({B, H, T, D}, rng), k = random({B, H, T, D}, rng), v = random({B, H, T, D}, rng);
     const Tensor R = random({B, H, T, D}, rng);
     const Run a = run([&](const std::vector<Var>& x) {
-      return grouped_sparse_attention(x[0], x[1], x[2], {{0, H, nullptr, l}}, {score});
+      return attend_groups(x[0], x[1], x[2], {{0, H, nullptr, l}}, {score});
     }, {q, k, v}, R);
-    const Run b = run([&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {score, bias}); },
+    const Run b = run([&](const std::vector<Var>& x) { return attend(x[0], x[1], x[2], {score, bias}); },
                       {q, k, v}, R);
     check_close(a.y, b.y, "value", 1e-5);
     for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
@@ -166,7 +168,7 @@ TEST_CASE("grouped_sparse_attention: residue classes longer than a tile equal de
   const auto window = tile_pattern(*sparse_pattern_kinds().get("window").make(with({{"window", 40}})), T, T, 0, 0);
   const auto grouped = [&](const std::vector<Var>& x) {
     Rng drop(21);
-    return grouped_sparse_attention(x[0], x[1], x[2], {{0, 2, window, 0}, {2, 4, nullptr, l}}, {}, 0.3f, &drop);
+    return attend_groups(x[0], x[1], x[2], {{0, 2, window, 0}, {2, 4, nullptr, l}}, {}, 0.3f, &drop);
   };
   const int before = parallel::num_threads();
   parallel::set_num_threads(1);
@@ -178,7 +180,7 @@ TEST_CASE("grouped_sparse_attention: residue classes longer than a tile equal de
   for (size_t g = 0; g < 3; ++g) CHECK(one.grads[g].to_vector() == two.grads[g].to_vector());
 }
 
-TEST_CASE("grouped_sparse_attention: each head draws its own dropout mask; bad groups are refused") {
+TEST_CASE("softmax_attention with head groups: each head draws its own dropout mask; bad groups are refused") {
   // Every head holds the same q, k, v: only the dropout masks can make heads differ.
   const int64_t B = 1, H = 4, T = 36, D = 4, l = 6;
   Rng rng(5);
@@ -186,7 +188,7 @@ TEST_CASE("grouped_sparse_attention: each head draws its own dropout mask; bad g
   const Tensor x = one.expand({B, H, T, D}).contiguous();
   const auto window = tile_pattern(*sparse_pattern_kinds().get("window").make(with({{"window", l}})), T, T, 0, 0);
   Rng drop(9);
-  const Var y = grouped_sparse_attention(Var(x), Var(x), Var(x), {{0, 2, window, 0}, {2, 4, nullptr, l}}, {}, 0.5f, &drop);
+  const Var y = attend_groups(Var(x), Var(x), Var(x), {{0, 2, window, 0}, {2, 4, nullptr, l}}, {}, 0.5f, &drop);
   const auto differ = [&](int64_t h, int64_t g, int64_t t0, int64_t t1) {  // heads h and g on rows [t0, t1)
     for (int64_t t = t0; t < t1; ++t)
       for (int64_t d = 0; d < D; ++d)
@@ -197,16 +199,16 @@ TEST_CASE("grouped_sparse_attention: each head draws its own dropout mask; bad g
   CHECK(differ(2, 3, 0, T));  // the two residue heads
 
   const Var q(x);
-  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}}), doctest::Contains("cover heads [0, 2) of 4"),
+  CHECK_THROWS_WITH_AS(attend_groups(q, q, q, {{0, 2, window, 0}}), doctest::Contains("cover heads [0, 2) of 4"),
                        Error);
-  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}, {2, 6, nullptr, l}}),
+  CHECK_THROWS_WITH_AS(attend_groups(q, q, q, {{0, 2, window, 0}, {2, 6, nullptr, l}}),
                        doctest::Contains("a group is [2, 6)"), Error);
-  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}, {2, 4, window, -1}}),
+  CHECK_THROWS_WITH_AS(attend_groups(q, q, q, {{0, 2, window, 0}, {2, 4, window, -1}}),
                        doctest::Contains("the period of heads [2, 4) is -1"), Error);
-  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, q, q, {{0, 2, window, 0}, {2, 4, window, l}}),
+  CHECK_THROWS_WITH_AS(attend_groups(q, q, q, {{0, 2, window, 0}, {2, 4, window, l}}),
                        doctest::Contains("either tiles or a period"), Error);
   const Var k(random({B, H, T + 2, D}, rng));
-  CHECK_THROWS_WITH_AS(grouped_sparse_attention(q, k, k, {{0, 4, nullptr, l}}), doctest::Contains("Tq == Tk"), Error);
+  CHECK_THROWS_WITH_AS(attend_groups(q, k, k, {{0, 4, nullptr, l}}), doctest::Contains("Tq == Tk"), Error);
 }
 
 TEST_CASE("sparse patterns: the pair counts and tiles the definitions give") {
@@ -234,7 +236,7 @@ TEST_CASE("sparse patterns: the pair counts and tiles the definitions give") {
   CHECK(tile_pattern(*bigbird, 1024, 1024, 0, 0)->key_tile == bb->key_tile);
 }
 
-TEST_CASE("block_sparse_attention never reads keys outside its tiles, and gives them no gradient") {
+TEST_CASE("softmax_attention with a block mask never reads keys outside its tiles, and gives them no gradient") {
   const auto window = sparse_pattern_kinds().get("window").make(with({{"window", 10}}));
   const int64_t T = 300;
   const auto tiles = tile_pattern(*window, T, T, 0, 0);
@@ -248,7 +250,7 @@ TEST_CASE("block_sparse_attention never reads keys outside its tiles, and gives 
   const Tensor R = random({1, 2, T, 8}, rng);
   std::vector<Var> x{Var(q, true), Var(k, true), Var(v, true)};
   TapeScope tape;
-  const Var y = block_sparse_attention(x[0], x[1], x[2], tiles);
+  const Var y = attend_blocks(x[0], x[1], x[2], tiles);
   backward(y, R);
   int64_t finite = 0;
   for (int64_t i = 128; i < T; ++i)
@@ -258,25 +260,25 @@ TEST_CASE("block_sparse_attention never reads keys outside its tiles, and gives 
   CHECK(std::isnan(y.value().at({0, 1, 70, 3})));  // tile 1 does read tile 0: the NaN is real
 }
 
-TEST_CASE("block_sparse_attention: a pattern for other lengths, or unfinished, is refused by name") {
+TEST_CASE("softmax_attention: a block mask for other lengths, or unfinished, is refused by name") {
   const auto window = sparse_pattern_kinds().get("window").make(with({{"window", 4}}));
   const auto tiles = tile_pattern(*window, 100, 100, 0, 0);
   Rng rng(1);
   const Var q(random({1, 1, 90, 4}, rng)), k(random({1, 1, 90, 4}, rng));
-  CHECK_THROWS_WITH_AS(block_sparse_attention(q, k, k, tiles),
-                       doctest::Contains("the pattern is for Tq 100, Tk 100 but q is [1, 1, 90, 4]"), Error);
-  auto unfinished = std::make_shared<kernels::BlockSparsity>(90, 90);
+  CHECK_THROWS_WITH_AS(attend_blocks(q, k, k, tiles),
+                       doctest::Contains("the block mask is for Tq 100, Tk 100 but q is [1, 1, 90, 4]"), Error);
+  auto unfinished = std::make_shared<kernels::BlockMask>(90, 90);
   unfinished->add(0, nullptr);
   unfinished->end_row();
-  CHECK_THROWS_WITH_AS(block_sparse_attention(q, k, k, unfinished), doctest::Contains("the pattern is unfinished"),
+  CHECK_THROWS_WITH_AS(attend_blocks(q, k, k, unfinished), doctest::Contains("the block mask is unfinished"),
                        Error);
-  kernels::BlockSparsity p(90, 90);
+  kernels::BlockMask p(90, 90);
   p.add(1, nullptr);
   CHECK_THROWS_WITH_AS(p.add(0, nullptr), doctest::Contains("key tiles of a query tile must ascend (0 after 1)"), Error);
   CHECK_THROWS_WITH_AS(p.add(2, nullptr), doctest::Contains("key tile 2 is outside [0, 2)"), Error);
 }
 
-TEST_CASE("positioned_attention: rows shuffled per head with their positions equal causal attention; self mask; lse") {
+TEST_CASE("PositionMask: rows shuffled per head with their positions equal causal attention; self mask; lse") {
   const int64_t B = 2, H = 2, T = 150, D = 8;
   Rng rng(17);
   const Tensor q = random({B, H, T, D}, rng), k = random({B, H, T, D}, rng), v = random({B, H, T, D}, rng);
@@ -293,21 +295,21 @@ TEST_CASE("positioned_attention: rows shuffled per head with their positions equ
   for (const bool self : {false, true}) {
     CAPTURE(self);
     const auto shuffled = [&](const std::vector<Var>& x) {
-      const std::vector<Var> r = positioned_attention(gather_rows(x[0], to), gather_rows(x[1], to),
+      const std::vector<Var> r = attend_positioned(gather_rows(x[0], to), gather_rows(x[1], to),
                                                       gather_rows(x[2], to), nullptr, to, to, self);
       return gather_rows(r[0], back);  // (B, H, T, D) in position order
     };
     std::vector<Scalar> diag(T * T, 0.0f);
     for (int64_t i = 0; i < T; ++i) diag[i * T + i] = self && i > 0 ? -1e5f : 0.0f;  // row 0 sees only itself
     const Tensor self_bias = Tensor::from({1, 1, T, T}, diag);
-    const auto reference = [&](const std::vector<Var>& x) { return softmax_attention(x[0], x[1], x[2], {self_bias}); };
+    const auto reference = [&](const std::vector<Var>& x) { return attend(x[0], x[1], x[2], {self_bias}); };
     const Run a = run(shuffled, {q, k, v}, R), b = run(reference, {q, k, v}, R);
     check_close(a.y, b.y, "value", 1e-5);
     for (size_t g = 0; g < 3; ++g) check_close(a.grads[g], b.grads[g], "gradient " + std::to_string(g), 1e-5);
   }
   // lse: log sum_{j <= i} e^(q_i . k_j / sqrt(D)), in float64.
   NoGradGuard no_grad;
-  const std::vector<Var> r = positioned_attention(Var(q), Var(k), Var(v), nullptr,
+  const std::vector<Var> r = attend_positioned(Var(q), Var(k), Var(v), nullptr,
                                                   IndexTensor({B, H, T}, [&] {
                                                     std::vector<int32_t> id(B * H * T);
                                                     for (size_t e = 0; e < id.size(); ++e) id[e] = static_cast<int32_t>(e % T);

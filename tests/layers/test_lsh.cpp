@@ -60,7 +60,7 @@ TEST_CASE("LSH attention with small chunks: generation re-runs the window and eq
   rng.fill_normal(xt, 0.0f, 1.0f);
   NoGradGuard no_grad;
   const Tensor y = attn.forward(Var(xt), rng).value();
-  // (No value after a query's position reaches it: positioned_attention masks by positions, tested with rows
+  // (No value after a query's position reaches it: PositionMask hides by positions, tested with rows
   // shuffled per head in tests/autograd/test_sparse_attention.cpp. Which chunk a query lands in does depend on
   // later tokens' hashes, so LSH attention is not in the strict causality probe.)
   // Generation: the state re-runs the window, so feeding the whole sequence at once gives the same rows.

@@ -1,4 +1,4 @@
-#include "tapeformer/core/kernels/block_sparsity.h"
+#include "tapeformer/core/kernels/block_mask.h"
 
 #include <algorithm>
 
@@ -6,16 +6,16 @@
 
 namespace tapeformer::kernels {
 
-BlockSparsity::BlockSparsity(int64_t Tq_, int64_t Tk_) : Tq(Tq_), Tk(Tk_) {
-  TAPEFORMER_CHECK(Tq > 0 && Tk > 0, "BlockSparsity: Tq and Tk must be positive, got ", Tq, ", ", Tk);
+BlockMask::BlockMask(int64_t Tq_, int64_t Tk_) : Tq(Tq_), Tk(Tk_) {
+  TAPEFORMER_CHECK(Tq > 0 && Tk > 0, "BlockMask: Tq and Tk must be positive, got ", Tq, ", ", Tk);
 }
 
-void BlockSparsity::add(int32_t u, const uint8_t* mask) {
+void BlockMask::add(int32_t u, const uint8_t* mask) {
   const int64_t t = static_cast<int64_t>(row_start.size()) - 1;
-  TAPEFORMER_CHECK(t < q_tiles(), "BlockSparsity::add: all ", q_tiles(), " query tiles have ended");
-  TAPEFORMER_CHECK(u >= 0 && u < k_tiles(), "BlockSparsity::add: key tile ", u, " is outside [0, ", k_tiles(), ")");
+  TAPEFORMER_CHECK(t < q_tiles(), "BlockMask::add: all ", q_tiles(), " query tiles have ended");
+  TAPEFORMER_CHECK(u >= 0 && u < k_tiles(), "BlockMask::add: key tile ", u, " is outside [0, ", k_tiles(), ")");
   TAPEFORMER_CHECK(static_cast<int64_t>(key_tile.size()) == row_start.back() || key_tile.back() < u,
-                   "BlockSparsity::add: key tiles of a query tile must ascend (", u, " after ", key_tile.back(), ")");
+                   "BlockMask::add: key tiles of a query tile must ascend (", u, " after ", key_tile.back(), ")");
   const int64_t rows = std::min(kAttentionTile, Tq - t * kAttentionTile), cols = std::min(kAttentionTile, Tk - int64_t{u} * kAttentionTile);
   key_tile.push_back(u);
   if (mask == nullptr) {
@@ -36,14 +36,14 @@ void BlockSparsity::add(int32_t u, const uint8_t* mask) {
   col_hi.push_back(static_cast<int16_t>(hi));
 }
 
-void BlockSparsity::end_row() {
-  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 < q_tiles(), "BlockSparsity::end_row: all ",
+void BlockMask::end_row() {
+  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 < q_tiles(), "BlockMask::end_row: all ",
                    q_tiles(), " query tiles have ended");
   row_start.push_back(static_cast<int64_t>(key_tile.size()));
 }
 
-void BlockSparsity::finish() {
-  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 == q_tiles(), "BlockSparsity::finish: ",
+void BlockMask::finish() {
+  TAPEFORMER_CHECK(static_cast<int64_t>(row_start.size()) - 1 == q_tiles(), "BlockMask::finish: ",
                    row_start.size() - 1, " of ", q_tiles(), " query tiles ended");
   col_start.assign(static_cast<size_t>(k_tiles() + 1), 0);
   for (int32_t u : key_tile) ++col_start[u + 1];

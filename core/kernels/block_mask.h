@@ -1,6 +1,6 @@
-// Block sparsity of the attention kernels (flash_attention.h): which
-// (query tile, key tile) pairs are computed at all, and inside a computed
-// tile which pairs are visible. The sparse attention kinds
+// The block mask of the attention kernel (flash_attention.h; FlexAttention's
+// BlockMask): which (query tile, key tile) pairs are computed at all, and
+// inside a computed tile which pairs are visible. The sparse attention kinds
 // (layers/attention/sparse.h) and LSH's chunks build one per pattern and
 // length, and the tile cache (layers/attention/tile_cache.h) keeps them.
 #pragma once
@@ -13,12 +13,12 @@ namespace tapeformer::kernels {
 // Scores are computed in tiles of kAttentionTile query rows x kAttentionTile keys.
 constexpr int64_t kAttentionTile = 64;
 
-// Block sparsity: which (query tile, key tile) pairs are computed at all, and
+// Which (query tile, key tile) pairs are computed at all, and
 // within a computed tile which pairs are visible. The pattern is data: a new
 // pattern (window, BigBird, ...) is a new list, never a new kernel. Query
 // tile t holds rows [64 t, 64 t + 64), key tile u keys [64 u, 64 u + 64).
 //
-//   BlockSparsity p(Tq, Tk);
+//   BlockMask p(Tq, Tk);
 //   for each query tile t: for each key tile u it needs, ascending:
 //     p.add(u, nullptr);              // every pair of the tile visible
 //     p.add(u, mask);                 // mask[r * 64 + c] != 0: row 64 t + r sees key 64 u + c
@@ -27,8 +27,8 @@ constexpr int64_t kAttentionTile = 64;
 //
 // Masked-out pairs are -inf scores (exactly zero probability and gradient),
 // as with a -inf additive bias; causal, bias terms and dropout still apply.
-struct BlockSparsity {
-  BlockSparsity(int64_t Tq, int64_t Tk);
+struct BlockMask {
+  BlockMask(int64_t Tq, int64_t Tk);
   void add(int32_t key_tile, const uint8_t* mask);
   void end_row();
   void finish();
