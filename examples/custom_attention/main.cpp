@@ -1,8 +1,11 @@
-// Three kinds written outside the library, and the stock command line on
-// them: `my_tapeformer train | sample | eval | ...` is `tapeformer` with
+// Kinds written outside the library, and the stock command line on them:
+// `my_tapeformer train | sample | eval | ...` is `tapeformer` with
 //   model.attention "sigmoid"  sigmoid attention (Ramapuram et al. 2024):
 //                              y_i = sum_{j <= i} sigmoid(q_i . k_j / sqrt(D) + b) v_j,
 //                              b = model.sigmoid_bias, no softmax normaliser;
+//   model.attention "softcap"  softmax attention with Gemma 2's soft cap c tanh(s / c)
+//                              on the scores, c = model.softcap: a score modifier
+//                              that runs in the library's attention kernel (softcap.h);
 //   model.mlp "relu2"          squared ReLU (So et al. 2021, Primer):
 //                              FFN(x) = relu(x W1 + b1)^2 W2 + b2;
 //   optimizer.name "lion"      Lion (Chen et al. 2023): c = b1 m + (1 - b1) g,
@@ -11,8 +14,8 @@
 //                              the last model.char_mlp_context tokens' embeddings,
 //                              logits_t = tanh([e_{t-k+1}; ...; e_t] W1 + b1) W2 + b2.
 // Each is one registry entry; its config keys (model.sigmoid_bias,
-// optimizer.lion_beta1, optimizer.lion_beta2, model.char_mlp_context) are
-// declared with it.
+// model.softcap, optimizer.lion_beta1, optimizer.lion_beta2,
+// model.char_mlp_context) are declared with it.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -26,6 +29,8 @@
 #include <tapeformer/layers/mlp.h>
 #include <tapeformer/optim/optimizer.h>
 #include <tapeformer/train/build.h>
+
+#include "softcap.h"
 
 using namespace tapeformer;
 
@@ -268,6 +273,7 @@ ModelKind char_mlp_model_kind() {
 
 int main(int argc, char** argv) {
   attention_kinds().add(sigmoid_attention_kind());
+  attention_kinds().add(softcap::softcap_attention_kind());
   mlp_kinds().add(relu2_mlp_kind());
   optimizer_kinds().add(lion_optimizer_kind());
   model_kinds().add(char_mlp_model_kind());

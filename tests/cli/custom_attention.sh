@@ -2,9 +2,10 @@
 # examples/custom_attention as a user builds it: against the installed
 # package, with no C++ standard of its own (CMAKE_CXX_STANDARD=14 on the
 # command line, which the package's cxx_std_17 must override), headers as
-# <tapeformer/...>. Its program registers an attention kind, an MLP kind and
-# an optimizer and hands over to tapeformer::cli_main: train, resume (equal
-# to one straight run), sample and eval must work on those kinds, and the
+# <tapeformer/...>. Its program registers two attention kinds (one a score
+# modifier in the library's kernel), an MLP kind, an optimizer and a model
+# kind and hands over to tapeformer::cli_main: train, resume (equal to one
+# straight run), sample and eval must work on those kinds, and the
 # stock command must refuse the checkpoint with the hint to use that program.
 # Usage: custom_attention.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -57,6 +58,18 @@ PY
 }
 
 train_resume run  # sigmoid attention, relu2 MLP, Lion (the config's kinds)
+# A score modifier of its own in the library's attention kernel (softcap.h), with ALiBi's terms before it
+# (the config's sigmoid_bias belongs to the sigmoid kind: a config of its own without it).
+python3 - "$config" "$work/softcap.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+del c["model"]["sigmoid_bias"]
+c["model"].update({"attention": "softcap", "softcap": 5.0, "positional": "alibi"})
+json.dump(c, open(sys.argv[2], "w"))
+PY
+common=(--config "$work/softcap.json" "${common[@]:2}")
+train_resume softcap
+common=(--config "$config" "${common[@]:2}")
 # A model that is not a Transformer (model.arch "char_mlp") through the same Trainer.
 train_resume mlp --set model.arch=char_mlp --set model.char_mlp_context=6
 
@@ -71,7 +84,7 @@ fi
 grep -q "known only to a program that registers" "$work/stock.err" || { cat "$work/stock.err"; fail "no hint"; }
 # Its `kinds` lists its four; against the stock docs/kinds.md that is drift.
 "$mine" kinds --markdown > "$work/kinds.md"
-for k in '`sigmoid`' '`relu2`' '`lion`' '`char_mlp`' '`optimizer.lion_beta2`' '`model.sigmoid_bias`'; do
+for k in '`sigmoid`' '`softcap`' '`relu2`' '`lion`' '`char_mlp`' '`optimizer.lion_beta2`' '`model.sigmoid_bias`'; do
   grep -qF "$k" "$work/kinds.md" || fail "kinds --markdown lists no $k"
 done
 if diff -q "$src/docs/kinds.md" "$work/kinds.md" > /dev/null; then fail "docs/kinds.md matches a listing with more kinds"; fi
