@@ -276,18 +276,22 @@ void keep_row(const FlashAttention& a, int64_t bh, int64_t i, int64_t j0, int64_
 // row's keep factors (zero in [vis, w)). Returns the k of score = k row.
 Scalar row_terms(const FlashAttention& a, Workspace& ws, const KeyRange& sp, int64_t r, int64_t i, int64_t vis, int64_t w,
                  Scalar scale, Scalar* row, const Scalar** keep) {
-  const Head& hd = ws.head;
-  const ScoreRow sr = hd.row(i, sp.j0, vis);
-  Scalar k = score_row(a, sr, row, w, scale, ws.bias.data());
-  if (!a.mods.maps.empty()) {
-    if (k != 1.0f) scale_row(row, vis, k, row), k = 1.0f;
-    map_row(a, ws, sr, row);
+  Scalar k = scale;
+  if (a.mods.empty()) {
+    std::fill(row + vis, row + w, -kInf);
+  } else {
+    const ScoreRow sr = ws.head.row(i, sp.j0, vis);
+    k = score_row(a, sr, row, w, scale, ws.bias.data());
+    if (!a.mods.maps.empty()) {
+      if (k != 1.0f) scale_row(row, vis, k, row), k = 1.0f;
+      map_row(a, ws, sr, row);
+    }
+    for (const ScoreMask* m : a.mods.masks) m->apply(sr, row);
   }
   mask_row(a, sp, r, row, vis);
-  for (const ScoreMask* m : a.mods.masks) m->apply(sr, row);
   *keep = nullptr;
   if (a.dropout_p > 0) {
-    keep_row(a, hd.bh, i, sp.j0, vis, ws.keep.data());
+    keep_row(a, ws.head.bh, i, sp.j0, vis, ws.keep.data());
     std::fill(ws.keep.begin() + vis, ws.keep.begin() + w, 0.0f);
     *keep = ws.keep.data();
   }

@@ -61,6 +61,7 @@ PositionMask::PositionMask(IndexTensor q_pos, IndexTensor k_pos, bool no_self)
                        q_pos_.shape[1] == k_pos_.shape[1],
                    "PositionMask: q_pos ", q_pos_.shape, " and k_pos ", k_pos_.shape,
                    " must be (B, H, Tq) and (B, H, Tk)");
+  heads_ = q_pos_.shape[1];
   if (!no_self_) return;
   const int64_t BH = q_pos_.shape[0] * q_pos_.shape[1], Tq = q_pos_.shape[2], Tk = k_pos_.shape[2];
   self_row_.assign(static_cast<size_t>(BH * Tq), -1);  // each query's own key row, by position
@@ -82,18 +83,29 @@ void PositionMask::check(int64_t B, int64_t H, int64_t Tq, int64_t Tk) const {
 }
 
 void PositionMask::apply(const kernels::ScoreRow& r, Scalar* s) const {
-  const int64_t bh = r.b * q_pos_.shape[1] + r.h;
+  const int64_t bh = r.b * heads_ + r.h;
   const int32_t qp = q_pos_.data[static_cast<size_t>(bh * r.Tq + r.i)];
   const int32_t* kp = k_pos_.data.data() + bh * r.Tk + r.j0;
+  constexpr Scalar kHidden = -std::numeric_limits<Scalar>::infinity();
+  if (r.step == 1) {
+    if (no_self_) {
+      for (int64_t x = 0; x < r.n; ++x)
+        if (kp[x] >= qp) s[x] = kHidden;
+    } else {
+      for (int64_t x = 0; x < r.n; ++x)
+        if (kp[x] > qp) s[x] = kHidden;
+    }
+    return;
+  }
   for (int64_t x = 0; x < r.n; ++x) {
     const int32_t p = kp[x * r.step];
-    if (p > qp || (no_self_ && p == qp)) s[x] = -std::numeric_limits<Scalar>::infinity();
+    if (p > qp || (no_self_ && p == qp)) s[x] = kHidden;
   }
 }
 
 int64_t PositionMask::fallback(int64_t b, int64_t h, int64_t i) const {
   if (!no_self_) return -1;
-  return self_row_[static_cast<size_t>((b * q_pos_.shape[1] + h) * q_pos_.shape[2] + i)];
+  return self_row_[static_cast<size_t>((b * heads_ + h) * q_pos_.shape[2] + i)];
 }
 
 LSHAttention::LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)

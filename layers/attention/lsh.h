@@ -52,6 +52,7 @@ class PositionMask : public kernels::ScoreMask {
  private:
   IndexTensor q_pos_, k_pos_;     // (B, H, Tq), (B, H, Tk)
   bool no_self_;
+  int64_t heads_ = 0;
   std::vector<int32_t> self_row_;  // (B, H, Tq): the key row at the query's position, or -1
 };
 
