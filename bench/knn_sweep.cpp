@@ -46,6 +46,7 @@
 #include "tapeformer/data/corpus.h"
 #include "tapeformer/data/utf8.h"
 #include "tapeformer/train/commands.h"
+#include "tapeformer/train/evaluator.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/metrics.h"
 
@@ -195,11 +196,7 @@ int run(int argc, char** argv) {
   const auto eval_t0 = std::chrono::steady_clock::now();
   const EvalText text = read_eval_text(data, *l.tokenizer, split, l.cfg.data.val_fraction);
   const int64_t T = l.cfg.model.block_size, C = l.cfg.model.n_embd;
-  const bool carries = l.model->mem_len() > 0;
-  SegmentMemory memory;
-  memory.limit = l.cfg.eval.mem_len;
   NoGradGuard no_grad;
-  Rng unused(0);
   std::vector<float> queries, distances;  // pending (n, C); all (N, k_max)
   std::vector<int32_t> values, targets;   // all (N, k_max); (N)
   std::vector<double> log_p_lm;           // (N)
@@ -219,8 +216,12 @@ int run(int argc, char** argv) {
     searched += n;
     queries.clear();
   };
-  for_each_window(text.ids, T, carries ? l.model->ext_len() : 0, [&](const Window& w) {
-    const Var f = l.model->features(w.ids, carries ? &memory : nullptr, unused);  // (1, W, C)
+  HookSite site;
+  site.cfg = &l.cfg;
+  site.tokenizer = l.tokenizer.get();
+  const std::unique_ptr<ModelHooks> hooks = make_model_hooks(site);  // the model kind's extra inputs
+  Evaluator(*l.model, {hooks.get()}).read_text(text, T, l.cfg.eval.mem_len, /*features=*/true,
+                                               [&](const Window& w, const Var& f) {  // f (1, W, C)
     const Tensor fc = f.value().contiguous(), lc = l.model->logits_from_features(f).value().contiguous();
     const int64_t V = lc.dim(2);
     queries.insert(queries.end(), fc.data() + w.again * C, fc.data() + (w.again + w.len) * C);

@@ -31,7 +31,7 @@ namespace {
 
 // Row r of every layer's memory replaced by row r + 1's (mod B).
 void rotate_rows(SegmentMemory& memory) {
-  for (Tensor& t : memory.layers) {
+  for (Tensor& t : memory.group("layers")) {
     const int64_t B = t.dim(0);
     t = concat({Var(t.slice(0, 1, B)), Var(t.slice(0, 0, 1))}, 0).value();
   }
@@ -54,7 +54,7 @@ int run(int argc, char** argv) {
   LanguageModel& model = *l.model;
   const std::string path = checkpoint;
   Rng rng(0);
-  TAPEFORMER_CHECK(model.mem_len() > 0, "xl_memory_probe: the model in '", path, "' has no memory (model.mem_len)");
+  TAPEFORMER_CHECK(model.memory_use().carried(), "xl_memory_probe: the model in '", path, "' has no memory (model.mem_len)");
   const TextCorpus corpus = TextCorpus::from_file(data.empty() ? cfg.data.path : data, *l.tokenizer, cfg.data.val_fraction);
   NoGradGuard no_grad;
   const auto mean_loss = [&](const char* how) {
@@ -66,7 +66,7 @@ int run(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i) {
       const Batch b = val.next();
       if (std::string(how) == "none") memory.reset();
-      if (std::string(how) == "other" && memory.length() > 0) rotate_rows(memory);
+      if (std::string(how) == "other" && memory.batch() > 0) rotate_rows(memory);
       total += cross_entropy(model.forward(b.inputs, memory, rng), b.targets).item();
     }
     return total / static_cast<double>(n);

@@ -17,6 +17,7 @@
 #include <cereal/archives/binary.hpp>
 #include <cereal/types/array.hpp>  // Rng's state words, so callers need no extra include
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,9 +37,10 @@ struct Batch {
   // (B): where each row's first input lies in the tokens it was read from
   // (window_batch fills it; empty when the source does not say).
   std::vector<int64_t> starts;
-  // (B, T, K): tokens retrieved for each input position, for a model that
-  // reads them (SPALM, train/spalm.h); empty for the others.
-  IndexTensor retrieved;
+  // Inputs beside the ids a model kind reads, by name, each (B, T, ...):
+  // SPALM's "retrieved" tokens (B, T, K), added by its batch source
+  // (train/spalm.h); empty for the others.
+  std::map<std::string, IndexTensor> extra;
 };
 
 // BatchSource: where a training loop's batches come from. Random windows and

@@ -64,7 +64,7 @@ Recall evaluate(LanguageModel& model, const std::function<std::unique_ptr<BatchS
   const std::unique_ptr<BatchSource> task = make_task();
   SegmentMemory memory;
   const auto forward = [&](const IndexTensor& ids) {
-    return model.mem_len() > 0 ? model.forward(ids, memory, unused) : model.forward(ids, unused);  // (B, T, V)
+    return model.memory_use().carried() ? model.forward(ids, memory, unused) : model.forward(ids, unused);  // (B, T, V)
   };
   for (int64_t i = 0; i < warmup; ++i) forward(task->next().inputs);
   double loss = 0;
@@ -186,7 +186,7 @@ int run(int argc, char** argv) {
               "\"train_seconds\": %.3f}\n",
               static_cast<long long>(cfg.train.max_iters), json_number(loss).c_str(), json_number(result.val_loss).c_str(),
               json_number(result.val_fields.at(0).second).c_str(), local.c_str(), json_number(chance).c_str(),
-              static_cast<long long>(distance), static_cast<long long>(max_distance), static_cast<long long>(model.mem_len()),
+              static_cast<long long>(distance), static_cast<long long>(max_distance), static_cast<long long>(model.memory_use().mem_len),
               static_cast<long long>(cfg.model.option_int("xmem_len")), static_cast<long long>(cfg.model.n_layer), seconds);
   return 0;
 }

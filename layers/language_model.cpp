@@ -6,34 +6,30 @@
 
 namespace tapeformer {
 
-Var LanguageModel::forward(const IndexTensor&, SegmentMemory&, Rng&) const {
-  fail("model.arch \"", config().arch, "\" keeps no segment memory (model.mem_len)");
+Var LanguageModel::forward(const IndexTensor& ids, Rng& rng) const {
+  ModelContext ctx;
+  ctx.rng = &rng;
+  return forward(ids, ctx);
 }
 
-namespace {
-[[noreturn]] void no_features(const LanguageModel& model) {
-  fail("model.arch \"", model.config().arch,
-       "\" does not expose the context vectors its output head reads (LanguageModel::features), which kNN-LM "
-       "needs");
-}
-}  // namespace
-
-Var LanguageModel::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
-                                     Rng& rng) const {
-  TAPEFORMER_CHECK(retrieved.data.empty(), "model.arch \"", config().arch, "\" reads no retrieved tokens, got ",
-                   retrieved.shape);
-  return memory != nullptr ? forward(ids, *memory, rng) : forward(ids, rng);
+Var LanguageModel::forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const {
+  ModelContext ctx;
+  ctx.rng = &rng;
+  ctx.memory = &memory;
+  return forward(ids, ctx);
 }
 
-Var LanguageModel::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const {
-  TAPEFORMER_CHECK(retrieved.data.empty(), "model.arch \"", config().arch, "\" reads no retrieved tokens, got ",
-                   retrieved.shape);
-  return forward(ids, state);
+Var LanguageModel::forward(const IndexTensor& ids, InferenceState& state) const {
+  ModelContext ctx;
+  ctx.state = &state;
+  return forward(ids, ctx);
 }
 
-Var LanguageModel::features(const IndexTensor&, SegmentMemory*, Rng&) const { no_features(*this); }
-Var LanguageModel::features(const IndexTensor&, InferenceState&) const { no_features(*this); }
-Var LanguageModel::logits_from_features(const Var&) const { no_features(*this); }
+Var LanguageModel::logits_from_features(const Var&) const {
+  fail("model.arch \"", config().arch,
+       "\" does not expose the context vectors its output head reads (LanguageModel::logits_from_features), which "
+       "kNN-LM needs");
+}
 
 Registry<ModelKind>& model_kinds() {
   static Registry<ModelKind> kinds(

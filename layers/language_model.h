@@ -5,16 +5,24 @@
 // MLP in examples/custom_attention) and train, sample and resume it through
 // the stock Trainer and command line.
 //
+// A model is called one way, forward(ids, context), for training,
+// evaluation and sampling alike; the context says what it reads beside the
+// ids (a segment memory, an inference state, extra inputs, dropout draws):
+//
 //   std::unique_ptr<LanguageModel> model = make_model(cfg, rng);   // cfg.arch's kind
 //   Var logits = model->forward(ids, rng);                          // ids (B, T) -> (B, T, V)
 //   auto state = model->make_state(/*batch=*/1);                     // sampling, piece by piece
 //   logits = model->forward(next_ids, *state);
+//   ModelContext ctx;  ctx.memory = &memory;  ctx.rng = &rng;  ctx.features = true;
+//   Var h = model->forward(ids, ctx);                                // (B, T, C): what the head reads
 //
-// Parameters, buffers, checkpoints (state/load_state), replicas that share
-// parameters (alias_parameters) and train/eval mode come from Module.
+// (the two-argument forms are shorthands for a context). Parameters,
+// buffers, checkpoints (state/load_state), replicas that share parameters
+// (alias_parameters) and train/eval mode come from Module.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,51 +43,57 @@ struct ModelFootprint {
   double activation_floats = 0;  // kept for the backward of one sequence of block_size tokens
 };
 
+// Extra per-position inputs by name, each (B, T, ...) ids: what a model kind
+// reads beside the tokens (SPALM's "retrieved" tokens, (B, T, K)).
+using ModelInputs = std::map<std::string, IndexTensor>;
+
+// What a model reads beside the ids in one call.
+struct ModelContext {
+  Rng* rng = nullptr;                  // dropout's draws (training); null: none (eval mode draws none)
+  SegmentMemory* memory = nullptr;     // the memories carried from segment to segment (memory_use()), or null
+  InferenceState* state = nullptr;     // reading piece by piece: make_state's state; null: the whole sequence
+  const ModelInputs* inputs = nullptr;  // extra inputs, or null
+  // Return the context vectors the output head reads, (B, T, C), instead of
+  // the logits (kNN-LM's keys and queries, train/knn.h):
+  // logits_from_features(forward with features) equals forward bit for bit.
+  bool features = false;
+};
+
+// A segment memory a model carries across training steps (Transformer-XL):
+// mem_len positions (0: none) and ext_len tokens read again at the start of
+// each segment.
+struct MemoryUse {
+  int64_t mem_len = 0, ext_len = 0;
+  std::vector<MemoryGroupSpec> groups;  // what it holds, as checkpoints keep it (layers/block/block.h)
+  bool carried() const { return mem_len > 0; }
+};
+
 class LanguageModel : public Module {
  public:
-  // ids (B, T) -> logits (B, T, V), causal: logits at t read ids at <= t.
-  virtual Var forward(const IndexTensor& ids, Rng& rng) const = 0;
-  // Reading a sequence piece by piece (sampling): forward(ids, state) takes
-  // the T positions after those the state has seen, ids (B, T) -> (B, T, V),
-  // equal to the matching rows of forward() on the whole sequence while it
-  // fits in `window` (0: block_size). Needs NoGradGuard and eval().
+  // ids (B, T) -> logits (B, T, V) (or features, ctx.features), causal:
+  // position t reads ids at <= t. With ctx.memory, ids is the segment after
+  // those the memory holds, which then moves on (models that carry none
+  // refuse it). With ctx.state, ids holds the T positions after those the
+  // state has seen, equal to the matching rows of the whole-sequence forward
+  // while they fit in its window (needs NoGradGuard and eval()).
+  virtual Var forward(const IndexTensor& ids, const ModelContext& ctx) const = 0;
+  // State for reading a sequence piece by piece (sampling): window (0:
+  // block_size) is how many recent positions layers that store them keep.
   virtual std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const = 0;
-  virtual Var forward(const IndexTensor& ids, InferenceState& state) const = 0;
-  // A segment memory carried across training steps (Transformer-XL): mem_len
-  // positions (0: none, the default) and ext_len re-fed tokens.
-  virtual int64_t mem_len() const { return 0; }
-  virtual int64_t ext_len() const { return 0; }
-  // ids (B, T): the segment after those `memory` holds. Models without a
-  // memory refuse it.
-  virtual Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const;
-  // The context vectors the output head reads (kNN-LM's keys and queries,
-  // train/knn.h): ids (B, T) -> (B, T, C), with `memory` the segment memory
-  // as forward(ids, memory, rng) takes it (null: none), so that
-  // logits_from_features(features(...)) equals forward(...) bit for bit.
-  // features(ids, state) is the same for reading piece by piece, equal to
-  // forward(ids, state) through logits_from_features. A kind that does not
-  // provide them refuses, naming itself.
-  virtual Var features(const IndexTensor& ids, SegmentMemory* memory, Rng& rng) const;
-  virtual Var features(const IndexTensor& ids, InferenceState& state) const;
-  // features (B, T, C) -> logits (B, T, V): the output head alone.
+  // features (B, T, C) -> logits (B, T, V): the output head alone. A kind
+  // that does not expose its features refuses, naming itself.
   virtual Var logits_from_features(const Var& features) const;
-  // Tokens retrieved for every position that the model reads beside ids
-  // (SPALM's long-term memory, layers/spalm.h): K per position, 0 (the
-  // default) for a model that reads none.
-  virtual int64_t retrieved_per_position() const { return 0; }
-  // ids (B, T) and retrieved (B, T, K) token ids (-1: none; empty when K is
-  // 0) -> logits (B, T, V), with `memory` as forward(ids, memory, rng) takes
-  // it (null: none). The default, for a model that reads none, refuses a
-  // non-empty `retrieved` and is forward(ids, memory, rng) or forward(ids, rng).
-  virtual Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
-                                Rng& rng) const;
-  // The same read piece by piece (sampling): ids (B, T) and retrieved
-  // (B, T, K) through make_state's state -> logits (B, T, V). The default
-  // refuses a non-empty `retrieved` and is forward(ids, state).
-  virtual Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const;
+  // The segment memory it carries (none by default).
+  virtual MemoryUse memory_use() const { return {}; }
   // The longest sequence forward() takes, or -1 for any length.
   virtual int64_t max_positions() const { return -1; }
   virtual const ModelConfig& config() const = 0;
+
+  // Shorthands for a context (a kind that defines forward(ids, ctx) keeps
+  // them with `using LanguageModel::forward;`):
+  Var forward(const IndexTensor& ids, Rng& rng) const;                           // whole sequences, training
+  Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const;    // the next segment
+  Var forward(const IndexTensor& ids, InferenceState& state) const;              // the next positions
 };
 
 struct ModelKind {

@@ -161,10 +161,10 @@ void Module::copy_buffers_from(const Module& source) {
   }
 }
 
-Var Module::auxiliary_loss() const {
-  Var total = own_auxiliary_loss();
+Var Module::auxiliary_loss(bool of_batch) const {
+  Var total = own_auxiliary_loss(of_batch);
   for (const auto& c : children_) {
-    const Var v = c.second->auxiliary_loss();
+    const Var v = c.second->auxiliary_loss(of_batch);
     if (v.defined()) total = total.defined() ? add(total, v) : v;
   }
   return total;

@@ -76,10 +76,15 @@ class Module {
   // buffer (then data-parallel replicas copy the buffers).
   bool optimizer_stepped(int64_t step);
 
-  // The sum of every module's auxiliary loss (adaptive span's span penalty),
-  // a scalar the trainer adds to what it backpropagates; undefined when no
-  // module has one. Layers override own_auxiliary_loss.
-  Var auxiliary_loss() const;
+  // Auxiliary losses, the one channel every layer adds to what the trainer
+  // backpropagates: the sum of every module's own_auxiliary_loss(of_batch),
+  // undefined when no module has one. Terms of the batch (of_batch = true:
+  // the learned compression's reconstruction loss of the segment just read)
+  // are weighed like the LM loss of the rows they came from, so each
+  // data-parallel shard adds its own; the other terms depend on the
+  // parameters alone (adaptive span's span penalty) and are added once per
+  // step.
+  Var auxiliary_loss(bool of_batch) const;
   // Per-layer figures a run logs on evaluation steps (adaptive span: its spans),
   // by dotted module name ("0.attn.spans"); layers override own_metrics.
   std::vector<std::pair<std::string, std::vector<double>>> layer_metrics() const;
@@ -88,7 +93,7 @@ class Module {
   // Returns true when it changed a buffer (a parameter needs no report:
   // replicas share parameters).
   virtual bool after_optimizer_step(int64_t /*step*/) { return false; }
-  virtual Var own_auxiliary_loss() const { return Var(); }
+  virtual Var own_auxiliary_loss(bool /*of_batch*/) const { return Var(); }
   virtual std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const { return {}; }
   Var register_parameter(const std::string& name, Tensor value);
   // Registers an existing Var (e.g. a tied weight owned by another module).

@@ -67,12 +67,6 @@ int64_t spalm_k(const ModelConfig& cfg) {
   return k;
 }
 
-[[noreturn]] void needs_retrieved(const char* what) {
-  fail("model.arch \"spalm\" reads model.spalm_k retrieved tokens at every position, which ", what,
-       " does not give: call forward_retrieved(ids, retrieved, memory, rng), or train and evaluate it with "
-       "tapeformer train (model.spalm_store, model.spalm_retriever)");
-}
-
 }  // namespace
 
 SpalmLM::SpalmLM(const ModelConfig& cfg, Rng& rng) : k_(spalm_k(cfg)) {
@@ -93,32 +87,25 @@ ModelFootprint SpalmLM::footprint(const ModelConfig& cfg) {
   return f;
 }
 
-Var SpalmLM::features_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
-                                Rng& rng) const {
+Var SpalmLM::forward(const IndexTensor& ids, const ModelContext& ctx) const {
+  const auto it = ctx.inputs != nullptr ? ctx.inputs->find(kRetrieved) : ModelInputs::const_iterator();
+  TAPEFORMER_CHECK(ctx.inputs != nullptr && it != ctx.inputs->end(), "model.arch \"spalm\" reads model.spalm_k = ",
+                   k_, " retrieved tokens at every position (ModelContext::inputs[\"", kRetrieved,
+                   "\"]), which its hooks give tapeformer train, eval and sample (model.spalm_store, "
+                   "model.spalm_retriever)");
+  const IndexTensor& retrieved = it->second;
   TAPEFORMER_CHECK(retrieved.shape.rank() == 3 && retrieved.shape[2] == k_, "SpalmLM: retrieved must be (B, T, ",
                    k_, ") (model.spalm_k = ", k_, "), got ", retrieved.shape);
-  const Var h = lm->features(ids, memory, rng);  // (B, T, C)
-  return spalm_mix(h, retrieved, lm->tok_emb->weight, gate->weight, gate->bias);
+  ModelContext xl = ctx;  // the XL reads the ids alone, and returns what its head would read
+  xl.inputs = nullptr;
+  xl.features = true;
+  const Var z = spalm_mix(lm->forward(ids, xl), retrieved, lm->tok_emb->weight, gate->weight, gate->bias);  // (B, T, C)
+  return ctx.features ? z : lm->logits_from_features(z);
 }
 
-Var SpalmLM::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
-                               Rng& rng) const {
-  return lm->logits_from_features(features_retrieved(ids, retrieved, memory, rng));  // (B, T, V)
-}
-
-Var SpalmLM::forward(const IndexTensor&, Rng&) const { needs_retrieved("forward(ids, rng)"); }
-Var SpalmLM::forward(const IndexTensor&, SegmentMemory&, Rng&) const { needs_retrieved("forward(ids, memory, rng)"); }
 std::unique_ptr<InferenceState> SpalmLM::make_state(int64_t batch, int64_t window) const {
   return lm->make_state(batch, window);
 }
-
-Var SpalmLM::forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const {
-  TAPEFORMER_CHECK(retrieved.shape.rank() == 3 && retrieved.shape[2] == k_, "SpalmLM: retrieved must be (B, T, ",
-                   k_, ") (model.spalm_k = ", k_, "), got ", retrieved.shape);
-  const Var h = lm->features(ids, state);  // (B, T, C)
-  return lm->logits_from_features(spalm_mix(h, retrieved, lm->tok_emb->weight, gate->weight, gate->bias));
-}
-Var SpalmLM::forward(const IndexTensor&, InferenceState&) const { needs_retrieved("forward(ids, state)"); }
 
 ModelKind spalm_model_kind() {
   ModelKind kind;

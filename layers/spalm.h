@@ -9,7 +9,9 @@
 //   cfg.arch = "spalm";
 //   cfg.options["spalm_k"] = int64_t{4};       // K
 //   SpalmLM model(cfg, rng);
-//   Var logits = model.forward_retrieved(ids, retrieved, &memory, rng);   // ids (B, T), retrieved (B, T, K)
+//   ModelInputs inputs{{"retrieved", retrieved}};                        // (B, T, K)
+//   ModelContext ctx;  ctx.memory = &memory;  ctx.rng = &rng;  ctx.inputs = &inputs;
+//   Var logits = model.forward(ids, ctx);                                 // ids (B, T) -> (B, T, V)
 //
 // The math (§2.3 of the paper, in our words). h_t (C) is the XL's last
 // hidden state at position t (here ln_f's output, the vector the output head
@@ -37,7 +39,8 @@
 // "spalm_gate.weight" [C, 1] (w_g, starts at 0) and "spalm_gate.bias" [1]
 // (b_g, starts at model.spalm_gate_bias). Where the retrieved tokens come
 // from (the frozen retriever, the store, leaving a position's own entry out
-// in training) is train/spalm.h's business: the model reads them as input.
+// in training) is train/spalm.h's business (the kind's hooks): the model
+// reads them as the extra input "retrieved".
 #pragma once
 
 #include <memory>
@@ -62,32 +65,24 @@ Var spalm_mix(const Var& h, const IndexTensor& retrieved, const Var& embedding, 
 // model.spalm_init.
 class SpalmLM : public LanguageModel {
  public:
+  // The extra input it reads: K retrieved token ids per position, (B, T, K), -1 where none.
+  static constexpr const char* kRetrieved = "retrieved";
+
   // Error unless the config is a Transformer-XL (model.mem_len > 0) and
   // model.spalm_k is in [1, 4096].
   SpalmLM(const ModelConfig& cfg, Rng& rng);
 
-  int64_t retrieved_per_position() const override { return k_; }
-  // ids (B, T), retrieved (B, T, K) -> logits (B, T, V); memory as
-  // TransformerLM::forward(ids, memory, rng) takes it (null: none).
-  Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
-                        Rng& rng) const override;
-  // z (B, T, C), the vectors the head reads.
-  Var features_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
-                         Rng& rng) const;
+  // ids (B, T) with ctx.inputs["retrieved"] (B, T, K) -> logits (B, T, V),
+  // or z (B, T, C), the vectors the head reads (ctx.features); the memory,
+  // state and rng go to the XL. Without retrieved tokens it refuses.
+  Var forward(const IndexTensor& ids, const ModelContext& ctx) const override;
+  using LanguageModel::forward;
+  int64_t k() const { return k_; }
 
-  // Reading piece by piece (sampling, train/sample.h): the XL's state, and
-  // ids (B, T) with retrieved (B, T, K) -> logits (B, T, V).
+  // Reading piece by piece (sampling, train/sample.h): the XL's state.
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
-  Var forward_retrieved(const IndexTensor& ids, const IndexTensor& retrieved, InferenceState& state) const override;
 
-  // Without retrieved tokens SPALM cannot read: these refuse, naming what to
-  // call instead.
-  Var forward(const IndexTensor& ids, Rng& rng) const override;
-  Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const override;
-  Var forward(const IndexTensor& ids, InferenceState& state) const override;
-
-  int64_t mem_len() const override { return lm->mem_len(); }
-  int64_t ext_len() const override { return lm->ext_len(); }
+  MemoryUse memory_use() const override { return lm->memory_use(); }
   Var logits_from_features(const Var& features) const override { return lm->logits_from_features(features); }
   int64_t max_positions() const override { return lm->max_positions(); }
   const ModelConfig& config() const override { return lm->config(); }

@@ -51,19 +51,28 @@ Var TransformerLM::embed_sequence(const IndexTensor& ids, Rng& rng) const {
   return drop->forward(embed(ids, 0), rng);  // (B, T, C)
 }
 
-Var TransformerLM::forward(const IndexTensor& ids, Rng& rng) const {
-  return logits_from_features(features(ids, nullptr, rng));
-}
-
-Var TransformerLM::forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const {
-  return logits_from_features(features(ids, &memory, rng));
+Var TransformerLM::forward(const IndexTensor& ids, const ModelContext& ctx) const {
+  TAPEFORMER_CHECK(ctx.inputs == nullptr || ctx.inputs->empty(), "model.arch \"", cfg_.arch,
+                   "\" reads no extra inputs, got \"", ctx.inputs ? ctx.inputs->begin()->first : "", "\"");
+  TAPEFORMER_CHECK(ctx.state == nullptr || ctx.memory == nullptr,
+                   "TransformerLM: a call reads an inference state or a segment memory, not both");
+  Var h;
+  if (ctx.state != nullptr) {
+    h = features(ids, *ctx.state);
+  } else {
+    TAPEFORMER_CHECK(ctx.rng != nullptr || !is_training() || cfg_.dropout == 0.0f,
+                     "TransformerLM: training with model.dropout = ", cfg_.dropout, " needs an Rng (ModelContext::rng)");
+    Rng none(0);  // eval mode or no dropout: nothing is drawn
+    h = features(ids, ctx.memory, ctx.rng != nullptr ? *ctx.rng : none);
+  }
+  return ctx.features ? h : logits_from_features(h);
 }
 
 Var TransformerLM::features(const IndexTensor& ids, SegmentMemory* memory, Rng& rng) const {
   if (memory == nullptr) return ln_f->forward(stack->forward(embed_sequence(ids, rng), rng));  // (B, T, C)
-  TAPEFORMER_CHECK(mem_len() > 0, "TransformerLM: a segment memory needs model.mem_len > 0");
-  TAPEFORMER_CHECK(memory->length() == 0 || ids.shape.rank() != 2 || memory->layers[0].dim(0) == ids.shape[0],
-                   "TransformerLM: a memory of ", memory->layers[0].dim(0), " sequences for a batch of ",
+  TAPEFORMER_CHECK(memory_use().carried(), "TransformerLM: a segment memory needs model.mem_len > 0");
+  TAPEFORMER_CHECK(memory->batch() == 0 || ids.shape.rank() != 2 || memory->batch() == ids.shape[0],
+                   "TransformerLM: a memory of ", memory->batch(), " sequences for a batch of ",
                    ids.shape[0]);
   return ln_f->forward(stack->forward(embed_sequence(ids, rng), *memory, rng));  // (B, T, C)
 }
@@ -77,8 +86,9 @@ int64_t memory_option(const ModelConfig& cfg, const char* name) {
 }
 }  // namespace
 
-int64_t TransformerLM::mem_len() const { return memory_option(cfg_, "mem_len"); }
-int64_t TransformerLM::ext_len() const { return memory_option(cfg_, "ext_len"); }
+MemoryUse TransformerLM::memory_use() const {
+  return {memory_option(cfg_, "mem_len"), memory_option(cfg_, "ext_len"), memory_groups(cfg_)};
+}
 
 namespace {
 // The model's state: its stack's, and the positions seen.
@@ -156,10 +166,6 @@ std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t
   state->batch = batch;
   state->stack = stack->make_state(batch, window == 0 ? cfg_.block_size : window);
   return state;
-}
-
-Var TransformerLM::forward(const IndexTensor& ids, InferenceState& state) const {
-  return logits_from_features(features(ids, state));
 }
 
 Var TransformerLM::features(const IndexTensor& ids, InferenceState& state) const {

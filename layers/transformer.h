@@ -38,9 +38,11 @@ namespace tapeformer {
 class TransformerLM : public LanguageModel {
  public:
   TransformerLM(const ModelConfig& cfg, Rng& rng);
-  // ids (B, T) -> logits (B, T, V); T is at most max_positions() when the
-  // positional scheme has a table (learned: block_size), any length otherwise.
-  Var forward(const IndexTensor& ids, Rng& rng) const override;
+  // ids (B, T) -> logits (B, T, V) (or ln_f's output, ctx.features); T is at
+  // most max_positions() when the positional scheme has a table (learned:
+  // block_size), any length otherwise. The context's memory and state as below.
+  Var forward(const IndexTensor& ids, const ModelContext& ctx) const override;
+  using LanguageModel::forward;
 
   // Reading a sequence piece by piece (sampling): make_state(B, window)
   // holds every block's state, and forward(ids, state) takes the next T
@@ -63,21 +65,19 @@ class TransformerLM : public LanguageModel {
   // segments (to float rounding).
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
 
-  // Transformer-XL training and evaluation (model.mem_len > 0): ids (B, T)
-  // is the segment after those `memory` holds (empty: the first); every
-  // layer attends to its memory, which then moves on to hold each layer's
-  // inputs at the last mem_len positions. Positions restart at 0 in each
-  // segment for the schemes that add them to the embeddings.
-  Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const override;
+  // Transformer-XL training and evaluation (model.mem_len > 0, ctx.memory):
+  // ids (B, T) is the segment after those the memory holds (empty: the
+  // first); every layer attends to its memory, which then moves on to hold
+  // each layer's inputs at the last mem_len positions. Positions restart at
+  // 0 in each segment for the schemes that add them to the embeddings.
   // model.mem_len and model.ext_len: 0 when the model keeps no segment memory.
-  int64_t mem_len() const override;
-  int64_t ext_len() const override;
-  Var forward(const IndexTensor& ids, InferenceState& state) const override;
-  // kNN-LM's context vectors: ln_f's output, the (B, T, C) rows the head
-  // multiplies (logits = features W_head, or features E^T when tied);
-  // forward() is logits_from_features(features()) in every form.
-  Var features(const IndexTensor& ids, SegmentMemory* memory, Rng& rng) const override;
-  Var features(const IndexTensor& ids, InferenceState& state) const override;
+  MemoryUse memory_use() const override;
+  // ln_f's output, the (B, T, C) rows the head multiplies (logits = features
+  // W_head, or features E^T when tied; kNN-LM's context vectors): forward()
+  // is logits_from_features(features()) in every form. memory: as
+  // ctx.memory (null: none).
+  Var features(const IndexTensor& ids, SegmentMemory* memory, Rng& rng) const;
+  Var features(const IndexTensor& ids, InferenceState& state) const;
   Var logits_from_features(const Var& features) const override;
   const ModelConfig& config() const override { return cfg_; }
   // Positions the model can represent: the learned table's rows, or -1 for any.

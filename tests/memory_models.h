@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tapeformer/core/rng.h"
+#include "tapeformer/layers/block/block.h"
 #include "tapeformer/layers/model_config.h"
 
 namespace memory_models {
@@ -26,6 +27,19 @@ inline ModelConfig tiny_config(int64_t mem_len, const std::string& block = "stan
   c.block = block;
   c.options["mem_len"] = mem_len;
   return c;
+}
+
+// The tensors of a memory's group ("layers", "compressed", "external"), none when it has none.
+inline const std::vector<Tensor>& group_of(const SegmentMemory& memory, const std::string& name) {
+  static const std::vector<Tensor> none;
+  const std::vector<Tensor>* g = memory.find(name);
+  return g != nullptr ? *g : none;
+}
+
+// The positions a group's first tensor holds (0: none yet).
+inline int64_t held(const SegmentMemory& memory, const std::string& name) {
+  const std::vector<Tensor>& g = group_of(memory, name);
+  return g.empty() || !g[0].defined() ? 0 : g[0].dim(1);
 }
 
 // A tensor of N(0, 1) draws.

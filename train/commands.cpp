@@ -18,7 +18,9 @@
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/process_group.h"
-#include "tapeformer/train/spalm.h"
+#include "tapeformer/train/evaluator.h"
+#include "tapeformer/train/knn.h"
+#include "tapeformer/train/model_hooks.h"
 #include "tapeformer/train/trainer.h"
 #include "tapeformer/train/windows.h"
 
@@ -67,6 +69,22 @@ std::string prompt_text(const SampleArgs& args) {
   }
   if (args.prompt == "-") return read_prompt(std::cin, "--prompt - (stdin)");
   return args.prompt;
+}
+
+// The model kind's hooks for `eval` or `sample` (`who`), reading with
+// `context` positions (sampling; 0: a text). With --knn, refused when the
+// kind takes no mixture.
+std::unique_ptr<ModelHooks> command_hooks(const Loaded& l, int64_t context, const KnnOptions& knn, const char* who) {
+  HookSite site;
+  site.cfg = &l.cfg;
+  site.tokenizer = l.tokenizer.get();
+  if (knn.on()) {  // before the kind's hooks open anything
+    HookSite probe = site;
+    const std::string why = make_model_hooks(probe)->refuses_mixture();
+    TAPEFORMER_CHECK(why.empty(), who, ": --knn mixes a kNN-LM into a model's output; ", why);
+  }
+  site.context = context;
+  return make_model_hooks(site);
 }
 
 }  // namespace
@@ -154,20 +172,13 @@ int run_sample(const SampleArgs& args) {
     fail(args.prompt_file.empty() ? "prompt" : "--prompt-file '" + args.prompt_file + "'", ": ", e.what());
   }
   const int64_t context = sample_context(*l.model, args.options);  // refused before anything reaches stdout
+  // The model kind's hooks (the extra inputs of every token fed), and kNN-LM's mixture.
+  std::unique_ptr<ModelHooks> hooks = command_hooks(l, context, args.knn, "sample");
   std::unique_ptr<Datastore> store;
-  std::unique_ptr<KnnMixer> mixer;
-  // SPALM: its frozen retriever and store (model.spalm_retriever, model.spalm_store), searched per token.
-  std::unique_ptr<SpalmRetriever> spalm;
-  std::unique_ptr<TokenRetriever> retriever;
-  if (l.model->retrieved_per_position() > 0) {
-    TAPEFORMER_CHECK(!args.knn.on(), "sample: --knn mixes a kNN-LM into a model's output; model.arch \"",
-                     l.cfg.model.arch, "\" retrieves from its own store (model.spalm_store)");
-    spalm = std::make_unique<SpalmRetriever>(l.cfg, *l.tokenizer);
-    retriever = spalm->sampler(context);
-  }
+  std::unique_ptr<KnnHooks> knn;
   if (args.knn.on()) {
     store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
-    mixer = std::make_unique<KnnMixer>(*store, args.knn);
+    knn = std::make_unique<KnnHooks>(*store, args.knn);
   }
   Rng rng(args.options.seed);
   // The prompt is printed with the first token, so that weights giving NaN
@@ -183,7 +194,7 @@ int run_sample(const SampleArgs& args) {
       print_prompt();
       std::fputs(text.push(id).c_str(), stdout);
       std::fflush(stdout);
-    }, mixer.get(), retriever.get());
+    }, {hooks.get(), knn.get()});
   } catch (const NonFiniteLogits& e) {
     if (prompt_printed) std::fputs("\n", stdout);  // the error line starts a line of its own
     fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
@@ -213,66 +224,27 @@ EvalResult evaluate_file(const EvalArgs& args) {
   TAPEFORMER_CHECK(limit < 0 || T <= limit, "eval: context ", T, " exceeds the ", limit,
                    " positions of model.positional \"", l.cfg.model.positional,
                    "\" (its table ends at model.block_size); a positional scheme without a table takes any context");
+  std::unique_ptr<ModelHooks> hooks = command_hooks(l, 0, args.knn, "eval");  // the model kind's extra inputs
   std::unique_ptr<Datastore> store;
-  if (args.knn.on())
+  std::unique_ptr<KnnHooks> knn;  // lambda = 0 mixes nothing: the model's own loss, bit for bit
+  if (args.knn.on()) {
     store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
+    knn = std::make_unique<KnnHooks>(*store, args.knn);
+  }
   const EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
   const int64_t n = static_cast<int64_t>(text.ids.size());
-  // SPALM: the tokens its frozen retriever retrieves at every position of
-  // the text (train/spalm.h), its own entry left out where the store holds it.
-  SpalmTable retrieved;
-  if (l.model->retrieved_per_position() > 0) {
-    TAPEFORMER_CHECK(!args.knn.on(), "eval: --knn mixes a kNN-LM into a model's output; model.arch \"",
-                     l.cfg.model.arch, "\" retrieves from its own store (model.spalm_store)");
-    const int64_t train_length =
-        args.split == "val" ? static_cast<int64_t>(
-                                  read_eval_text(args.data, *l.tokenizer, "train", l.cfg.data.val_fraction).ids.size())
-                            : 0;
-    retrieved = SpalmRetriever(l.cfg, *l.tokenizer).table(text.ids, train_length, "text");
-  }
-  NoGradGuard no_grad;
-  Rng unused(0);
-  // A model with a segment memory reads the text as one stream, segment by
-  // segment, carrying its memories (eval.mem_len positions, default
-  // model.mem_len; and a compressed memory). With ext_len e each segment
-  // also starts with the e tokens before it again, their targets not counted.
-  const bool carries = l.model->mem_len() > 0;
-  SegmentMemory memory;
-  memory.limit = l.cfg.eval.mem_len;
-  // lambda = 0 takes the model's own path below: its loss, bit for bit.
-  const bool mixes = store && args.knn.lambda > 0;
-  std::unique_ptr<KnnEval> knn;
-  if (mixes) knn = std::make_unique<KnnEval>(*store, args.knn);
-  double total = 0;
-  int64_t counted = 0;
-  for_each_window(text.ids, T, carries ? l.model->ext_len() : 0, [&](const Window& w) {
-    if (mixes) {
-      const Var f = l.model->features(w.ids, carries ? &memory : nullptr, unused);  // (1, W, C)
-      knn->add(f.value(), l.model->logits_from_features(f).value(), w);
-      return;
-    }
-    IndexTensor near;  // (1, W, K): the window's rows of the table
-    if (retrieved.k > 0) {
-      const int64_t W = w.ids.shape[1], K = retrieved.k, first = w.start - w.again;
-      near = IndexTensor({1, W, K}, std::vector<int32_t>(retrieved.ids.begin() + first * K,
-                                                         retrieved.ids.begin() + (first + W) * K));
-    }
-    const Var logits = l.model->forward_retrieved(w.ids, near, carries ? &memory : nullptr, unused);
-    total += cross_entropy(logits, w.targets).item() * static_cast<double>(w.len);
-    counted += w.len;
-  });
-  if (mixes) {
-    knn->finish();
-    total = knn->loss_sum;
-    counted = knn->counted;
-  }
+  // A model with a segment memory reads the text as one stream, carrying its
+  // memories (eval.mem_len positions, default model.mem_len).
+  const Evaluator::TextLoss t = Evaluator(*l.model, {hooks.get(), knn.get()}).text_loss(text, T, l.cfg.eval.mem_len);
+  const double total = t.loss_sum;
+  const int64_t counted = t.counted;
   const double per_char = static_cast<double>(n) / static_cast<double>(text.characters);
   const double loss = total / static_cast<double>(counted);
   TAPEFORMER_CHECK(std::isfinite(loss), "the model's loss on the data is ", std::isnan(loss) ? "nan" : "inf",
                    ": the weights in '",
                    weights_file(args.checkpoint, args.weights), "' are not usable");
   EvalResult r{loss, counted, per_char};
-  r.lm_loss = mixes ? knn->lm_loss_sum / static_cast<double>(counted) : loss;
+  r.lm_loss = t.lm_loss_sum / static_cast<double>(counted);
   r.knn_keys = store ? store->size() : 0;
   return r;
 }

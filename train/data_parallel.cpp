@@ -25,13 +25,15 @@ Batch slice_rows(const Batch& batch, int64_t begin, int64_t end) {
   };
   Batch out{rows(batch.inputs), rows(batch.targets), {}, {}};
   if (!batch.starts.empty()) out.starts.assign(batch.starts.begin() + begin, batch.starts.begin() + end);
-  if (!batch.retrieved.data.empty()) {  // (B, T, K): the rows' T K ids
-    const Shape& r = batch.retrieved.shape;
-    TAPEFORMER_CHECK(r.rank() == 3 && r[0] == s[0] && r[1] == T, "slice_rows: retrieved ", r,
-                     " must be (B, T, K) for inputs ", s);
-    const int64_t n = T * r[2];
-    out.retrieved = IndexTensor({end - begin, T, r[2]}, std::vector<int32_t>(batch.retrieved.data.begin() + begin * n,
-                                                                             batch.retrieved.data.begin() + end * n));
+  for (const auto& [name, extra] : batch.extra) {  // (B, T, ...): the rows' ids
+    const Shape& r = extra.shape;
+    TAPEFORMER_CHECK(r.rank() >= 2 && r[0] == s[0] && r[1] == T, "slice_rows: input \"", name, "\" ", r,
+                     " must be (B, T, ...) for inputs ", s);
+    const int64_t n = extra.numel() / s[0];
+    Shape part = r;
+    part[0] = end - begin;
+    out.extra.emplace(name, IndexTensor(part, std::vector<int32_t>(extra.data.begin() + begin * n,
+                                                                    extra.data.begin() + end * n)));
   }
   return out;
 }
@@ -64,13 +66,17 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   const int64_t local = group_ ? shards() : std::min<int64_t>(shards(), B);
   const int64_t S = total_shards(B), first = group_ ? group_->rank() * local : 0;
   const auto forward = [](const LanguageModel& m, const Batch& b, SegmentMemory* mem, Rng& rng) {
-    return m.forward_retrieved(b.inputs, b.retrieved, mem, rng);  // (B, T, V)
+    ModelContext ctx;
+    ctx.rng = &rng;
+    ctx.memory = mem;
+    ctx.inputs = b.extra.empty() ? nullptr : &b.extra;
+    return m.forward(b.inputs, ctx);  // (B, T, V)
   };
   std::optional<profile::Scope> timed;
   timed.emplace("forward + backward", profile::Kind::Phase);
   if (S == 1) {  // one shard in all: the caller's Rng, no replicas
     Var loss = cross_entropy(forward(model_, batch, memory, dropout_rng), batch.targets);
-    if (grad_enabled()) backward(with_memory_loss(mul_scalar(loss, scale), memory, scale));
+    if (grad_enabled()) backward(with_batch_losses(mul_scalar(loss, scale), model_, scale));
     backward_auxiliary(scale);
     return loss.item();
   }
@@ -111,13 +117,11 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     if (memory != nullptr) {
       SegmentMemory& part = work.back().memory;
       part.limit = memory->limit;
-      // Every memory's rows of this shard (an undefined tensor stays undefined).
-      const auto rows = [&](const std::vector<Tensor>& whole, std::vector<Tensor>& mine) {
-        for (const Tensor& t : whole) mine.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
-      };
-      rows(memory->layers, part.layers);
-      rows(memory->compressed, part.compressed);
-      rows(memory->external, part.external);
+      // Every group's rows of this shard (an undefined tensor stays undefined).
+      for (const SegmentMemory::Group& g : memory->groups) {
+        std::vector<Tensor>& mine = part.group(g.name);
+        for (const Tensor& t : g.tensors) mine.push_back(t.defined() ? t.slice(0, row, row + n).contiguous() : t);
+      }
     }
     row += n;
   }
@@ -136,7 +140,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
         continue;
       }
       Var loss = cross_entropy(forward(*w.model, w.rows, mem, w.rng), w.rows.targets);
-      backward(with_memory_loss(mul_scalar(loss, scale * share), mem, scale * share));
+      backward(with_batch_losses(mul_scalar(loss, scale * share), *w.model, scale * share));
       w.loss = loss.item();
     }
   });
@@ -144,21 +148,24 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
   timed.reset();
   if (memory != nullptr) {  // the shards' rows back into the batch's memory, in row order
     NoGradGuard no_grad;
-    // Each layer's rows, its compressed rows (none until something falls out of the memory), and the
-    // external memory's keys and values.
-    const auto join = [&](std::vector<Tensor>& whole, std::vector<Tensor> SegmentMemory::*part) {
-      whole.assign((work[0].memory.*part).size(), Tensor());
+    // Each group the shards' memories hold (a tensor that holds nothing yet stays undefined).
+    for (const SegmentMemory::Group& g : work[0].memory.groups) {
+      const auto shard_group = [&](const Shard& w) -> const std::vector<Tensor>& {
+        const std::vector<Tensor>* t = w.memory.find(g.name);
+        TAPEFORMER_CHECK(t != nullptr && t->size() == g.tensors.size(), "DataParallel: shard memories differ in group \"",
+                         g.name, "\"");
+        return *t;
+      };
+      std::vector<Tensor>& whole = memory->group(g.name);
+      whole.assign(g.tensors.size(), Tensor());
       for (size_t l = 0; l < whole.size(); ++l) {
-        if (!(work[0].memory.*part)[l].defined()) continue;
+        if (!g.tensors[l].defined()) continue;
         std::vector<Var> parts;
-        for (const Shard& w : work) parts.emplace_back((w.memory.*part)[l]);
+        for (const Shard& w : work) parts.emplace_back(shard_group(w)[l]);
         whole[l] = concat(parts, 0).value();                    // (this process's rows, M, C)
         if (group_) whole[l] = gather_rows(whole[l], rank_rows);  // (B, M, C) on every rank
       }
-    };
-    join(memory->layers, &SegmentMemory::layers);
-    join(memory->compressed, &SegmentMemory::compressed);
-    join(memory->external, &SegmentMemory::external);
+    }
   }
   if (grad) {
     if (group_) {
@@ -319,18 +326,18 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
 // The returned loss stays the cross-entropy alone.
 void DataParallel::backward_auxiliary(float scale) {
   if (!grad_enabled()) return;
-  const Var aux = model_.auxiliary_loss();
+  const Var aux = model_.auxiliary_loss(/*of_batch=*/false);
   if (aux.defined()) backward(mul_scalar(aux, scale));
 }
 
-// What one backward pass takes: the scaled LM loss, plus a memory's own loss
-// (the learned compression's attention reconstruction) scaled alike; the
-// tape holds both graphs until that pass.
-Var DataParallel::with_memory_loss(const Var& scaled_loss, SegmentMemory* memory, float scale) {
-  if (memory == nullptr || !memory->auxiliary_loss.defined()) return scaled_loss;
-  const Var total = add(scaled_loss, mul_scalar(memory->auxiliary_loss, scale));
-  memory->auxiliary_loss = Var();
-  return total;
+// What one backward pass takes: the scaled LM loss, plus the auxiliary
+// losses of the batch the shard's model just read (the learned
+// compression's attention reconstruction) scaled alike; the tape holds both
+// graphs until that pass.
+Var DataParallel::with_batch_losses(const Var& scaled_loss, const LanguageModel& model, float scale) {
+  const Var aux = model.auxiliary_loss(/*of_batch=*/true);
+  if (!aux.defined()) return scaled_loss;
+  return add(scaled_loss, mul_scalar(aux, scale));
 }
 
 // Replica gradients into the model's, in shard order, in one parallel pass
@@ -378,7 +385,10 @@ std::vector<double> DataParallel::losses(const std::vector<Batch>& batches, Rng&
     Rng local = rng;      // eval mode: dropout is off and draws nothing
     for (int64_t i = b0; i < b1; ++i) {
       const Batch& b = batches[static_cast<size_t>(lo + i)];
-      const Var logits = model_.forward_retrieved(b.inputs, b.retrieved, nullptr, local);  // (B, T, V)
+      ModelContext ctx;
+      ctx.rng = &local;
+      ctx.inputs = b.extra.empty() ? nullptr : &b.extra;
+      const Var logits = model_.forward(b.inputs, ctx);  // (B, T, V)
       out[static_cast<size_t>(i)] = cross_entropy(logits, b.targets).item();
     }
   });

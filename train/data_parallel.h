@@ -79,7 +79,7 @@ class DataParallel {
 
  private:
   void backward_auxiliary(float scale);
-  static Var with_memory_loss(const Var& scaled_loss, SegmentMemory* memory, float scale);
+  static Var with_batch_losses(const Var& scaled_loss, const LanguageModel& model, float scale);
 
  public:
 

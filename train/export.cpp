@@ -22,7 +22,7 @@ namespace {
 bool is_nanogpt(const LanguageModel& model) {
   const ModelConfig& c = model.config();
   return c.arch == "transformer" && c.block == "standard" && c.attention == "softmax" && c.positional == "learned" &&
-         c.mlp == "standard" && model.mem_len() == 0;
+         c.mlp == "standard" && !model.memory_use().carried();
 }
 
 // tapeformer name -> (nanoGPT name, transposed?) for a GPT's parameters.

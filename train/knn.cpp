@@ -13,6 +13,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/train/commands.h"
+#include "tapeformer/train/evaluator.h"
 
 namespace tapeformer {
 namespace {
@@ -232,14 +233,14 @@ Datastore build_knn_store(const KnnBuildArgs& args, const std::function<void(int
   info.source = args.data + (args.split == "all" ? "" : " (" + args.split + " split)");
   if (info.source.size() > 4096) info.source.resize(4096);
   Datastore store(info, args.index);
-  NoGradGuard no_grad;
-  Rng unused(0);
-  const bool carries = l.model->mem_len() > 0;
-  SegmentMemory memory;
-  memory.limit = l.cfg.eval.mem_len;
   int64_t done = 0;
-  for_each_window(text.ids, T, carries ? l.model->ext_len() : 0, [&](const Window& w) {
-    const Tensor f = l.model->features(w.ids, carries ? &memory : nullptr, unused).value().contiguous();  // (1, W, C)
+  HookSite site;
+  site.cfg = &l.cfg;
+  site.tokenizer = l.tokenizer.get();
+  const std::unique_ptr<ModelHooks> hooks = make_model_hooks(site);  // the model kind's extra inputs
+  Evaluator(*l.model, {hooks.get()}).read_text(text, T, l.cfg.eval.mem_len, /*features=*/true,
+                                               [&](const Window& w, const Var& features) {
+    const Tensor f = features.value().contiguous();  // (1, W, C)
     for (int64_t t = 0; t < w.len; ++t)
       TAPEFORMER_CHECK(std::isfinite(f.data()[(w.again + t) * C]), "knn build: the model's context vector at position ",
                        w.start + t, " is not finite: the weights are not usable");

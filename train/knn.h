@@ -38,6 +38,7 @@
 #include "tapeformer/layers/language_model.h"
 #include "tapeformer/retrieval/datastore.h"
 #include "tapeformer/train/config.h"
+#include "tapeformer/train/model_hooks.h"
 #include "tapeformer/train/sample.h"
 #include "tapeformer/train/windows.h"
 
@@ -111,15 +112,39 @@ class KnnEval {
   std::vector<int64_t> positions_;  // (n): where in the text, for errors
 };
 
-// Mixes p_kNN into each sampled token's distribution (generate's mixer).
-class KnnMixer : public NextTokenMixer {
+// Mixes p_kNN into one sampled token's distribution.
+class KnnMixer {
  public:
   KnnMixer(const Datastore& store, const KnnOptions& opt) : store_(store), opt_(opt) {}
-  void mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const override;
+  // logits (V) at the position's features (C) -> log p of the mixture.
+  void mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const;
 
  private:
   const Datastore& store_;
   const KnnOptions& opt_;
+};
+
+// kNN-LM as hooks (train/model_hooks.h), which `eval` and `sample` add for
+// --knn: every next-token distribution mixed with p_kNN (KnnEval's sums in
+// evaluation, KnnMixer's distribution in sampling). With lambda = 0 it mixes
+// nothing and the model's own path runs, bit for bit.
+class KnnHooks : public ModelHooks {
+ public:
+  KnnHooks(const Datastore& store, const KnnOptions& opt) : opt_(opt), eval_(store, opt_), mixer_(store, opt_) {}
+  bool mixes() const override { return opt_.lambda > 0; }
+  void mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const override {
+    mixer_.mix(features, C, logits, V);
+  }
+  void score(const Tensor& features, const Tensor& logits, const Window& w) override { eval_.add(features, logits, w); }
+  Sums finish() override {
+    eval_.finish();
+    return {eval_.loss_sum, eval_.lm_loss_sum, eval_.counted};
+  }
+
+ private:
+  KnnOptions opt_;
+  KnnEval eval_;
+  KnnMixer mixer_;
 };
 
 struct KnnBuildArgs {

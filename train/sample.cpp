@@ -63,17 +63,19 @@ int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, 
 
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
-                              const std::function<void(int32_t)>& on_token, const NextTokenMixer* mixer,
-                              TokenRetriever* retriever) {
+                              const std::function<void(int32_t)>& on_token, const std::vector<ModelHooks*>& given) {
   opt.validate();
   TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one token)");
-  const bool retrieves = model.retrieved_per_position() > 0;
-  TAPEFORMER_CHECK(!retrieves || retriever != nullptr, "sample: model.arch \"", model.config().arch,
-                   "\" reads retrieved tokens at every position, and no retriever was given");
-  TAPEFORMER_CHECK(!retrieves || mixer == nullptr, "sample: model.arch \"", model.config().arch,
-                   "\" retrieves from its own store; a kNN-LM mixture does not apply to it");
-  TAPEFORMER_CHECK(retrieves || retriever == nullptr, "sample: model.arch \"", model.config().arch,
-                   "\" reads no retrieved tokens, but a retriever was given");
+  std::vector<ModelHooks*> hooks;
+  ModelHooks* mixer = nullptr;  // the hook that rewrites each distribution, if any
+  for (ModelHooks* h : given) {
+    if (h == nullptr) continue;
+    hooks.push_back(h);
+    if (h->mixes()) mixer = h;
+  }
+  if (mixer != nullptr)
+    for (const ModelHooks* h : hooks)
+      TAPEFORMER_CHECK(h->refuses_mixture().empty(), "sample: a kNN-LM mixture does not apply: ", h->refuses_mixture());
   const int64_t V = model.config().vocab_size, limit = model.max_positions();
   const int64_t context = sample_context(model, opt);
   for (int32_t id : prompt)
@@ -90,20 +92,22 @@ std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& 
   std::vector<int32_t> seq = prompt;
   const std::unique_ptr<InferenceState> state = model.make_state(1, context);
   std::vector<Scalar> row(static_cast<size_t>(V));  // the last position's logits, (V)
+  ModelInputs inputs;
   const auto feed = [&](std::vector<int32_t>::const_iterator begin, bool restart) {
     const auto t = static_cast<int64_t>(seq.cend() - begin);
     const IndexTensor ids({1, t}, std::vector<int32_t>(begin, seq.cend()));
-    if (retrieves) {
-      const Tensor logits = model.forward_retrieved(ids, retriever->retrieve(ids, restart), *state).value();  // (1, t, V)
-      std::copy_n(logits.data() + (t - 1) * V, V, row.begin());
-      return;
-    }
+    inputs.clear();
+    for (ModelHooks* h : hooks) h->sample_inputs(ids, restart, inputs);
+    ModelContext ctx;
+    ctx.state = state.get();
+    ctx.inputs = inputs.empty() ? nullptr : &inputs;
     if (mixer == nullptr) {
-      const Tensor logits = model.forward(ids, *state).value();  // (1, t, V)
+      const Tensor logits = model.forward(ids, ctx).value();  // (1, t, V)
       std::copy_n(logits.data() + (t - 1) * V, V, row.begin());
       return;
     }
-    const Var features = model.features(ids, *state);  // (1, t, C)
+    ctx.features = true;
+    const Var features = model.forward(ids, ctx);  // (1, t, C)
     const Tensor f = features.value();
     const int64_t C = f.dim(2);
     const Tensor logits = model.logits_from_features(features).value();  // (1, t, V), as forward() computes them

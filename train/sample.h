@@ -26,6 +26,7 @@
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/model_hooks.h"
 
 namespace tapeformer {
 
@@ -55,35 +56,16 @@ class NonFiniteLogits : public Error {
 // Picks a token from one row of logits (V); NonFiniteLogits on a NaN or inf.
 int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, Rng& rng);
 
-// Rewrites each next-token distribution before it is sampled (kNN-LM's
-// mixture, train/knn.h): given the model's context vector at the position,
-// features (C), it turns the logits (V) into other logits (log-probabilities).
-class NextTokenMixer {
- public:
-  virtual ~NextTokenMixer() = default;
-  virtual void mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const = 0;
-};
-
-// The tokens a model that reads retrieved tokens (retrieved_per_position()
-// K > 0: SPALM, train/spalm.h) gets beside each position while sampling.
-// generate() passes every token it feeds, in order, once; `restart` says the
-// model's state was just reset and `ids` is the window read afresh.
-class TokenRetriever {
- public:
-  virtual ~TokenRetriever() = default;
-  // ids (1, T) -> retrieved (1, T, K), -1 where fewer were found.
-  virtual IndexTensor retrieve(const IndexTensor& ids, bool restart) = 0;
-};
-
 // Returns prompt followed by opt.tokens sampled tokens. `on_token`, when set,
 // is called with each new token as it is produced (for streaming output).
-// With a `mixer`, the model runs as features() then logits_from_features()
-// (the same logits) and the mixer rewrites each row before it is sampled.
-// A model that reads retrieved tokens needs a `retriever` (and takes no
-// mixer): it runs as forward_retrieved(ids, retriever's tokens, state).
+// `hooks` (train/model_hooks.h; null entries skipped): the model kind's,
+// which give the extra inputs of every token fed (SPALM's retrieved tokens),
+// and a mixture's (kNN-LM's). With a hook that mixes, the model returns its
+// features and logits_from_features() the same logits, which the hook
+// rewrites before each draw.
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
                               const std::function<void(int32_t)>& on_token = {},
-                              const NextTokenMixer* mixer = nullptr, TokenRetriever* retriever = nullptr);
+                              const std::vector<ModelHooks*>& hooks = {});
 
 }  // namespace tapeformer

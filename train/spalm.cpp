@@ -10,6 +10,7 @@
 #include "tapeformer/core/files.h"
 #include "tapeformer/layers/spalm.h"
 #include "tapeformer/train/commands.h"
+#include "tapeformer/train/evaluator.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/windows.h"
 
@@ -82,7 +83,7 @@ SpalmRetriever::SpalmRetriever(const TrainConfig& cfg, const Tokenizer& tokenize
   } catch (const Error& e) {
     fail("model.spalm_retriever '", checkpoint, "': ", e.what());
   }
-  TAPEFORMER_CHECK(retriever_->model->retrieved_per_position() == 0, "model.spalm_retriever '", checkpoint,
+  TAPEFORMER_CHECK(dynamic_cast<const SpalmLM*>(retriever_->model.get()) == nullptr, "model.spalm_retriever '", checkpoint,
                    "' is itself a SPALM model: the retriever must be the plain model the store was built from");
   TAPEFORMER_CHECK(tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(*retriever_->tokenizer),
                    "model.spalm_retriever '", checkpoint, "' has another tokenizer than this run (", 
@@ -150,13 +151,11 @@ SpalmTable SpalmRetriever::table(const std::vector<int32_t>& tokens, int64_t tra
     queries.clear();
     positions.clear();
   };
-  NoGradGuard no_grad;
-  Rng unused(0);
-  const bool carries = model.mem_len() > 0;
-  SegmentMemory memory;
-  memory.limit = rc.eval.mem_len;
-  for_each_window(tokens, rc.model.block_size, carries ? model.ext_len() : 0, [&](const Window& w) {
-    const Tensor f = model.features(w.ids, carries ? &memory : nullptr, unused).value().contiguous();  // (1, W, C)
+  EvalText text;
+  text.ids = tokens;
+  Evaluator(model).read_text(text, rc.model.block_size, rc.eval.mem_len, /*features=*/true,
+                             [&](const Window& w, const Var& features) {
+    const Tensor f = features.value().contiguous();  // (1, W, C)
     for (int64_t t = 0; t < w.len; ++t) {
       const float* row = f.data() + (w.again + t) * C;
       TAPEFORMER_CHECK(std::isfinite(row[0]), "model.spalm_retriever: its context vector at position ", w.start + t,
@@ -251,7 +250,10 @@ class SpalmSampler : public TokenRetriever {
   IndexTensor retrieve(const IndexTensor& ids, bool restart) override {
     if (restart) state_->reset();
     NoGradGuard no_grad;
-    const Tensor f = model_.features(ids, *state_).value().contiguous();  // (1, T, C): the queries
+    ModelContext ctx;
+    ctx.state = state_.get();
+    ctx.features = true;
+    const Tensor f = model_.forward(ids, ctx).value().contiguous();  // (1, T, C): the queries
     const int64_t T = ids.shape[1], K = k_;
     const Neighbours nb = store_.index().search(f.data(), T, K);  // (T, K)
     return IndexTensor({1, T, K}, neighbour_values(nb, store_));  // -1 where the search found fewer
@@ -290,17 +292,16 @@ Batch RetrievingSource::next() {
                      ", outside the table's ", table_.n, " positions");
     std::copy_n(table_.ids.begin() + s * K, T * K, ids.begin() + r * T * K);
   }
-  b.retrieved = IndexTensor({B, T, K}, std::move(ids));
+  b.extra[kRetrieved] = IndexTensor({B, T, K}, std::move(ids));
   return b;
 }
 
 SpalmData::SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train,
-                     const TokenSource& val, BatchSource& train_batches, const std::string& run_dir)
+                     const TokenSource& val, const std::string& run_dir)
     : retriever(std::make_unique<SpalmRetriever>(cfg, tokenizer)) {
   const std::vector<std::string> paths = files(run_dir);
   train_table = retriever->cached_table(read_all(train), train.size(), "train split", paths[0]);
   val_table = retriever->cached_table(read_all(val), train.size(), "val split", paths[1]);
-  train_source = std::make_unique<RetrievingSource>(train_batches, train_table);
 }
 
 std::vector<std::string> SpalmData::files(const std::string& run_dir) {
@@ -311,6 +312,80 @@ void SpalmData::keep(const std::string& run_dir) const {
   const std::vector<std::string> paths = files(run_dir);
   if (!train_table.cached) SpalmRetriever::keep_table(train_table, paths[0]);
   if (!val_table.cached) SpalmRetriever::keep_table(val_table, paths[1]);
+}
+
+namespace {
+
+// SPALM's hooks: training reads the tables of both splits (SpalmData), a
+// text read window by window gets its own table, and sampling searches the
+// store for each fed position through the retriever's own state.
+class SpalmHooks : public ModelHooks {
+ public:
+  explicit SpalmHooks(const HookSite& site) : site_(site) {
+    TAPEFORMER_CHECK(site.task.empty(), site.task, ": model.arch \"", site.cfg->model.arch,
+                     "\" retrieves from a text's kNN store; it trains on a text corpus, not on a task");
+    if (site.train != nullptr && site.val != nullptr)
+      data_ = std::make_unique<SpalmData>(*site.cfg, *site.tokenizer, *site.train, *site.val, site.run_dir);
+    if (site.context > 0) {  // sampling: the retriever and its store, opened and checked before anything is drawn
+      retriever_ = std::make_unique<SpalmRetriever>(*site.cfg, *site.tokenizer);
+      sampler_ = retriever_->sampler(site.context);
+    }
+  }
+
+  BatchSource& train_source(BatchSource& inner) override {
+    TAPEFORMER_CHECK(data_ != nullptr, "SPALM: training needs the train and val splits' tables");
+    train_source_ = std::make_unique<RetrievingSource>(inner, data_->train_table);
+    return *train_source_;
+  }
+  std::unique_ptr<BatchSource> val_source(BatchSource& inner) override {
+    TAPEFORMER_CHECK(data_ != nullptr, "SPALM: evaluation needs the val split's table");
+    return std::make_unique<RetrievingSource>(inner, data_->val_table);
+  }
+  std::vector<std::string> files(const std::string& run_dir) const override { return SpalmData::files(run_dir); }
+  void keep(const std::string& run_dir) const override {
+    if (data_) data_->keep(run_dir);
+  }
+  void initialise(LanguageModel& model) const override {  // a fresh SPALM starts as its retriever
+    if (data_ && site_.cfg->model.option_bool("spalm_init")) data_->retriever->initialise(model);
+  }
+
+  void begin_text(const EvalText& text, const std::string& path, const std::string& split,
+                  double val_fraction) override {
+    // The val split of a store of the whole file starts after the train split's tokens.
+    const int64_t train_length =
+        split == "val" ? static_cast<int64_t>(read_eval_text(path, *site_.tokenizer, "train", val_fraction).ids.size())
+                       : 0;
+    table_ = SpalmRetriever(*site_.cfg, *site_.tokenizer).table(text.ids, train_length, "text");
+  }
+  void window_inputs(const Window& w, ModelInputs& inputs) const override {
+    const int64_t W = w.ids.shape[1], K = table_.k, first = w.start - w.again;  // the window's rows of the table
+    inputs[kRetrieved] = IndexTensor({1, W, K}, std::vector<int32_t>(table_.ids.begin() + first * K,
+                                                                     table_.ids.begin() + (first + W) * K));
+  }
+
+  void sample_inputs(const IndexTensor& ids, bool restart, ModelInputs& inputs) override {
+    TAPEFORMER_CHECK(sampler_ != nullptr, "SPALM: sampling needs hooks made for it (HookSite::context)");
+    inputs[kRetrieved] = sampler_->retrieve(ids, restart);
+  }
+
+  std::string refuses_mixture() const override {
+    return "model.arch \"" + site_.cfg->model.arch + "\" retrieves from its own store (model.spalm_store)";
+  }
+
+ private:
+  HookSite site_;
+  std::unique_ptr<SpalmData> data_;
+  std::unique_ptr<RetrievingSource> train_source_;
+  SpalmTable table_;  // a text's (begin_text)
+  std::unique_ptr<SpalmRetriever> retriever_;
+  std::unique_ptr<TokenRetriever> sampler_;
+};
+
+}  // namespace
+
+ModelHooksKind spalm_model_hooks() {
+  return {"spalm", "the tokens SPALM's frozen retriever finds in its store for every position",
+          [](const HookSite& site) -> std::unique_ptr<ModelHooks> { return std::make_unique<SpalmHooks>(site); }};
 }
 
 }  // namespace tapeformer

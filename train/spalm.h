@@ -47,13 +47,26 @@
 #include "tapeformer/data/token_file.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/layers/language_model.h"
+#include "tapeformer/layers/spalm.h"
 #include "tapeformer/retrieval/datastore.h"
 #include "tapeformer/train/config.h"
+#include "tapeformer/train/model_hooks.h"
 #include "tapeformer/train/sample.h"
 
 namespace tapeformer {
 
 struct Loaded;  // train/commands.h
+
+// The tokens a model that reads retrieved tokens gets beside each position
+// while sampling (SPALM's hooks use one). It is passed every token fed, in
+// order, once; `restart` says the model's state was just reset and `ids` is
+// the window read afresh.
+class TokenRetriever {
+ public:
+  virtual ~TokenRetriever() = default;
+  // ids (1, T) -> retrieved (1, T, K), -1 where fewer were found.
+  virtual IndexTensor retrieve(const IndexTensor& ids, bool restart) = 0;
+};
 
 // K retrieved tokens for every position of a split: ids (N, K), -1 where
 // the search found fewer.
@@ -103,8 +116,12 @@ class SpalmRetriever {
   std::string store_path_;
 };
 
+// The name of SPALM's extra input (ModelInputs, Batch::extra): the retrieved
+// tokens (B, T, K).
+inline constexpr const char* kRetrieved = SpalmLM::kRetrieved;
+
 // A batch source that adds the retrieved tokens to another's batches:
-// batch.retrieved (B, T, K) = table rows starts[b] + t. The inner source
+// batch.extra["retrieved"] (B, T, K) = table rows starts[b] + t. The inner source
 // must fill Batch::starts (window_batch does); its position is this one's.
 class RetrievingSource : public BatchSource {
  public:
@@ -119,20 +136,19 @@ class RetrievingSource : public BatchSource {
   const SpalmTable& table_;
 };
 
-// All of a SPALM run's retrieval: the retriever, the train and val tables,
-// and the train source (Trainer, train/trainer.cpp).
+// All of a SPALM run's retrieval: the retriever and the train and val
+// tables (SPALM's training hooks).
 struct SpalmData {
   // The tables are read from run_dir (spalm_train.table, spalm_val.table)
   // where keep() wrote them, else computed.
   SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train, const TokenSource& val,
-            BatchSource& train_batches, const std::string& run_dir);
+            const std::string& run_dir);
   // Writes the tables that were computed into run_dir (the Trainer's rank 0,
   // once the run's directory exists).
   void keep(const std::string& run_dir) const;
   static std::vector<std::string> files(const std::string& run_dir);
   std::unique_ptr<SpalmRetriever> retriever;
   SpalmTable train_table, val_table;
-  std::unique_ptr<RetrievingSource> train_source;
 };
 
 }  // namespace tapeformer

@@ -29,7 +29,9 @@
 #include "tapeformer/train/profile_report.h"
 #include "tapeformer/train/run_lock.h"
 #include "tapeformer/train/signals.h"
-#include "tapeformer/train/spalm.h"
+#include "tapeformer/train/evaluator.h"
+#include "tapeformer/train/model_hooks.h"
+#include "tapeformer/train/run_directory.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
@@ -55,54 +57,58 @@ struct SourcePosition {
 };
 
 // A memory run's data stream in the checkpoint (Transformer-XL): the batch
-// source's position and the segment memory it carries (each layer's
-// (B, M, C), M <= max_m).
+// source's position and the segment memory it carries, each group the model
+// declares (MemoryUse::groups) in its order, as a count and then each
+// tensor's positions and values; a group a file's format predates is not read.
 struct StreamState {
   BatchSource* source;
   SegmentMemory* memory;
-  int64_t batch, width, layers, max_m, max_cm;
-  int64_t max_external = 0;     // model.xmem_len: a model with an external memory stores its keys and values last
-  bool with_compressed = true;  // checkpoint format 2 on; format 1 has no compressed memory
+  int64_t batch;
+  std::vector<MemoryGroupSpec> groups;
+  uint32_t format = kCheckpointVersion;  // of the file read
 
   void save(cereal::BinaryOutputArchive& ar) const {
     source->save_position(ar);
-    save_layers(ar, memory->layers);
-    save_layers(ar, memory->compressed);
-    if (max_external > 0) save_layers(ar, memory->external);
+    for (const MemoryGroupSpec& g : groups) {
+      const std::vector<Tensor>* held = memory->find(g.name);
+      save_group(ar, held != nullptr ? *held : std::vector<Tensor>());
+    }
   }
   void load(cereal::BinaryInputArchive& ar) {
     source->load_position(ar);
-    memory->layers = load_layers(ar, max_m, "segment memory");
-    memory->compressed = with_compressed ? load_layers(ar, max_cm, "compressed memory") : std::vector<Tensor>();
-    memory->external = max_external > 0 ? load_layers(ar, max_external, "external memory", 2) : std::vector<Tensor>();
+    memory->reset();
+    for (const MemoryGroupSpec& g : groups) {
+      if (g.since_format > format) continue;
+      std::vector<Tensor> tensors = load_group(ar, g);
+      if (!tensors.empty()) memory->group(g.name) = std::move(tensors);
+    }
   }
 
-  // Each layer's (B, M, C) rows: a count, then M and the values of each (a
-  // compressed memory that nothing fell into yet as M = 0).
-  static void save_layers(cereal::BinaryOutputArchive& ar, const std::vector<Tensor>& all) {
+  // A group's (B, M, width) tensors: a count, then M and the values of each
+  // (a tensor that holds nothing yet as M = 0).
+  static void save_group(cereal::BinaryOutputArchive& ar, const std::vector<Tensor>& all) {
     ar(static_cast<uint64_t>(all.size()));
     for (const Tensor& t : all) {
       const std::vector<float> v = t.defined() ? t.to_vector() : std::vector<float>();
       ar(static_cast<int64_t>(t.defined() ? t.dim(1) : 0), v);
     }
   }
-  // `count` tensors (0: one per layer), or none.
-  std::vector<Tensor> load_layers(cereal::BinaryInputArchive& ar, int64_t max_rows, const char* what,
-                                  int64_t count = 0) const {
-    const int64_t expected = count > 0 ? count : layers;
-    const size_t n = read_count(ar, static_cast<uint64_t>(expected), what);
-    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(expected), what, ": ", n, " tensors where the model has ",
-                     expected);
+  // g.tensors tensors, or none.
+  std::vector<Tensor> load_group(cereal::BinaryInputArchive& ar, const MemoryGroupSpec& g) const {
+    const char* what = g.what.c_str();
+    const size_t n = read_count(ar, static_cast<uint64_t>(g.tensors), what);
+    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(g.tensors), what, ": ", n, " tensors where the model has ",
+                     g.tensors);
     std::vector<Tensor> out;
     for (size_t l = 0; l < n; ++l) {
       int64_t m = 0;
       ar(m);
-      TAPEFORMER_CHECK(m >= 0 && m <= max_rows, what, ": ", m, " positions, more than the ", max_rows, " kept");
+      TAPEFORMER_CHECK(m >= 0 && m <= g.max_rows, what, ": ", m, " positions, more than the ", g.max_rows, " kept");
       std::vector<float> v;
-      read_bounded(ar, v, static_cast<uint64_t>(batch * m * width), what);
-      TAPEFORMER_CHECK(static_cast<int64_t>(v.size()) == batch * m * width, what, ": ", v.size(), " values for (",
-                       batch, ", ", m, ", ", width, ")");
-      out.push_back(Tensor::from({batch, m, width}, v));
+      read_bounded(ar, v, static_cast<uint64_t>(batch * m * g.width), what);
+      TAPEFORMER_CHECK(static_cast<int64_t>(v.size()) == batch * m * g.width, what, ": ", v.size(), " values for (",
+                       batch, ", ", m, ", ", g.width, ")");
+      out.push_back(Tensor::from({batch, m, g.width}, v));
     }
     return out;
   }
@@ -132,56 +138,31 @@ struct Trainer::State {
   std::unique_ptr<RandomWindowSampler> train_batches;  // random windows; or, with a segment memory,
   std::unique_ptr<StreamSampler> train_streams;        // consecutive segments of B streams
   SegmentMemory train_memory;                          // carried from step to step (Transformer-XL)
-  std::unique_ptr<SpalmData> spalm;                    // SPALM's retrieved tokens (train/spalm.h); or none
+  std::unique_ptr<ModelHooks> hooks;                   // the model kind's (train/model_hooks.h)
+  BatchSource* train_source_ = nullptr;                // what the loop reads: the batches, through the hooks
   std::vector<Batch> val_batches, final_batches;
   Rng dropout_rng;
   int64_t step = 0;
   double train_seconds = 0;
   double last_train_loss = NAN;  // mean loss of the latest step (from the checkpoint on resume)
-  int64_t saved_step = -1;       // the step of the checkpoint on disk (-1: none yet)
   Batch last_batch;              // the latest step's last micro-batch: the probe before a save
-  std::unique_ptr<RunLock> lock;  // rank 0: this process alone writes out_dir
+  std::unique_ptr<RunDirectory> dir;  // rank 0 writes it
   bool resumed = false;
   bool profile = false;
 
   // Rank 0 writes the run directory (metrics, checkpoints, profile) and
   // prints; the other ranks of a distributed run only compute.
   bool writes() const { return !group || group->rank() == 0; }
-  std::string checkpoint_path() const { return out_dir + "/checkpoint.bin"; }
-  std::string metrics_path() const { return out_dir + "/metrics.jsonl"; }
-  // A fresh run's directory, created after the build (so a run refused for
-  // its data or config leaves none behind) and locked for this process.
+  // A fresh run's directory, claimed after the build (so a run refused for
+  // its data or config leaves none behind), with the files the hooks keep.
   void claim_run_directory() {
-    if (!writes()) return;
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    TAPEFORMER_CHECK(fs::is_directory(out_dir), "cannot create output directory '", out_dir, "'",
-                     ec ? ": " + ec.message() : "");
-    lock = std::make_unique<RunLock>(out_dir);
-    remove_stale_temp_files();
-    keep_spalm_tables();
-  }
-  // Leftovers of atomic writes cut short by a kill.
-  void remove_stale_temp_files() const {
-    tapeformer::remove_stale_temp_files(checkpoint_path());
-    tapeformer::remove_stale_temp_files(metrics_path());
-    if (spalm)
-      for (const std::string& f : SpalmData::files(out_dir)) tapeformer::remove_stale_temp_files(f);
-  }
-  // SPALM: the retrieved-token tables this build computed, kept for a resume.
-  void keep_spalm_tables() const {
-    if (spalm && writes()) spalm->keep(out_dir);
-  }
-  // For divergence errors: what the user still has.
-  std::string checkpoint_note() const {
-    return saved_step >= 0 ? "; the checkpoint of step " + std::to_string(saved_step) + " ('" + checkpoint_path() +
-                                 "') is kept"
-                           : "; no checkpoint was written yet";
+    dir->claim(hooks->files(out_dir));
+    if (writes()) hooks->keep(out_dir);
   }
 
   bool is_task() const { return task.batches != nullptr; }
   // A segment memory is carried from step to step.
-  bool carries_memory() const { return model->mem_len() > 0; }
+  bool carries_memory() const { return model->memory_use().carried(); }
 
   // Builds everything from cfg (and a tokenizer, when resuming).
   void build(std::unique_ptr<Tokenizer> tok) {
@@ -199,7 +180,8 @@ struct Trainer::State {
     if (carries_memory()) {
       // Segments in order, so each row's memory holds what came just before it;
       // evaluation reads the val split's streams from their starts.
-      train_streams = std::make_unique<StreamSampler>(*train_tokens, B, T, "train split", model->ext_len());
+      train_streams =
+          std::make_unique<StreamSampler>(*train_tokens, B, T, "train split", model->memory_use().ext_len);
       StreamSampler(*val_tokens, B, T, "val split");  // refuses a val split too short for one segment
     } else {
       train_batches = std::make_unique<RandomWindowSampler>(*train_tokens, B, T,
@@ -209,8 +191,14 @@ struct Trainer::State {
       RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
       for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     }
-    if (model->retrieved_per_position() > 0)  // SPALM: a Transformer-XL, so train_streams
-      spalm = std::make_unique<SpalmData>(cfg, *tokenizer, *train_tokens, *val_tokens, *train_streams, out_dir);
+    HookSite site;
+    site.cfg = &cfg;
+    site.tokenizer = tokenizer.get();
+    site.train = train_tokens.get();
+    site.val = val_tokens.get();
+    site.run_dir = out_dir;
+    hooks = make_model_hooks(site);
+    train_source_ = &hooks->train_source(train_streams ? static_cast<BatchSource&>(*train_streams) : *train_batches);
     dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
   }
 
@@ -222,8 +210,11 @@ struct Trainer::State {
     start_process();
     cfg.model.vocab_size = task.vocab_size;
     build_model(task.name);
-    TAPEFORMER_CHECK(model->retrieved_per_position() == 0, task.name, ": model.arch \"", cfg.model.arch,
-                     "\" retrieves from a text's kNN store; it trains on a text corpus, not on a task");
+    HookSite site;
+    site.cfg = &cfg;
+    site.task = task.name;
+    hooks = make_model_hooks(site);
+    train_source_ = &hooks->train_source(*task.batches);
     dropout_rng = Rng(task.dropout_seed ? *task.dropout_seed : stream_seed(cfg.train.seed, kDropout));
   }
 
@@ -271,22 +262,14 @@ struct Trainer::State {
   // most one pass), read in order with a fresh memory of eval.mem_len
   // (default model.mem_len) positions.
   double evaluate_streams(int64_t segments) {
-    StreamSampler streams(*val_tokens, cfg.train.batch_size, cfg.model.block_size, "val split", model->ext_len());
+    StreamSampler streams(*val_tokens, cfg.train.batch_size, cfg.model.block_size, "val split",
+                          model->memory_use().ext_len);
     const int64_t n = std::min(segments, streams.segments());
-    std::optional<RetrievingSource> retrieving;
-    if (spalm) retrieving.emplace(streams, spalm->val_table);
-    BatchSource& val = retrieving ? static_cast<BatchSource&>(*retrieving) : streams;
-    SegmentMemory memory;
-    memory.limit = cfg.eval.mem_len;
     model->eval();
-    double total = 0;
-    {
-      NoGradGuard no_grad;
-      Rng unused = dropout_rng;  // eval mode draws no masks; the training stream stays untouched
-      for (int64_t i = 0; i < n; ++i) total += shards->train_batch(val.next(), 1.0f, unused, &memory);
-    }
+    // eval mode draws no masks; the training stream stays untouched (a copy)
+    const double loss = Evaluator(*model, {hooks.get()}).stream_loss(*shards, streams, n, cfg.eval.mem_len, dropout_rng);
     model->train();
-    return total / static_cast<double>(n);
+    return loss;
   }
 
   TaskEvaluation evaluate_task(bool final) {
@@ -309,12 +292,8 @@ struct Trainer::State {
     return {train_streams ? evaluate_streams(cfg.eval.final_iters) : evaluate(final_batches), {}};
   }
 
-  // A task's batches, random windows, or a memory run's ordered streams.
-  BatchSource& train_source() const {
-    if (is_task()) return *task.batches;
-    if (spalm) return *spalm->train_source;
-    return train_streams ? static_cast<BatchSource&>(*train_streams) : *train_batches;
-  }
+  // A task's batches, random windows, or a memory run's ordered streams, through the hooks.
+  BatchSource& train_source() const { return *train_source_; }
 
   Batch next_train_batch() {
     Batch b = train_source().next();
@@ -323,18 +302,14 @@ struct Trainer::State {
   }
 
   StreamState stream_state() {
-    StreamState state{&train_source(),   &train_memory, cfg.train.batch_size, cfg.model.n_embd, cfg.model.n_layer,
-                      model->mem_len(), MemoryCompression::of(cfg.model).len};
-    state.max_external = Memorizing::of(cfg.model).len;
-    return state;
+    return StreamState{&train_source(), &train_memory, cfg.train.batch_size, model->memory_use().groups};
   }
 
   double evaluate(const std::vector<Batch>& batches) {
     model->eval();
-    double total = 0;
-    for (double loss : shards->losses(batches, dropout_rng)) total += loss;  // in batch order
+    const double loss = Evaluator(*model, {hooks.get()}).batches_loss(*shards, batches, dropout_rng);
     model->train();
-    return total / static_cast<double>(batches.size());
+    return loss;
   }
 
   // The name of the first tensor holding a NaN or an infinity, or "".
@@ -365,8 +340,10 @@ struct Trainer::State {
     {
       NoGradGuard no_grad;
       Rng unused = dropout_rng;  // eval mode draws no masks; the training stream stays untouched
-      probe = cross_entropy(model->forward_retrieved(last_batch.inputs, last_batch.retrieved, nullptr, unused),
-                            last_batch.targets).item();
+      ModelContext ctx;
+      ctx.rng = &unused;
+      ctx.inputs = last_batch.extra.empty() ? nullptr : &last_batch.extra;
+      probe = cross_entropy(model->forward(last_batch.inputs, ctx), last_batch.targets).item();
     }
     model->train();
     if (!std::isfinite(probe)) return "the updated weights give a loss of " + std::to_string(probe) + " on a batch";
@@ -380,7 +357,7 @@ struct Trainer::State {
     std::string why = unsaveable(loss);
     if (group && group->max(why.empty() ? 0 : 1) != 0 && why.empty()) why = "another rank's weights are not usable";
     if (!why.empty())
-      throw Diverged("training diverged: " + why + " after step " + std::to_string(step) + checkpoint_note() +
+      throw Diverged("training diverged: " + why + " after step " + std::to_string(step) + dir->checkpoint_note() +
                          " (lower optimizer.lr or set optimizer.grad_clip)",
                      step, train_seconds);
     if (!writes()) return;
@@ -395,32 +372,9 @@ struct Trainer::State {
     c.rng = dropout_rng;
     c.sampler = carries_memory() ? to_bytes(stream_state()) : to_bytes(SourcePosition{&train_source()});
     c.train_loss = loss;
-    try {
-      save_checkpoint(checkpoint_path(), c);
-    } catch (const std::runtime_error& e) {  // Error, or a library's own; not bad_alloc
-      fail("cannot save the checkpoint of step ", step, ": ", e.what(),
-           saved_step >= 0 ? "; the checkpoint of step " + std::to_string(saved_step) + " is untouched"
-                           : std::string("; no checkpoint was written"));
-    }
-    saved_step = step;
+    dir->save(c, step);
   }
 
-  // On resume, metrics written after the checkpoint by the interrupted run are
-  // dropped (and so is a half-written last line), so metrics.jsonl describes
-  // one continuous run. The checkpoint step's own line gives the last train
-  // loss, which the final result reports if no step is left to run.
-  void trim_metrics_after(int64_t last_step) {
-    std::ifstream in(metrics_path());
-    if (!in.good()) return;
-    std::string line, kept;
-    while (std::getline(in, line)) {
-      const std::optional<MetricsRecord> r = MetricsRecord::parse(line);
-      if (!r || r->step > last_step) continue;
-      if (r->step == last_step && std::isnan(last_train_loss)) last_train_loss = r->train_loss;  // a version 1 checkpoint
-      kept += line + "\n";
-    }
-    if (writes()) write_file_atomic(metrics_path(), kept);
-  }
 };
 
 Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<State>()) {
@@ -428,10 +382,9 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
   s_->build(nullptr);
-  if (s_->spalm && s_->cfg.model.option_bool("spalm_init")) {  // a fresh SPALM starts as its retriever
-    s_->spalm->retriever->initialise(*s_->model);
-    s_->shards->sync_buffers();
-  }
+  s_->hooks->initialise(*s_->model);  // a fresh run's starting weights (SPALM: its retriever's)
+  s_->shards->sync_buffers();
+  s_->dir = std::make_unique<RunDirectory>(s_->out_dir, s_->writes());
   s_->claim_run_directory();
 }
 
@@ -443,6 +396,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir, TaskData task) : s_(std::
   s_->task = std::move(task);
   s_->build_task();
   s_->warm_up();
+  s_->dir = std::make_unique<RunDirectory>(s_->out_dir, s_->writes());
   s_->claim_run_directory();
 }
 
@@ -461,9 +415,10 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   s.task = std::move(task);
   // Another process still training here would overwrite what this one writes.
   const std::shared_ptr<ProcessGroup> world = ProcessGroup::world();
-  if ((!world || world->rank() == 0) && fs::is_directory(out_dir)) s.lock = std::make_unique<RunLock>(out_dir);
-  const Checkpoint c = load_checkpoint(s.checkpoint_path());
-  const std::string path = "checkpoint '" + s.checkpoint_path() + "'";
+  s.dir = std::make_unique<RunDirectory>(out_dir, !world || world->rank() == 0);
+  s.dir->lock_existing();
+  const Checkpoint c = load_checkpoint(s.dir->checkpoint_path());
+  const std::string path = "checkpoint '" + s.dir->checkpoint_path() + "'";
   TAPEFORMER_CHECK(!s.is_task() || c.tokenizer.empty(), path, " is a run on a text corpus, not on ", s.task.name,
                    "'s task; resume it with: tapeformer train --out ", out_dir, " --resume");
   TAPEFORMER_CHECK(s.is_task() || !c.tokenizer.empty(), path, " holds no tokenizer: its batches came from a "
@@ -484,7 +439,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   const std::string what = path + ": cannot decode the batch sampler";
   if (s.carries_memory()) {
     StreamState state = s.stream_state();
-    state.with_compressed = c.version >= 2;
+    state.format = c.version;
     from_bytes(c.sampler, state, what);
   } else {
     SourcePosition position{&s.train_source()};
@@ -492,13 +447,14 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   }
   s.dropout_rng = c.rng;
   s.last_train_loss = c.train_loss;
-  s.saved_step = c.step;
+  s.dir->set_saved_step(c.step);
   s.step = c.step;
   s.train_seconds = c.train_seconds;
   s.resumed = true;
-  if (s.writes()) s.remove_stale_temp_files();
-  s.keep_spalm_tables();
-  s.trim_metrics_after(s.step);
+  s.dir->remove_stale_temp_files(s.hooks->files(out_dir));
+  if (s.writes()) s.hooks->keep(out_dir);
+  const double loss_at_checkpoint = s.dir->trim_metrics_after(s.step);
+  if (std::isnan(s.last_train_loss)) s.last_train_loss = loss_at_checkpoint;  // a version 1 checkpoint
   return t;
 }
 
@@ -511,9 +467,9 @@ TrainResult Trainer::run() {
   const TrainConfig& c = s.cfg;
   const int64_t tokens_per_step = c.train.batch_size * c.model.block_size * c.train.grad_accum;
   std::optional<MetricsLog> metrics;
-  if (s.writes()) metrics.emplace(s.metrics_path(), /*append=*/s.resumed);
+  if (s.writes()) metrics.emplace(s.dir->metrics_path(), /*append=*/s.resumed);
   Progress progress(c.train.max_iters, s.writes());
-  if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.checkpoint_path());
+  if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.dir->checkpoint_path());
   s.model->train();
   double last_loss = s.last_train_loss, last_norm = 0;
   const StopSignals stop;
@@ -535,7 +491,7 @@ TrainResult Trainer::run() {
       std::ostringstream what;
       what << "training diverged: " << (std::isfinite(last_loss) ? "gradient norm" : "loss") << " is "
            << (std::isfinite(last_loss) ? last_norm : last_loss) << " at step " << s.step + 1 << " (lr " << lr << ")"
-           << s.checkpoint_note();
+           << s.dir->checkpoint_note();
       throw Diverged(what.str(), s.step + 1, s.train_seconds);
     }
     ++s.step;
@@ -579,7 +535,7 @@ TrainResult Trainer::run() {
     if (signal != 0 && !last) {
       progress.finish();
       throw Interrupted(std::string(signal == SIGINT ? "interrupted (" : "stopped (") + StopSignals::name(signal) + ")" +
-                            " at step " + std::to_string(s.step) + ": checkpoint saved to '" + s.checkpoint_path() +
+                            " at step " + std::to_string(s.step) + ": checkpoint saved to '" + s.dir->checkpoint_path() +
                             "'; continue with: tapeformer train --out " + s.out_dir + " --resume",
                         signal);
     }

@@ -28,6 +28,9 @@ EvalText read_eval_text(const std::string& path, const Tokenizer& tokenizer, con
   TAPEFORMER_CHECK(out.ids.size() >= 2, "data file '", path, "'", split == "all" ? "" : " (" + split + " split)",
                    " has fewer than 2 tokens");
   out.characters = std::max<int64_t>(1, count_characters(text));
+  out.path = path;
+  out.split = split;
+  out.val_fraction = val_fraction;
   return out;
 }
 

@@ -1,8 +1,8 @@
-// Reading a text through a model the way `eval` does, shared by `eval`
-// (train/commands.h) and `knn build` (train/knn.h).
+// Reading a text through a model the way `eval` does, for the Evaluator
+// (train/evaluator.h), which `eval`, `knn build` and SPALM's retrieval share.
 //
 //   EvalText text = read_eval_text("val.txt", *tokenizer, "all", 0.1);
-//   for_each_window(text.ids, /*T=*/64, model.ext_len(), [&](const Window& w) {
+//   for_each_window(text.ids, /*T=*/64, model.memory_use().ext_len, [&](const Window& w) {
 //     Var logits = model.forward(w.ids, rng);        // (1, again + len, V)
 //     ... cross_entropy(logits, w.targets) ...
 //   });
@@ -27,6 +27,10 @@ namespace tapeformer {
 struct EvalText {
   std::vector<int32_t> ids;  // the text's tokens
   int64_t characters = 0;    // its characters (count_characters), for bits per character
+  // Where it was read from: the file, the split ("all", "train", "val") and
+  // the val fraction the split was cut with.
+  std::string path, split;
+  double val_fraction = 0;
 };
 
 // The tokens of a text file, whole (split "all") or the part a run with

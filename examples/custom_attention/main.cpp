@@ -210,7 +210,23 @@ class CharMLP : public LanguageModel {
     head = register_module("head", std::make_shared<Linear>(4 * cfg.n_embd, cfg.vocab_size, true, rng));
   }
 
-  Var forward(const IndexTensor& ids, Rng&) const override {  // (B, T) -> (B, T, V)
+  // One call for training, evaluation and sampling: the context's state, when
+  // given, holds the last k - 1 ids of each row (RecentIds).
+  Var forward(const IndexTensor& ids, const ModelContext& ctx) const override {
+    TAPEFORMER_CHECK(ctx.memory == nullptr && !ctx.features && (ctx.inputs == nullptr || ctx.inputs->empty()),
+                     "CharMLP: keeps no segment memory, exposes no features and reads no extra inputs");
+    return ctx.state != nullptr ? read_on(ids, *ctx.state) : logits(ids);
+  }
+  using LanguageModel::forward;
+
+  std::unique_ptr<InferenceState> make_state(int64_t, int64_t) const override { return std::make_unique<RecentIds>(); }
+  const ModelConfig& config() const override { return cfg_; }
+
+  std::shared_ptr<Embedding> emb;
+  std::shared_ptr<Linear> fc, head;
+
+ private:
+  Var logits(const IndexTensor& ids) const {  // (B, T) -> (B, T, V)
     const Var e = emb->forward(ids);  // (B, T, C)
     const int64_t B = e.dim(0), T = e.dim(1), C = e.dim(2);
     std::vector<Var> window;  // e shifted by j positions (zeros before the start), j = k-1 .. 0
@@ -222,8 +238,8 @@ class CharMLP : public LanguageModel {
     return head->forward(tanh(fc->forward(concat(window, 2))));  // (B, T, k C) -> (B, T, 4C) -> (B, T, V)
   }
 
-  std::unique_ptr<InferenceState> make_state(int64_t, int64_t) const override { return std::make_unique<RecentIds>(); }
-  Var forward(const IndexTensor& ids, InferenceState& state) const override {
+  // The next T positions after those `state` has seen.
+  Var read_on(const IndexTensor& ids, InferenceState& state) const {
     RecentIds& s = state_as<RecentIds>(state, "CharMLP", "RecentIds");
     const int64_t B = ids.shape[0], T = ids.shape[1], P = s.seen == 0 ? 0 : s.ids.shape[1];
     std::vector<int32_t> joined;  // the kept ids, then the new ones, per row
@@ -232,22 +248,16 @@ class CharMLP : public LanguageModel {
       for (int64_t t = 0; t < T; ++t) joined.push_back(ids.data[static_cast<size_t>(b * T + t)]);
     }
     const IndexTensor all({B, P + T}, joined);
-    Rng unused(0);
-    const Var logits = slice(forward(all, unused), 1, P, P + T);  // the new positions' rows
+    const Var out = slice(logits(all), 1, P, P + T);  // the new positions' rows
     const int64_t keep = std::min<int64_t>(k_ - 1, P + T);
     std::vector<int32_t> kept;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = P + T - keep; t < P + T; ++t) kept.push_back(joined[static_cast<size_t>(b * (P + T) + t)]);
     s.ids = IndexTensor({B, keep}, kept);
     s.seen += T;
-    return logits;
+    return out;
   }
-  const ModelConfig& config() const override { return cfg_; }
 
-  std::shared_ptr<Embedding> emb;
-  std::shared_ptr<Linear> fc, head;
-
- private:
   ModelConfig cfg_;
   int64_t k_;
 };

@@ -124,8 +124,8 @@ bool AdaptiveSpanAttention::after_optimizer_step(int64_t) {
   return false;
 }
 
-Var AdaptiveSpanAttention::own_auxiliary_loss() const {
-  if (span_loss == 0) return Var();
+Var AdaptiveSpanAttention::own_auxiliary_loss(bool of_batch) const {
+  if (of_batch || span_loss == 0) return Var();
   return mul_scalar(mean(rho), static_cast<float>(span_loss * static_cast<double>(span_max)));  // lambda S mean(rho)
 }
 

@@ -10,7 +10,7 @@
 // below) whose gradient the attention kernel returns. Keys no head can reach,
 // d >= R + max_h z_h, are not computed at all: the layer runs the window
 // pattern of that width, so compute falls as the spans shrink. The loss gets
-// lambda S mean_h(rho_h) per layer (Module::auxiliary_loss).
+// lambda S mean_h(rho_h) per layer (Module::auxiliary_loss, a term of the parameters).
 //
 // model.span_max = S (0: model.block_size), model.span_ramp = R (32),
 // model.span_loss = lambda (2e-6). The spans z_h are logged on evaluation
@@ -65,7 +65,7 @@ class AdaptiveSpanAttention : public ProjectedAttention {
 
  protected:
   bool after_optimizer_step(int64_t step) override;  // rho clamped to [0, 1] (a parameter: returns false)
-  Var own_auxiliary_loss() const override;           // lambda S mean(rho)
+  Var own_auxiliary_loss(bool of_batch) const override;  // lambda S mean(rho), not of the batch
   std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const override;  // "spans"
 
  private:

@@ -33,44 +33,16 @@
 #include "tapeformer/core/registry.h"
 #include "tapeformer/core/rng.h"
 #include "tapeformer/layers/inference_state.h"
+#include "tapeformer/layers/memory/memory.h"
 #include "tapeformer/layers/model_config.h"
 #include "tapeformer/layers/module.h"
 #include "tapeformer/layers/positional/positional.h"
 
 namespace tapeformer {
 
-// Transformer-XL's segment memory (Dai et al. 2019 §3.2): for each layer, its inputs at
-// the last M <= model.mem_len positions before the current segment, kept
-// without gradient. Empty (M = 0) before the first segment.
-// With a compressed memory (Compressive Transformer, Rae et al. 2019), the
-// rows that fall out of a layer's memory are pooled c to one into it instead
-// of dropped, and the layer attends to [compressed; memory; segment].
-struct SegmentMemory {
-  std::vector<Tensor> layers;      // (B, M, C) each, or none before the first segment
-  std::vector<Tensor> compressed;  // (B, CM, C) each, CM <= model.cmem_len; none without compression
-  int64_t limit = 0;               // positions kept; 0: the model's mem_len (evaluation may keep more)
-  // A learned compression's attention-reconstruction loss of the last
-  // segment (training only; undefined otherwise): a scalar the trainer
-  // backpropagates beside the LM loss. Its gradient reaches the compression
-  // alone, and the LM loss none of it.
-  Var auxiliary_loss;
-  // The Memorizing Transformer's external memory (model.xmem_len > 0): the
-  // memorizing layer's keys and values at past positions, {keys, values},
-  // (B, N, C) each with the heads side by side, N <= model.xmem_len; none
-  // before the first segment. Cleared with the rest when a stream restarts.
-  std::vector<Tensor> external;
-  int64_t length() const { return layers.empty() || !layers[0].defined() ? 0 : layers[0].dim(1); }
-  int64_t compressed_length() const {
-    return compressed.empty() || !compressed[0].defined() ? 0 : compressed[0].dim(1);
-  }
-  int64_t external_length() const { return external.empty() || !external[0].defined() ? 0 : external[0].dim(1); }
-  void reset() {
-    layers.clear();
-    compressed.clear();
-    external.clear();
-    auxiliary_loss = Var();
-  }
-};
+// The groups a stack of `cfg` keeps in its segment memory, in checkpoint
+// order; none without model.mem_len.
+std::vector<MemoryGroupSpec> memory_groups(const ModelConfig& cfg);
 
 // How a stack compresses what falls out of its memory (model.cmem_*).
 struct MemoryCompression {
@@ -112,8 +84,19 @@ class ConvCompression : public Module {
   Var forward(size_t layer, const Var& rows) const;
   // Parameters of a stack of `cfg` (0 unless model.cmem_fn is "conv").
   static double parameters(const ModelConfig& cfg);
+  // The attention-reconstruction loss of the segment just read (training;
+  // undefined otherwise): an auxiliary loss of the batch, which the trainer
+  // backpropagates beside the LM loss (Module::auxiliary_loss). Its gradient
+  // reaches the compression alone, and the LM loss none of it.
+  void set_reconstruction_loss(Var loss) const { reconstruction_ = std::move(loss); }
   int64_t ratio;
   std::vector<Var> weights, biases;  // [cC, C] and [C] per layer
+
+ protected:
+  Var own_auxiliary_loss(bool of_batch) const override { return of_batch ? reconstruction_ : Var(); }
+
+ private:
+  mutable Var reconstruction_;
 };
 
 // The Compressive Transformer's attention-reconstruction loss of one layer

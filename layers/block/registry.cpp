@@ -27,6 +27,20 @@ Var BlockStack::forward(const Var&, SegmentMemory&, Rng&) const {
        "\"gtrxl\")");
 }
 
+std::vector<MemoryGroupSpec> memory_groups(const ModelConfig& cfg) {
+  bool carries = false;
+  for (const ModelOption& o : block_kinds().get(cfg.block).options) carries = carries || o.name == "mem_len";
+  if (!carries || cfg.option_int("mem_len") <= 0) return {};
+  const int64_t C = cfg.n_embd;
+  // Format 1 held the segment memory alone; the compressed rows' group is there since format 2, empty
+  // without compression (none fell into it).
+  std::vector<MemoryGroupSpec> groups{{"layers", cfg.n_layer, cfg.option_int("mem_len"), C, "segment memory", 1},
+                                      {"compressed", cfg.n_layer, MemoryCompression::of(cfg).len, C, "compressed memory", 2}};
+  const Memorizing m = Memorizing::of(cfg);
+  if (m.len > 0) groups.push_back({"external", 2, m.len, C, "external memory", 2});
+  return groups;
+}
+
 Tensor next_memory(const Tensor& old, const Var& x, int64_t mem_len) {
   const Tensor cat = old.defined() && old.dim(1) > 0 ? concat({Var(old), detach(x)}, 1).value() : x.value();
   const int64_t n = cat.dim(1), keep = std::min(n, mem_len);

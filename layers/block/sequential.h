@@ -79,19 +79,26 @@ class SequentialStack : public BlockStack {
 
   Var forward(const Var& x_in, SegmentMemory& memory, Rng& rng) const override {
     TAPEFORMER_CHECK(mem_len > 0, "block stack: a segment memory needs model.mem_len > 0");
-    memory.layers.resize(blocks.size());
     const bool compress = compression.len > 0;
-    if (compress) memory.compressed.resize(blocks.size());
-    memory.auxiliary_loss = Var();
+    // Every group first, then references: adding a group may move the others.
+    memory.group("layers");
+    if (compress) memory.group("compressed");
+    if (memorizing.len > 0) memory.group("external");
+    std::vector<Tensor>& layers = memory.group("layers");
+    layers.resize(blocks.size());
+    std::vector<Tensor>* compressed = compress ? &memory.group("compressed") : nullptr;
+    if (compress) compressed->resize(blocks.size());
+    Var reconstruction;  // the learned compression's loss of this segment (training)
     const bool reconstruct = conv && is_training() && grad_enabled();
     const int64_t limit = memory.limit > 0 ? memory.limit : mem_len;
-    if (memorizing.len > 0) memory.external.resize(2);
+    std::vector<Tensor>* external = memorizing.len > 0 ? &memory.group("external") : nullptr;
+    if (external) external->resize(2);
     Var x = x_in;
     for (size_t i = 0; i < blocks.size(); ++i) {
       const Var in = x;
-      const Tensor rows = compress ? attended_memory(memory.layers[i], memory.compressed[i]) : memory.layers[i];
-      if (memorizing.len > 0 && static_cast<int64_t>(i) == memorizing.layer) {
-        x = forward_memorizing(*blocks[i], in, rows, memory, rng);
+      const Tensor rows = compress ? attended_memory(layers[i], (*compressed)[i]) : layers[i];
+      if (external && static_cast<int64_t>(i) == memorizing.layer) {
+        x = forward_memorizing(*blocks[i], in, rows, *external, rng);
       } else {
         x = blocks[i]->forward(in, rows, rng);
       }
@@ -99,13 +106,13 @@ class SequentialStack : public BlockStack {
       const int64_t keep = std::max<int64_t>(0, in.dim(1) - ext_len);
       if (keep == 0) continue;
       if (!compress) {
-        memory.layers[i] = next_memory(memory.layers[i], slice(in, 1, 0, keep), limit);
+        layers[i] = next_memory(layers[i], slice(in, 1, 0, keep), limit);
         continue;
       }
-      const Tensor old = evict_rows(memory.layers[i], slice(in, 1, 0, keep), limit);  // (B, F, C)
+      const Tensor old = evict_rows(layers[i], slice(in, 1, 0, keep), limit);  // (B, F, C)
       if (!old.defined()) continue;
       if (!conv) {
-        append_compressed(memory.compressed[i], compress_rows(old, compression), compression.len);
+        append_compressed((*compressed)[i], compress_rows(old, compression), compression.len);
         continue;
       }
       // Whole groups of c rows only; an evaluation memory of another length may leave the oldest few over.
@@ -124,17 +131,19 @@ class SequentialStack : public BlockStack {
           }
         };
         const Var loss = reconstruction_loss(attend, groups, pooled);
-        memory.auxiliary_loss = memory.auxiliary_loss.defined() ? add(memory.auxiliary_loss, loss) : loss;
+        reconstruction = reconstruction.defined() ? add(reconstruction, loss) : loss;
       }
-      append_compressed(memory.compressed[i], pooled.value(), compression.len);
+      append_compressed((*compressed)[i], pooled.value(), compression.len);
     }
+    if (conv) conv->set_reconstruction_loss(reconstruction);  // the trainer's auxiliary loss (training), else none
     return x;
   }
 
   // The memorizing layer's forward, its attention lent the external memory for the call.
-  Var forward_memorizing(const Layer& layer, const Var& x, const Tensor& rows, SegmentMemory& memory, Rng& rng) const {
+  Var forward_memorizing(const Layer& layer, const Var& x, const Tensor& rows, std::vector<Tensor>& keys_values,
+                         Rng& rng) const {
     if constexpr (detail::HasAttention<Layer>::value) {
-      ExternalMemory external{&memory.external[0], &memory.external[1], memorizing.len, memorizing.top_k};
+      ExternalMemory external{&keys_values[0], &keys_values[1], memorizing.len, memorizing.top_k};
       struct Lend {
         const Attention& attn;
         ~Lend() { attn.lend_external_memory(nullptr); }

@@ -55,7 +55,8 @@ TEST_CASE("adaptive span: rho clamped after each optimizer step, lambda S mean(r
   AdaptiveSpanAttention span(c, std::make_shared<PositionalLayer>(), rng);
   span.rho.value().at({0}) = -0.5f;
   span.rho.value().at({1}) = 1.7f;
-  CHECK(span.auxiliary_loss().item() == doctest::Approx(0.5 * 40 * 0.6));
+  CHECK(span.auxiliary_loss(/*of_batch=*/false).item() == doctest::Approx(0.5 * 40 * 0.6));
+  CHECK_FALSE(span.auxiliary_loss(/*of_batch=*/true).defined());  // a term of the parameters, not of a batch
   span.optimizer_stepped(1);
   CHECK(span.rho.value().to_vector() == std::vector<Scalar>{0.0f, 1.0f});
   const auto metrics = span.layer_metrics();

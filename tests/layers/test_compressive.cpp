@@ -19,6 +19,8 @@
 #include "memory_models.h"
 
 using namespace tapeformer;
+using memory_models::group_of;
+using memory_models::held;
 using memory_models::normal;
 using memory_models::segment;
 
@@ -73,9 +75,9 @@ TEST_CASE("compressive, ratio 1 and mean: the same logits as Transformer-XL with
     const auto longer = read_segments(compressive_config(12, 0, 1, "mean", block), 6, xl);
     const auto compressed = read_segments(compressive_config(4, 8, 1, "mean", block), 6, cm);
     for (size_t s = 0; s < longer.size(); ++s) CHECK(compressed[s] == longer[s]);
-    CHECK(xl.length() == 12);
-    CHECK(cm.length() == 4);
-    CHECK(cm.compressed_length() == 8);
+    CHECK(held(xl, "layers") == 12);
+    CHECK(held(cm, "layers") == 4);
+    CHECK(held(cm, "compressed") == 8);
   }
   // With c = 2 the compressed memory is not the XL memory: the logits differ once rows fall out.
   SegmentMemory xl, cm;
@@ -94,13 +96,13 @@ TEST_CASE("compressive: the compressed memory grows by T / c rows per segment an
   const int64_t expected[] = {0, 2, 4, 6, 6};  // after segments 1..5 of T = 4: 4 rows fall out from segment 2 on
   for (int s = 0; s < 5; ++s) {
     model.forward(segment(2, 4, 7 + s), memory, unused);
-    CHECK(memory.length() == 4);
-    CHECK(memory.compressed_length() == expected[s]);
+    CHECK(held(memory, "layers") == 4);
+    CHECK(held(memory, "compressed") == expected[s]);
   }
   // The oldest compressed rows dropped, the newest kept: one more segment shifts them by two.
-  const std::vector<float> before = memory.compressed[0].to_vector();
+  const std::vector<float> before = group_of(memory, "compressed")[0].to_vector();
   model.forward(segment(2, 4, 20), memory, unused);
-  const std::vector<float> after = memory.compressed[0].to_vector();
+  const std::vector<float> after = group_of(memory, "compressed")[0].to_vector();
   const size_t C = 16, per_row = 6 * C;
   for (size_t b = 0; b < 2; ++b)
     CHECK(std::equal(after.begin() + b * per_row, after.begin() + b * per_row + 4 * C,
@@ -115,7 +117,7 @@ TEST_CASE("compressive: causal with both memories full; a changed later token mo
   Rng unused(0);
   SegmentMemory memory;
   for (int s = 0; s < 5; ++s) model.forward(segment(1, 4, 30 + s), memory, unused);
-  REQUIRE(memory.compressed_length() == 4);
+  REQUIRE(held(memory, "compressed") == 4);
   SegmentMemory copy = memory;
   IndexTensor ids = segment(1, 4, 50), changed = ids;
   changed.data[3] = (changed.data[3] + 1) % 11;
@@ -164,7 +166,7 @@ TEST_CASE("compressive conv: starts as the mean, and its parameters are counted"
   SegmentMemory mean_memory, conv_memory;
   const auto mean = read_segments(compressive_config(4, 8, 2, "mean"), 6, mean_memory);
   const auto conv = read_segments(compressive_config(4, 8, 2, "conv"), 6, conv_memory);
-  REQUIRE(conv_memory.compressed_length() == 8);
+  REQUIRE(held(conv_memory, "compressed") == 8);
   for (size_t s = 0; s < mean.size(); ++s)
     for (size_t i = 0; i < mean[s].size(); ++i) CHECK(conv[s][i] == doctest::Approx(mean[s][i]).epsilon(1e-5));
   const ModelConfig cfg = compressive_config(4, 8, 2, "conv");
@@ -188,12 +190,14 @@ TEST_CASE("compressive conv: the reconstruction loss trains the compression alon
       Rng rng(0);
       SegmentMemory memory;
       model.forward(segment(2, 4, 60), memory, rng);  // fills the memory: nothing falls out yet
-      CHECK_FALSE(memory.auxiliary_loss.defined());
+      CHECK_FALSE(model.auxiliary_loss(/*of_batch=*/true).defined());
       const Var logits = model.forward(segment(2, 4, 61), memory, rng);  // 4 rows fall out per layer
-      REQUIRE(memory.auxiliary_loss.defined());
-      CHECK(memory.auxiliary_loss.item() > 0);
+      const Var aux = model.auxiliary_loss(/*of_batch=*/true);  // the one channel of auxiliary losses
+      REQUIRE(aux.defined());
+      CHECK(aux.item() > 0);
+      CHECK_FALSE(model.auxiliary_loss(/*of_batch=*/false).defined());  // nothing of the parameters alone
       for (const auto& named : model.named_parameters()) named.second.zero_grad();
-      backward(reconstruction ? memory.auxiliary_loss : cross_entropy(logits, segment(2, 4, 62)));
+      backward(reconstruction ? aux : cross_entropy(logits, segment(2, 4, 62)));
       std::vector<std::string> reached;
       for (const auto& [name, p] : model.named_parameters()) {
         if (!p.has_grad()) continue;
@@ -213,7 +217,7 @@ TEST_CASE("compressive conv: the reconstruction loss trains the compression alon
     // Without gradient (evaluation) there is no reconstruction loss.
     NoGradGuard no_grad;
     model.forward(segment(2, 4, 63), memory, rng);
-    CHECK_FALSE(memory.auxiliary_loss.defined());
+    CHECK_FALSE(model.auxiliary_loss(/*of_batch=*/true).defined());
   }
 }
 
@@ -250,7 +254,7 @@ TEST_CASE("compressive sampling state: token by token equals the segments read w
       t += n;
     }
     CHECK(state->length() == 22);
-    REQUIRE(memory.compressed_length() == 4);
+    REQUIRE(held(memory, "compressed") == 4);
     // Fed whole after a reset: the same rows again.
     state->reset();
     const Tensor whole = model.forward(ids, *state).value();  // (2, 22, V)

@@ -20,6 +20,8 @@
 #include "memory_models.h"
 
 using namespace tapeformer;
+using memory_models::group_of;
+using memory_models::held;
 using memory_models::normal;
 using memory_models::segment;
 
@@ -157,7 +159,7 @@ TEST_CASE("memorizing, gate closed: the same logits as the model without the ext
     const auto expected = read_segments(local, 6, m1);
     const auto got = read_segments(memorizing, 6, m2);
     for (size_t s = 0; s < got.size(); ++s) CHECK(got[s] == expected[s]);
-    CHECK(m2.external_length() == 12);
+    CHECK(held(m2, "external") == 12);
     // Open (b = 0, g = 1/2), the memory moves the logits once it holds positions.
     set_gate(memorizing, 0.0f);
     SegmentMemory m3;
@@ -177,8 +179,8 @@ TEST_CASE("memorizing: the memory grows by T per segment up to xmem_len; causal 
   const int64_t expected[] = {4, 8, 10, 10};
   for (int s = 0; s < 4; ++s) {
     model.forward(segment(2, 4, 30 + s), memory, unused);
-    CHECK(memory.external_length() == expected[s]);
-    CHECK(memory.external[1].dim(1) == expected[s]);
+    CHECK(held(memory, "external") == expected[s]);
+    CHECK(group_of(memory, "external")[1].dim(1) == expected[s]);
   }
   SegmentMemory copy = memory;
   IndexTensor ids = segment(2, 4, 50), changed = ids;
@@ -203,7 +205,7 @@ TEST_CASE("memorizing: the gradient reaches the gate and the queries, the stored
   REQUIRE(gate.has_grad());
   const std::vector<float> g = gate.grad().to_vector();
   CHECK(std::any_of(g.begin(), g.end(), [](float x) { return x != 0.0f; }));
-  for (const Tensor& t : memory.external) CHECK(t.dim(1) == 8);
+  for (const Tensor& t : group_of(memory, "external")) CHECK(t.dim(1) == 8);
 }
 
 TEST_CASE("memorizing sampling state: token by token equals the segments read with the external memory") {

@@ -13,8 +13,11 @@
 #include "golden.h"
 #include "tapeformer/layers/attention/softmax.h"
 #include "tapeformer/layers/transformer.h"
+#include "memory_models.h"
 
 using namespace tapeformer;
+using memory_models::group_of;
+using memory_models::held;
 
 namespace {
 
@@ -167,7 +170,7 @@ TEST_CASE("segment recurrence: the second segment with the first as memory equal
       Rng unused(0);
       SegmentMemory memory;
       const Tensor first = model.forward(a, memory, unused).value();
-      CHECK(memory.length() == 8);
+      CHECK(held(memory, "layers") == 8);
       const Tensor second = model.forward(b, memory, unused).value();  // (2, 8, V)
       const Tensor whole = model.forward(join(a, b), unused).value();  // (2, 16, V)
       check_close(first, whole.slice(1, 0, 8), "first segment", 1e-5);
@@ -224,7 +227,7 @@ TEST_CASE("ext_len: the last ext_len positions of an input stay out of the memor
   Rng unused(0);
   SegmentMemory with_ext;
   model.forward(ids_in(2, 8, 0, 11, 22), with_ext, unused);
-  CHECK(with_ext.length() == 5);  // 8 positions read, the last 3 left for the next input
+  CHECK(held(with_ext, "layers") == 5);  // 8 positions read, the last 3 left for the next input
   // The same as a model without ext_len reading only the first 5 positions.
   ModelConfig plain = xl_config("txl", 8);
   Rng rng2(21);
@@ -232,8 +235,8 @@ TEST_CASE("ext_len: the last ext_len positions of an input stay out of the memor
   reference.eval();
   SegmentMemory without;
   reference.forward(columns_of(ids_in(2, 8, 0, 11, 22), 0, 5), without, unused);
-  for (size_t l = 0; l < with_ext.layers.size(); ++l)
-    CHECK(with_ext.layers[l].to_vector() == without.layers[l].to_vector());
+  for (size_t l = 0; l < group_of(with_ext, "layers").size(); ++l)
+    CHECK(group_of(with_ext, "layers")[l].to_vector() == group_of(without, "layers")[l].to_vector());
 }
 
 TEST_CASE("memory configs: kinds without one are refused naming the keys") {

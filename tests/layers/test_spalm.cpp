@@ -74,6 +74,17 @@ void set_gate(SpalmLM& model, float weight, float bias) {
 
 }  // namespace
 
+// The model on ids with its retrieved tokens as the extra input "retrieved" (memory: null for none).
+static Var with_retrieved(const LanguageModel& m, const IndexTensor& ids, const IndexTensor& retrieved, SegmentMemory* memory,
+                   Rng& rng) {
+  const ModelInputs inputs{{SpalmLM::kRetrieved, retrieved}};
+  ModelContext ctx;
+  ctx.rng = &rng;
+  ctx.memory = memory;
+  ctx.inputs = &inputs;
+  return m.forward(ids, ctx);
+}
+
 TEST_CASE("spalm_mix: attention over the retrieved tokens' embeddings and the gate, as a brute-force loop") {
   const int64_t B = 2, T = 3, C = 5, K = 4, V = 11;
   Rng rng(7);
@@ -137,7 +148,7 @@ TEST_CASE("SPALM with its gate closed is the Transformer-XL, bit for bit, over s
     for (uint64_t s = 0; s < 4; ++s) {
       const IndexTensor ids = segment(2, 4, 100 + s);
       const Tensor want = xl.forward(ids, a, rng).value().contiguous();
-      const Tensor got = spalm.forward_retrieved(ids, retrieved_ids(2, 4, 3, 200 + s, 0.2), &b, rng).value().contiguous();
+      const Tensor got = with_retrieved(spalm, ids, retrieved_ids(2, 4, 3, 200 + s, 0.2), &b, rng).value().contiguous();
       REQUIRE(got.shape() == want.shape());
       bool same = true;
       for (int64_t i = 0; i < got.numel(); ++i) same = same && got.data()[i] == want.data()[i];
@@ -150,7 +161,7 @@ TEST_CASE("SPALM with its gate closed is the Transformer-XL, bit for bit, over s
   Rng rng(1);
   const IndexTensor ids = segment(2, 4, 100);
   const Tensor want = xl.forward(ids, a, rng).value().contiguous();
-  const Tensor got = spalm.forward_retrieved(ids, retrieved_ids(2, 4, 3, 200), &b, rng).value().contiguous();
+  const Tensor got = with_retrieved(spalm, ids, retrieved_ids(2, 4, 3, 200), &b, rng).value().contiguous();
   double diff = 0;
   for (int64_t i = 0; i < got.numel(); ++i) diff += std::abs(got.data()[i] - want.data()[i]);
   CHECK(diff > 1e-3);
@@ -173,8 +184,7 @@ TEST_CASE("SPALM: the XL's checkpoint keys plus the gate; parameters as its foot
   }
   CHECK(weight);
   CHECK(bias);
-  CHECK(spalm.retrieved_per_position() == 2);
-  CHECK(xl.retrieved_per_position() == 0);
+  CHECK(spalm.k() == 2);
 }
 
 TEST_CASE("SPALM refuses: no memory, K out of range, no retrieved tokens, wrong shapes and ids") {
@@ -190,16 +200,16 @@ TEST_CASE("SPALM refuses: no memory, K out of range, no retrieved tokens, wrong 
   SpalmLM m(spalm_config(2), rng);
   const IndexTensor ids = segment(1, 4, 1);
   SegmentMemory mem;
-  expect_error([&] { m.forward(ids, rng); }, {"spalm", "forward_retrieved"});
-  expect_error([&] { m.forward(ids, mem, rng); }, {"spalm", "forward_retrieved"});
+  expect_error([&] { m.forward(ids, rng); }, {"spalm", "retrieved tokens", "inputs[\"retrieved\"]"});
+  expect_error([&] { m.forward(ids, mem, rng); }, {"spalm", "retrieved tokens"});
   const std::unique_ptr<InferenceState> state = m.make_state(1);
-  expect_error([&] { m.forward(ids, *state); }, {"spalm", "forward_retrieved"});
-  expect_error([&] { m.forward_retrieved(ids, retrieved_ids(1, 4, 3, 1), &mem, rng); },
+  expect_error([&] { m.forward(ids, *state); }, {"spalm", "retrieved tokens"});
+  expect_error([&] { with_retrieved(m, ids, retrieved_ids(1, 4, 3, 1), &mem, rng); },
                {"retrieved must be (B, T, 2)", "[1, 4, 3]"});
-  expect_error([&] { m.forward_retrieved(ids, IndexTensor({1, 4, 2}, {0, 1, 2, 3, 4, 5, 6, 11}), &mem, rng); },
+  expect_error([&] { with_retrieved(m, ids, IndexTensor({1, 4, 2}, {0, 1, 2, 3, 4, 5, 6, 11}), &mem, rng); },
                {"retrieved token 11", "outside [-1, 11)"});
-  expect_error([&] { m.forward_retrieved(ids, retrieved_ids(1, 3, 2, 1), &mem, rng); }, {"spalm_mix", "(1, 4, K"});
+  expect_error([&] { with_retrieved(m, ids, retrieved_ids(1, 3, 2, 1), &mem, rng); }, {"spalm_mix", "(1, 4, K"});
   TransformerLM xl(memory_models::tiny_config(4), rng);
-  expect_error([&] { xl.LanguageModel::forward_retrieved(ids, retrieved_ids(1, 4, 2, 1), &mem, rng); },
-               {"reads no retrieved tokens"});
+  expect_error([&] { with_retrieved(xl, ids, retrieved_ids(1, 4, 2, 1), &mem, rng); },
+               {"reads no extra inputs", "\"retrieved\""});
 }

@@ -9,8 +9,11 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/train/data_parallel.h"
+#include "memory_models.h"
 
 using namespace tapeformer;
+using memory_models::group_of;
+using memory_models::held;
 
 namespace {
 
@@ -194,13 +197,13 @@ TEST_CASE("DataParallel with a segment memory: shards read and update their rows
       NoGradGuard no_grad;
       dp.train_batch(random_batch(5, 8, 1), 1.0f, dropout, &memory);  // fills the memory, no gradients
     }
-    CHECK(memory.length() == 8);
-    CHECK(memory.compressed_length() == 0);
+    CHECK(held(memory, "layers") == 8);
+    CHECK(held(memory, "compressed") == 0);
     {
       NoGradGuard no_grad;
       dp.train_batch(random_batch(5, 8, 4), 1.0f, dropout, &memory);  // 8 rows fall out: 4 compressed rows
     }
-    CHECK(memory.compressed_length() == 4);
+    CHECK(held(memory, "compressed") == 4);
     const double loss = dp.train_batch(random_batch(5, 8, 2), 1.0f, dropout, &memory);
     NamedTensors grads;
     for (const auto& [name, p] : model.named_parameters()) grads.emplace_back(name, p.grad().clone());
@@ -210,16 +213,16 @@ TEST_CASE("DataParallel with a segment memory: shards read and update their rows
   const auto [loss2, grads2, mem2] = run(2);
   CHECK(loss2 == doctest::Approx(loss1).epsilon(1e-6));
   check_close(grads2, grads1, 1e-5f);
-  REQUIRE(mem1.layers.size() == mem2.layers.size());
-  for (size_t l = 0; l < mem1.layers.size(); ++l) {
-    REQUIRE(mem2.layers[l].shape() == Shape({5, 8, 16}));
-    const auto a = mem1.layers[l].to_vector(), b = mem2.layers[l].to_vector();
+  REQUIRE(group_of(mem1, "layers").size() == group_of(mem2, "layers").size());
+  for (size_t l = 0; l < group_of(mem1, "layers").size(); ++l) {
+    REQUIRE(group_of(mem2, "layers")[l].shape() == Shape({5, 8, 16}));
+    const auto a = group_of(mem1, "layers")[l].to_vector(), b = group_of(mem2, "layers")[l].to_vector();
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
   }
-  REQUIRE(mem1.compressed.size() == mem2.compressed.size());
-  for (size_t l = 0; l < mem1.compressed.size(); ++l) {
-    REQUIRE(mem2.compressed[l].shape() == Shape({5, 4, 16}));
-    const auto a = mem1.compressed[l].to_vector(), b = mem2.compressed[l].to_vector();
+  REQUIRE(group_of(mem1, "compressed").size() == group_of(mem2, "compressed").size());
+  for (size_t l = 0; l < group_of(mem1, "compressed").size(); ++l) {
+    REQUIRE(group_of(mem2, "compressed")[l].shape() == Shape({5, 4, 16}));
+    const auto a = group_of(mem1, "compressed")[l].to_vector(), b = group_of(mem2, "compressed")[l].to_vector();
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
   }
 }

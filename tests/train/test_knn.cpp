@@ -152,7 +152,9 @@ TEST_CASE("eval --knn: lambda 0 is the model's loss bit for bit; lambda > 0 matc
   const int64_t C = 12;
   const auto features_of = [&](const std::vector<int32_t>& ids, std::vector<float>& keys, std::vector<Tensor>& logits) {
     for_each_window(ids, 16, 0, [&](const Window& w) {
-      const Var f = l.model->features(w.ids, nullptr, unused);
+      ModelContext ctx;
+      ctx.features = true;
+      const Var f = l.model->forward(w.ids, ctx);
       const Tensor fv = f.value().contiguous();
       keys.insert(keys.end(), fv.data(), fv.data() + w.len * C);
       logits.push_back(l.model->logits_from_features(f).value().contiguous());
@@ -270,25 +272,27 @@ TEST_CASE("sample --knn: lambda 0 draws the model's tokens; lambda 1 greedy foll
   opt.lambda = 0;
   opt.k = 2;
   const Datastore store = open_knn_store(opt, l.cfg, *l.model, *l.tokenizer);
-  const KnnMixer mixer(store, opt);
+  KnnHooks nothing_mixed(store, opt);
   const std::vector<int32_t> prompt = l.tokenizer->encode("the ");
   SampleOptions so;
   so.tokens = 10;
   so.seed = 5;
   Rng r1(5), r2(5);
-  CHECK(generate(*l.model, prompt, so, r1, {}, &mixer) == generate(*l.model, prompt, so, r2));
+  CHECK(generate(*l.model, prompt, so, r1, {}, {&nothing_mixed}) == generate(*l.model, prompt, so, r2));
 
   opt.lambda = 1;
   opt.k = 1;
   so.temperature = 0;
+  KnnHooks neighbours_only(store, opt);
   Rng r3(5);
-  const std::vector<int32_t> seq = generate(*l.model, prompt, so, r3, {}, &mixer);
+  const std::vector<int32_t> seq = generate(*l.model, prompt, so, r3, {}, {&neighbours_only});
   REQUIRE(seq.size() == prompt.size() + 10);
   NoGradGuard no_grad;
-  Rng unused(0);
-  const Tensor f = l.model->features(IndexTensor({1, static_cast<int64_t>(seq.size()) - 1},
-                                                 std::vector<int32_t>(seq.begin(), seq.end() - 1)),
-                                     nullptr, unused)
+  ModelContext ctx;
+  ctx.features = true;
+  const Tensor f = l.model->forward(IndexTensor({1, static_cast<int64_t>(seq.size()) - 1},
+                                                std::vector<int32_t>(seq.begin(), seq.end() - 1)),
+                                    ctx)
                        .value()
                        .contiguous();
   for (size_t t = prompt.size() - 1; t + 1 < seq.size(); ++t) {

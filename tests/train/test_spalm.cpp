@@ -283,8 +283,12 @@ TEST_CASE("SPALM sampling: its retriever's tokens with the gate closed; each tok
   spalm.gate->bias.value().copy_from(Tensor::full({1}, 100.0f));
   {
     Rng a(opt.seed), b(opt.seed);
-    const std::unique_ptr<TokenRetriever> r = retriever.sampler(16);
-    CHECK(generate(spalm, prompt, opt, a, {}, nullptr, r.get()) == generate(*xl.model, prompt, opt, b));
+    HookSite site;  // SPALM's own hooks, as `sample` makes them
+    site.cfg = &run;
+    site.tokenizer = &f.tok;
+    site.context = 16;
+    const std::unique_ptr<ModelHooks> hooks = make_model_hooks(site);
+    CHECK(generate(spalm, prompt, opt, a, {}, {hooks.get()}) == generate(*xl.model, prompt, opt, b));
   }
 
   // Gate open, greedy: every draw is the argmax of the full forward over the
@@ -300,9 +304,16 @@ TEST_CASE("SPALM sampling: its retriever's tokens with the gate closed; each tok
     }
   } rec;
   rec.inner = retriever.sampler(16);
+  struct RecordingHooks : ModelHooks {  // the recording retriever's tokens as the model's extra input
+    TokenRetriever* retriever = nullptr;
+    void sample_inputs(const IndexTensor& ids, bool restart, ModelInputs& inputs) override {
+      inputs[SpalmLM::kRetrieved] = retriever->retrieve(ids, restart);
+    }
+  } hooks;
+  hooks.retriever = &rec;
   opt.temperature = 0.0f;
   Rng rng(opt.seed);
-  const std::vector<int32_t> seq = generate(spalm, prompt, opt, rng, {}, nullptr, &rec);
+  const std::vector<int32_t> seq = generate(spalm, prompt, opt, rng, {}, {&hooks});
   REQUIRE(seq.size() == 16);
   const int64_t K = 3, T = 15;  // the last token is never fed
   const SpalmTable table = retriever.table(seq, 0);
@@ -312,17 +323,19 @@ TEST_CASE("SPALM sampling: its retriever's tokens with the gate closed; each tok
   const IndexTensor near({1, T, K}, std::vector<int32_t>(table.ids.begin(), table.ids.begin() + T * K));
   spalm.eval();
   NoGradGuard no_grad;
-  Rng unused(0);
-  const Tensor logits = spalm.forward_retrieved(ids, near, nullptr, unused).value();  // (1, T, V)
+  const ModelInputs inputs{{SpalmLM::kRetrieved, near}};
+  ModelContext ctx;
+  ctx.inputs = &inputs;
+  const Tensor logits = spalm.forward(ids, ctx).value();  // (1, T, V)
   const int64_t V = f.tok.vocab_size();
   for (int64_t t = static_cast<int64_t>(prompt.size()) - 1; t < T; ++t) {
     CAPTURE(t);
     const float* row = logits.data() + t * V;
     CHECK(std::max_element(row, row + V) - row == seq[static_cast<size_t>(t + 1)]);
   }
-  // A model that reads retrieved tokens is refused without a retriever.
+  // A model that reads retrieved tokens is refused without its hooks.
   Rng again(opt.seed);
-  expect_error([&] { generate(spalm, prompt, opt, again); }, {"sample", "\"spalm\"", "no retriever"});
+  expect_error([&] { generate(spalm, prompt, opt, again); }, {"\"spalm\"", "retrieved tokens"});
 }
 
 TEST_CASE("SPALM refuses: no store or retriever, another model's store, another vocabulary, K too large") {
@@ -370,13 +383,15 @@ TEST_CASE("RetrievingSource: each row's retrieved tokens are the table's rows at
   for (int step = 0; step < 12; ++step) {  // past a restart of the streams
     const Batch b = source.next();
     const int64_t B = b.inputs.shape[0], T = b.inputs.shape[1];
-    REQUIRE(b.retrieved.shape == Shape({B, T, 2}));
+    REQUIRE(b.extra.count(SpalmLM::kRetrieved) == 1);
+    const IndexTensor& retrieved = b.extra.at(SpalmLM::kRetrieved);
+    REQUIRE(retrieved.shape == Shape({B, T, 2}));
     for (int64_t r = 0; r < B; ++r)
       for (int64_t t = 0; t < T; ++t) {
         const int64_t p = b.starts[static_cast<size_t>(r)] + t;
         CHECK(b.inputs.data[static_cast<size_t>(r * T + t)] == tokens[static_cast<size_t>(p)]);
-        CHECK(b.retrieved.data[static_cast<size_t>((r * T + t) * 2)] == 2 * p);
-        CHECK(b.retrieved.data[static_cast<size_t>((r * T + t) * 2 + 1)] == 2 * p + 1);
+        CHECK(retrieved.data[static_cast<size_t>((r * T + t) * 2)] == 2 * p);
+        CHECK(retrieved.data[static_cast<size_t>((r * T + t) * 2 + 1)] == 2 * p + 1);
       }
   }
   // A source that does not say where its rows start is refused.

@@ -1,0 +1,18 @@
+#include "tapeformer/train/model_hooks.h"
+
+namespace tapeformer {
+
+ModelHooksKind spalm_model_hooks();  // spalm.cpp
+
+Registry<ModelHooksKind>& model_hooks_kinds() {
+  static Registry<ModelHooksKind> kinds("model.arch (hooks)", {spalm_model_hooks()});
+  return kinds;
+}
+
+std::unique_ptr<ModelHooks> make_model_hooks(const HookSite& site) {
+  TAPEFORMER_CHECK(site.cfg != nullptr, "make_model_hooks: no config");
+  if (const ModelHooksKind* kind = model_hooks_kinds().find(site.cfg->model.arch)) return kind->make(site);
+  return std::make_unique<ModelHooks>();
+}
+
+}  // namespace tapeformer
