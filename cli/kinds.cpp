@@ -24,12 +24,15 @@ namespace {
 struct Entry {
   std::string name, summary;
   std::vector<ModelOption> options;
+  std::vector<std::string> needs;  // memory kinds: the kinds it builds on
+  bool memory = false;             // block kinds: it carries memories
 };
 
 struct Family {
-  std::string key;     // the config key that selects a kind: "model.attention"
+  std::string key;     // the config key that selects a kind: "model.attention" (or the family's name)
   std::string prefix;  // the section of its kinds' own keys: "model." (none: "")
   std::vector<Entry> kinds;
+  std::string note;    // how its kinds are selected, where no key does
 };
 
 // Whether a family's kinds declare keys of their own (a member `options`).
@@ -42,16 +45,27 @@ template <class Kind>
 Family family(const Registry<Kind>& registry, const std::string& prefix) {
   Family f{registry.key(), prefix, {}};
   for (const Kind& k : registry.kinds()) {
-    Entry e{k.name, k.summary, {}};
+    Entry e{k.name, k.summary, {}, {}, false};
     if constexpr (has_options<Kind>::value) e.options = k.options;
+    if constexpr (std::is_same_v<Kind, MemoryKind>) e.needs = k.needs;
+    if constexpr (std::is_same_v<Kind, BlockKind>) e.memory = k.memory;
     f.kinds.push_back(std::move(e));
   }
   return f;
 }
 
+// The memories: no key selects one; each is on when its length key is > 0.
+Family memories() {
+  Family f = family(memory_kinds(), "model.");
+  f.note = "No key selects a memory: each kind is on when its first key (its length) is > 0, on a model.block that "
+           "carries memories, and the kinds that are on run in this order.";
+  return f;
+}
+
 std::vector<Family> families() {
   return {family(model_kinds(), "model."),     family(attention_kinds(), "model."), family(feature_map_kinds(), "model."), family(positional_kinds(), "model."), family(block_kinds(), "model."),
-          family(mlp_kinds(), "model."),       family(activation_kinds(), "model."), family(gate_kinds(), "model."),
+          memories(),                          family(mlp_kinds(), "model."),       family(activation_kinds(), "model."),
+          family(gate_kinds(), "model."),
           family(optimizer_kinds(), "optimizer."), family(schedule_kinds(), ""), family(tokenizer_kinds(), "")};
 }
 
@@ -79,7 +93,8 @@ std::string kinds_readme() {
   out << kReadmeBegin << "\n";
   bool first = true;
   for (const Family& f : families()) {
-    if (f.key != "model.attention" && f.key != "model.positional" && f.key != "model.block" && f.key != "model.mlp")
+    if (f.key != "model.attention" && f.key != "model.positional" && f.key != "model.block" && f.key != "memory" &&
+        f.key != "model.mlp")
       continue;
     out << (first ? "" : "\n") << "| `" << f.key << "` | what it is | its keys |\n|---|---|---|\n";
     first = false;
@@ -87,6 +102,7 @@ std::string kinds_readme() {
     for (const Entry& e : f.kinds) {
       std::string keys;
       for (const ModelOption& o : e.options) keys += (keys.empty() ? "`" : ", `") + f.prefix + o.name + "`";
+      if (e.memory) keys += std::string(keys.empty() ? "" : ", ") + "the memories' (below)";
       out << "| `" << e.name << "`" << (e.name == fallback ? " (default)" : "") << " | " << cell(e.summary) << " | "
           << keys << " |\n";
     }
@@ -126,8 +142,14 @@ std::string kinds_json() {
     first_family = false;
     bool first_kind = true;
     for (const Entry& e : f.kinds) {
-      out << (first_kind ? "\n" : ",\n") << "  {\"name\": " << json_string(e.name) << ", \"summary\": " << json_string(e.summary)
-          << ", \"options\": [";
+      out << (first_kind ? "\n" : ",\n") << "  {\"name\": " << json_string(e.name) << ", \"summary\": " << json_string(e.summary);
+      if (e.memory) out << ", \"memory\": true";
+      if (!e.needs.empty()) {
+        out << ", \"needs\": [";
+        for (size_t i = 0; i < e.needs.size(); ++i) out << (i ? ", " : "") << json_string(e.needs[i]);
+        out << "]";
+      }
+      out << ", \"options\": [";
       first_kind = false;
       bool first_option = true;
       for (const ModelOption& o : e.options) {
@@ -156,7 +178,9 @@ std::string kinds_listing(bool markdown) {
            "when a kind that declares it is selected. A program that registers kinds of its own lists them too "
            "(`my_tapeformer kinds`).\n";
     for (const Family& f : all) {
-      out << "\n## `" << f.key << "`\n\n| kind | what it is |\n|---|---|\n";
+      out << "\n## `" << f.key << "`\n\n";
+      if (!f.note.empty()) out << f.note << "\n\n";
+      out << "| kind | what it is |\n|---|---|\n";
       for (const Entry& e : f.kinds) out << "| `" << e.name << "` | " << cell(e.summary) << " |\n";
       bool any = false;
       for (const Entry& e : f.kinds) any = any || !e.options.empty();

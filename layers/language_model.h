@@ -59,15 +59,6 @@ struct ModelContext {
   bool features = false;
 };
 
-// A segment memory a model carries across training steps (Transformer-XL):
-// mem_len positions (0: none) and ext_len tokens read again at the start of
-// each segment.
-struct MemoryUse {
-  int64_t mem_len = 0, ext_len = 0;
-  std::vector<MemoryGroupSpec> groups;  // what it holds, as checkpoints keep it (layers/block/block.h)
-  bool carried() const { return mem_len > 0; }
-};
-
 class LanguageModel : public Module {
  public:
   // ids (B, T) -> logits (B, T, V) (or features, ctx.features), causal:

@@ -57,6 +57,10 @@ std::vector<DeclaredOption> model_options() {
   for (const AttentionKind& k : attention_kinds().kinds()) take(k.options, "model.attention \"" + k.name + "\"");
   for (const PositionalKind& k : positional_kinds().kinds()) take(k.options, "model.positional \"" + k.name + "\"");
   for (const BlockKind& k : block_kinds().kinds()) take(k.options, "model.block \"" + k.name + "\"");
+  std::string carriers;  // the block kinds a memory's keys apply to
+  for (const BlockKind& k : block_kinds().kinds())
+    if (k.memory) carriers += (carriers.empty() ? "model.block \"" : ", \"") + k.name + "\"";
+  for (const MemoryKind& k : memory_kinds().kinds()) take(k.options, "memory \"" + k.name + "\" (of " + carriers + ")");
   for (const MlpKind& k : mlp_kinds().kinds()) take(k.options, "model.mlp \"" + k.name + "\"");
   for (const ModelKind& k : model_kinds().kinds()) take(k.options, "model.arch \"" + k.name + "\"");
   return out;
@@ -124,8 +128,11 @@ void ModelConfig::validate_kinds() const {
         if (o.name == d.option.name) return true;
       return false;
     };
+    bool by_memory = false;  // a memory kind's key, on a block kind that carries memories
+    if (blk.memory)
+      for (const MemoryKind& k : memory_kinds().kinds()) by_memory = by_memory || reads(k.options);
     if (it->second == d.option.default_value || reads(attn.options) || reads(pos.options) || reads(blk.options) ||
-        reads(ffn.options) || reads(model.options))
+        reads(ffn.options) || reads(model.options) || by_memory)
       continue;
     std::string readers;
     for (const std::string& r : d.readers) readers += (readers.empty() ? "" : " or ") + r;
@@ -144,6 +151,9 @@ void ModelConfig::validate_kinds() const {
                    causality_name(attn.causality), ": it cannot serve a ", causal ? "causal" : "bidirectional",
                    " model (ModelConfig::causal = ", causal ? "true" : "false", ")");
   blk.check(*this);
+  if (blk.memory)
+    for (const MemoryKind& k : memory_kinds().kinds())
+      if (k.check) k.check(*this);
 }
 
 }  // namespace tapeformer

@@ -42,6 +42,17 @@ Tensor Module::register_buffer(const std::string& name, Tensor value) {
   return value;
 }
 
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  TAPEFORMER_CHECK(module != nullptr, "Module: the replacement of child '", name, "' is null");
+  for (auto& [n, child] : children_) {
+    if (n != name) continue;
+    module->train(child->is_training());
+    child = std::move(module);
+    return;
+  }
+  fail("Module: no child '", name, "' to replace");
+}
+
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
   TAPEFORMER_CHECK(module != nullptr, "Module: child '", name, "' is null");
   if (name.empty()) {  // inline: its names join this module's

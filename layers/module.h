@@ -85,6 +85,10 @@ class Module {
   // parameters alone (adaptive span's span penalty) and are added once per
   // step.
   Var auxiliary_loss(bool of_batch) const;
+  // Replaces the child registered as `name` by `module`, in the same place
+  // among the children (so the parameters keep their order): a wrapper of
+  // a layer, such as the Memorizing Transformer's around an attention.
+  void replace_module(const std::string& name, std::shared_ptr<Module> module);
   // Per-layer figures a run logs on evaluation steps (adaptive span: its spans),
   // by dotted module name ("0.attn.spans"); layers override own_metrics.
   std::vector<std::pair<std::string, std::vector<double>>> layer_metrics() const;

@@ -77,17 +77,8 @@ Var TransformerLM::features(const IndexTensor& ids, SegmentMemory* memory, Rng& 
   return ln_f->forward(stack->forward(embed_sequence(ids, rng), *memory, rng));  // (B, T, C)
 }
 
-namespace {
-// A memory option's value, or 0 when the block kind keeps no memory.
-int64_t memory_option(const ModelConfig& cfg, const char* name) {
-  for (const ModelOption& o : block_kinds().get(cfg.block).options)
-    if (o.name == name) return cfg.option_int(name);
-  return 0;
-}
-}  // namespace
-
 MemoryUse TransformerLM::memory_use() const {
-  return {memory_option(cfg_, "mem_len"), memory_option(cfg_, "ext_len"), memory_groups(cfg_)};
+  return tapeformer::memory_use(cfg_);
 }
 
 namespace {
@@ -155,7 +146,9 @@ Var TransformerLM::forward_segments(const IndexTensor& ids, InferenceState& stat
 std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t window) const {
   TAPEFORMER_CHECK(batch >= 1, "TransformerLM: batch size must be >= 1, got ", batch);
   TAPEFORMER_CHECK(window >= -1, "TransformerLM: window must be >= 1, 0 (block_size) or -1 (all), got ", window);
-  if (MemoryCompression::of(cfg_).len > 0 || Memorizing::of(cfg_).len > 0) {
+  bool segments = false;  // a memory whose state cannot take one token at a time: read as it trained
+  for (const MemoryKind* k : memories_on(cfg_)) segments = segments || k->reads_segments;
+  if (segments) {
     auto state = std::make_unique<SegmentState>();
     state->owner = this;
     state->batch = batch;

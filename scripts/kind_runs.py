@@ -4,16 +4,18 @@
 For every family a config selects from (`tapeformer kinds --json`), each kind
 trains a tiny model for a few steps with its small test options; attention
 kinds are crossed with every positional scheme, run again on rows longer than
-one kernel tile with dropout, and with a segment memory; every memory (the
-Transformer-XL memory, the compressive memory with each compression, the
-Memorizing Transformer's external memory) runs on every block kind that
-carries one; SPALM trains from a store built on a run. Each run is then
+one kernel tile with dropout, and with a segment memory; every memory kind
+(with the kinds it builds on) runs on every block kind that carries
+memories; SPALM trains from a store built on a run. Each run is then
 sampled and evaluated. What is kept of a run: its metrics.jsonl with the
 timing fields dropped, the sampled text and the eval line (or the one error
 line of a refused combination), as SHA-256 digests beside the final losses.
 
-    python3 scripts/kind_runs.py build/cli/tapeformer --write tests/fixtures/kind_runs
     python3 scripts/kind_runs.py build/cli/tapeformer --check tests/fixtures/kind_runs
+    python3 scripts/kind_runs.py OLD/cli/tapeformer --plan-from build/cli/tapeformer --write tests/fixtures/kind_runs
+
+References are written by the build before a change (the second line: the
+runs a new build plans, run by the old one), never by the build under test.
 
 The bits depend on the seed, the shard count and the vector width the
 library was compiled for (`tapeformer --version`), so references are kept
@@ -68,6 +70,8 @@ def plan(families):
     # Every kind of every family alone, the rest at their defaults.
     for f in families:
         key = f["key"]
+        if "." not in key:
+            continue  # no key selects its kinds (the memories, below)
         for name in kinds[key]:
             if key == "model.arch" and name != "transformer":
                 continue  # model kinds that need more than a config (SPALM: a store) run below
@@ -100,21 +104,24 @@ def plan(families):
         for p in ("alibi", "rope"):
             runs.append((f"memory=xl,attention={a},positional={p}",
                          kind_sets("model.attention", a) + [f"model.positional={p}", "model.mem_len=16"]))
-    # Every memory on every block kind that declares the memory's keys.
-    memories = {
-        "xl": ["model.positional=txl", "model.mem_len=16"],
-        "xl_same_length": ["model.positional=txl", "model.mem_len=16", "model.same_length=true"],
-        "compressive_mean": ["model.positional=txl", "model.mem_len=8", "model.cmem_len=8", "model.cmem_ratio=2"],
-        "compressive_max": ["model.positional=txl", "model.mem_len=8", "model.cmem_len=8", "model.cmem_fn=max"],
-        "compressive_conv": ["model.positional=txl", "model.mem_len=8", "model.cmem_len=8", "model.cmem_fn=conv"],
-        "memorizing": ["model.positional=txl", "model.mem_len=16", "model.xmem_len=64", "model.xmem_topk=4"],
-    }
-    for b, block in kinds["model.block"].items():
-        declared = {o["name"] for o in block["options"]}
-        for m, sets in memories.items():
-            keys = {s.split("=")[0][len("model."):] for s in sets} - {"positional", "same_length"}
-            if keys <= declared:
-                runs.append((f"memory={m},block={b}", kind_sets("model.block", b) + sets))
+    # Every memory kind, with the kinds it builds on, on every block kind that carries memories, with
+    # Transformer-XL's relative positions.
+    memory = fam.get("memory")
+    if memory:
+        mem = {k["name"]: k for k in memory["kinds"]}
+
+        def with_needs(name):
+            sets = []
+            for need in mem[name].get("needs", []):
+                sets += with_needs(need)
+            return sets + setting("model.", small(mem[name]))
+
+        for b, block in kinds["model.block"].items():
+            if not block.get("memory"):
+                continue
+            for m in mem:
+                runs.append((f"memory={m},block={b}", kind_sets("model.block", b) + ["model.positional=txl"]
+                             + with_needs(m)))
     return runs
 
 
@@ -200,6 +207,9 @@ def main():
     group.add_argument("--write", metavar="DIR", help="store this build's runs as DIR/<vector width>.json")
     group.add_argument("--check", metavar="DIR", help="compare with DIR/<vector width>.json")
     ap.add_argument("--only", help="a regular expression: the runs whose names match")
+    ap.add_argument("--plan-from", metavar="BINARY",
+                    help="plan the runs from this build's registries (kinds --json) and run them with BINARY: "
+                         "references for a new plan from the code before a change")
     a = ap.parse_args()
 
     width = vector_width(a.binary)
@@ -207,8 +217,8 @@ def main():
     if a.check and not os.path.exists(ref_path):
         print(f"kind_runs.py: no references for {width} vectors ({ref_path}): skipped")
         sys.exit(77)
-    families = json.loads(subprocess.run([a.binary, "kinds", "--json"], capture_output=True, text=True,
-                                         check=True).stdout)
+    families = json.loads(subprocess.run([a.plan_from or a.binary, "kinds", "--json"], capture_output=True,
+                                         text=True, check=True).stdout)
     results = {}
     with tempfile.TemporaryDirectory() as work:
         corpus(os.path.join(work, "text.txt"))

@@ -29,6 +29,22 @@ inline ModelConfig tiny_config(int64_t mem_len, const std::string& block = "stan
   return c;
 }
 
+// The block kinds that carry memories (BlockKind::memory), from the registry.
+inline std::vector<std::string> memory_blocks() {
+  std::vector<std::string> out;
+  for (const BlockKind& k : block_kinds().kinds())
+    if (k.memory) out.push_back(k.name);
+  return out;
+}
+
+// c with memory kind `kind` on: its small test values (ModelOption::small),
+// and those of the kinds it builds on, first.
+inline void turn_on(ModelConfig& c, const MemoryKind& kind) {
+  for (const std::string& need : kind.needs) turn_on(c, memory_kinds().get(need));
+  for (const ModelOption& o : kind.options)
+    if (o.small) c.options[o.name] = *o.small;
+}
+
 // The tensors of a memory's group ("layers", "compressed", "external"), none when it has none.
 inline const std::vector<Tensor>& group_of(const SegmentMemory& memory, const std::string& name) {
   static const std::vector<Tensor> none;

@@ -31,7 +31,6 @@
 #include <vector>
 
 #include "tapeformer/core/registry.h"
-#include "tapeformer/layers/attention/external_memory.h"
 #include "tapeformer/layers/inference_state.h"
 #include "tapeformer/layers/model_config.h"
 #include "tapeformer/layers/positional/positional.h"
@@ -79,27 +78,21 @@ class Attention : public Module {
 
   // Content attention of x's queries (B, T, C) over rows (B, N, C), every
   // row visible, no positional terms, before the output projection, with
-  // this layer's weights held fixed (no gradient reaches them) -> (B, T, C).
-  // The Compressive Transformer's attention-reconstruction loss reads it
-  // (layers/block/block.h). Kinds without it refuse.
+  // this layer's weights held fixed (no gradient reaches them) -> (B, T, C):
+  // a memory's view of what the layer would read in rows (the Compressive
+  // Transformer's attention-reconstruction loss, layers/memory/compressive.h).
+  // Kinds without it refuse.
   virtual Var content_attention(const Var& x, const Var& rows) const;
 
-  // The Memorizing Transformer (Wu et al. 2022; external_memory.h): this
-  // layer also attends to the top-k pairs of an external memory, mixed with
-  // its local attention by a learned gate per head, g_h = sigmoid(b_h) (key
-  // "xmem_gate", b starting at gate_bias, model.xmem_gate_bias):
-  // y_h = g_h y_mem + (1 - g_h) y_local, before the output projection. Kinds
-  // without it refuse.
-  virtual void enable_memorizing(float gate_bias);
-  // Lends the memory to the forward(x, memory, rng) calls that follow (null:
-  // none; the stack lends it for one segment): the queries read it, then the
-  // segment's keys and values are appended to it.
-  void lend_external_memory(ExternalMemory* memory) const { external_ = memory; }
-
   const PositionalLayer& positional() const { return *pos_; }
+  std::shared_ptr<PositionalLayer> positional_layer() const { return pos_; }
 
  protected:
-  mutable ExternalMemory* external_ = nullptr;  // lent by the stack for a segment; null otherwise
+  // A wrapper of another attention (the Memorizing Transformer's,
+  // layers/memory/memorizing.h) shares its positional part and registers
+  // the wrapped one inline: `pos` is not registered again.
+  struct Wraps {};
+  Attention(std::shared_ptr<PositionalLayer> pos, Wraps);
 
   // Refuses the inference forward outside NoGradGuard + eval, naming `who`.
   void check_inference(const char* who, const Var& x, int64_t n_embd) const;

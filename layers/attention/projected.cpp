@@ -25,10 +25,10 @@ void ProjectedAttention::init_projections(bool bias, float proj_init_std, Rng& r
   resid_drop = register_module("resid_drop", std::make_shared<Dropout>(dropout_p));
 }
 
-std::vector<Var> ProjectedAttention::heads(const Var& x) const {
-  if (projection_ == Projection::qkv) return split_heads(qkv->forward(x), n_head);  // q, k, v (B, H, T, D)
+std::vector<Var> ProjectedAttention::heads_of(const Var& projected) const {
+  if (projection_ == Projection::qkv) return split_heads(projected, n_head);  // q, k, v (B, H, T, D)
   // Shared-QK: the packed [q | v] projection split as two heads-of-two.
-  const Var qv = qkv->forward(x);  // (B, T, 2C)
+  const Var& qv = projected;  // (B, T, 2C)
   const int64_t B = qv.dim(0), T = qv.dim(1), D = n_embd / n_head;
   const auto head_view = [&](int64_t c0) {  // columns c0..c0+C as (B, H, T, D)
     return permute(reshape(slice(qv, 2, c0, c0 + n_embd), {B, T, n_head, D}), {0, 2, 1, 3});
@@ -42,5 +42,10 @@ Var ProjectedAttention::output(const Var& y, Rng& rng) const {
 }
 
 Var ProjectedAttention::output(const Var& y) const { return proj->forward(merge_heads(y)); }
+
+ProjectedAttention::Attended ProjectedAttention::attend_with_heads(const Var&, const Var&, Rng&) const {
+  fail(who_, ": this attention kind does not give its heads to a wrapper (the Memorizing Transformer's external "
+       "memory needs model.attention \"softmax\")");
+}
 
 }  // namespace tapeformer

@@ -40,11 +40,27 @@ class ProjectedAttention : public Attention {
   std::shared_ptr<Linear> qkv, proj;
   std::shared_ptr<Dropout> resid_drop;
 
+  // What a wrapper that reads inside the attention needs (the Memorizing
+  // Transformer's external memory, layers/memory/memorizing.h): the kind's
+  // attention of x (B, T, C) over its segment memory rows (B, M, C; none
+  // when undefined or empty) before the output projection, y (B, T, C), and
+  // the projection of x it read (B, T, 3C; heads_of splits it). Kinds
+  // without it refuse.
+  struct Attended {
+    Var y;
+    Var projected;
+  };
+  virtual Attended attend_with_heads(const Var& x, const Var& memory, Rng& rng) const;
+  // The heads q, k, v (B, H, T, D) of a projection qkv(x) (shared-QK: k is q).
+  std::vector<Var> heads_of(const Var& projected) const;
+  // y (B, T, C) -> drop(y W_o + b_o): the output projection of merged heads.
+  Var project(const Var& y, Rng& rng) const { return resid_drop->forward(proj->forward(y), rng); }
+
  protected:
   // Registers qkv, proj and resid_drop (in that order).
   void init_projections(bool bias, float proj_init_std, Rng& rng, Projection p = Projection::qkv);
   // q, k, v of x (B, T, C), each (B, H, T, D); shared-QK: k is q.
-  std::vector<Var> heads(const Var& x) const;
+  std::vector<Var> heads(const Var& x) const { return heads_of(qkv->forward(x)); }
   // y (B, H, T, D) -> drop(merge_heads(y) W_o + b_o), (B, T, C).
   Var output(const Var& y, Rng& rng) const;
   // The same without dropout (inference).
@@ -53,9 +69,9 @@ class ProjectedAttention : public Attention {
   float live_dropout() const { return is_training() ? dropout_p : 0.0f; }
   // Refuses the inference forward outside NoGradGuard + eval or with x not (B, T, n_embd).
   void check_inference(const Var& x) const { Attention::check_inference(who_, x, n_embd); }
+  const char* who_;
 
  private:
-  const char* who_;
   Projection projection_ = Projection::qkv;
 };
 

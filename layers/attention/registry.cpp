@@ -46,6 +46,10 @@ Attention::Attention(std::shared_ptr<PositionalLayer> pos) : pos_(std::move(pos)
   register_module("pos", pos_);
 }
 
+Attention::Attention(std::shared_ptr<PositionalLayer> pos, Wraps) : pos_(std::move(pos)) {
+  TAPEFORMER_CHECK(pos_ != nullptr, "Attention: the positional layer is null");
+}
+
 void Attention::check_inference(const char* who, const Var& x, int64_t n_embd) const {
   TAPEFORMER_CHECK(!grad_enabled() && !is_training(), who,
                    ": the inference-state forward is for inference (eval() and NoGradGuard)");
@@ -57,9 +61,6 @@ Var Attention::forward(const Var& x, const Var& memory, Rng& rng) const {
   fail("this attention kind takes no segment memory (model.mem_len needs model.attention \"softmax\")");
 }
 
-void Attention::enable_memorizing(float) {
-  fail("this attention kind has no external memory (model.xmem_len needs model.attention \"softmax\")");
-}
 
 Var Attention::content_attention(const Var&, const Var&) const {
   fail("this attention kind has no content attention (model.cmem_fn \"conv\" needs model.attention \"softmax\")");

@@ -173,7 +173,11 @@ Var MultiHeadAttention::forward(const Var& x, Rng& rng) const {
 }
 
 Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const {
-  if (external_ == nullptr && (!memory.defined() || memory.dim(1) == 0)) return forward(x, rng);
+  if (!memory.defined() || memory.dim(1) == 0) return forward(x, rng);
+  return project(attend_with_heads(x, memory, rng).y, rng);
+}
+
+ProjectedAttention::Attended MultiHeadAttention::attend_with_heads(const Var& x, const Var& memory, Rng& rng) const {
   TAPEFORMER_CHECK(causal_, "MultiHeadAttention: a Transformer-XL memory needs causal attention");
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd &&
                        (!memory.defined() || (memory.rank() == 3 && memory.dim(0) == x.dim(0) && memory.dim(2) == n_embd)),
@@ -181,20 +185,8 @@ Var MultiHeadAttention::forward(const Var& x, const Var& memory, Rng& rng) const
                    ") and (B, M, ", n_embd, ")");
   const float p = is_training() ? dropout_p : 0.0f;
   const Var qkv_x = qkv->forward(x);  // (B, T, 3C)
-  Var y = local_attention(qkv_x, memory, p, rng);  // (B, T, C)
-  if (external_ != nullptr) {
-    TAPEFORMER_CHECK(xmem_gate.defined(), "MultiHeadAttention: an external memory lent to a layer without its gate "
-                                          "(enable_memorizing)");
-    const std::vector<Var> h = split_heads(qkv_x, n_head);  // q, k, v (B, H, T, D)
-    if (external_->length() > 0) {
-      const int64_t H = n_head, D = n_embd / n_head;
-      const Var y_mem = merge_heads(retrieved_attention(h[0], *external_, xmem_scale));    // (B, T, C)
-      const Var g = reshape(expand(reshape(sigmoid(xmem_gate), {H, 1}), {H, D}), {H * D});  // g_h per column
-      y = add(mul(y_mem, g), mul(y, add_scalar(neg(g), 1.0f)));
-    }
-    external_->append(h[1].value(), h[2].value());  // after the queries: a segment never retrieves itself
-  }
-  return resid_drop->forward(proj->forward(y), rng);
+  const Var y = local_attention(qkv_x, memory, p, rng);  // (B, T, C)
+  return {y, qkv_x};
 }
 
 Var MultiHeadAttention::local_attention(const Var& qkv_x, const Var& memory, float p, Rng& rng) const {
@@ -210,22 +202,6 @@ Var MultiHeadAttention::local_attention(const Var& qkv_x, const Var& memory, flo
   const Var k = concat({pos.rotate(heads(0), 0), pos.rotate(h[1], M)}, 2);  // (B, H, M + T, D)
   const Var v = concat({heads(n_embd), h[2]}, 2);
   return merge_heads(attend(pos.rotate(h[0], M), k, v, M, 0, p, &rng));  // (B, T, C)
-}
-
-void MultiHeadAttention::enable_memorizing(float gate_bias) {
-  TAPEFORMER_CHECK(causal_ && pattern_ == nullptr, "MultiHeadAttention: an external memory needs dense causal attention");
-  if (!xmem_gate.defined()) xmem_gate = register_parameter("xmem_gate", Tensor::full({n_head}, gate_bias));
-  if (!xmem_scale.defined())
-    xmem_scale = register_parameter("xmem_scale", Tensor::full({n_head}, static_cast<float>(std::log(kXmemScale))));
-}
-
-std::vector<std::pair<std::string, std::vector<double>>> MultiHeadAttention::own_metrics() const {
-  if (!xmem_gate.defined()) return {};
-  std::vector<double> g;
-  for (int64_t h = 0; h < n_head; ++h) g.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(xmem_gate.value().data()[h]))));
-  std::vector<double> tau;
-  for (int64_t h = 0; h < n_head; ++h) tau.push_back(std::exp(static_cast<double>(xmem_scale.value().data()[h])));
-  return {{"xmem_gate", g}, {"xmem_scale", tau}};
 }
 
 Var MultiHeadAttention::content_attention(const Var& x, const Var& rows) const {

@@ -96,17 +96,9 @@ class MultiHeadAttention : public ProjectedAttention {
   // k and v columns of the qkv projection only (no queries for memory rows).
   Var forward(const Var& x, const Var& memory, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
   Var content_attention(const Var& x, const Var& rows) const override;     // (B, T, C), (B, N, C) -> (B, T, C)
-  // Registers xmem_gate (H), b = gate_bias (0: g = 1/2 while the memory holds
-  // anything), and xmem_scale (H), tau = kXmemScale.
-  void enable_memorizing(float gate_bias) override;
-  Var xmem_gate;   // (H) the memory gate's logits b; undefined unless memorizing
-  Var xmem_scale;  // (H) log temperatures s of the memory's cosine scores (external_memory.h)
-  static constexpr double kXmemScale = 10.0;  // tau = exp(s) at initialisation: a cosine gap of 0.1 is e^1
-
- protected:
-  // Memorizing: "xmem_gate", g_h = sigmoid(b_h), and "xmem_scale", tau_h, per head,
-  // logged on evaluation steps.
-  std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const override;
+  // Its attention before the output projection and the heads it read, for
+  // a wrapper (ProjectedAttention::attend_with_heads).
+  Attended attend_with_heads(const Var& x, const Var& memory, Rng& rng) const override;
 
  private:
   // Attention of the segment's q, k, v (qkv_x (B, T, 3C)) over itself and

@@ -40,87 +40,6 @@
 
 namespace tapeformer {
 
-// The groups a stack of `cfg` keeps in its segment memory, in checkpoint
-// order; none without model.mem_len.
-std::vector<MemoryGroupSpec> memory_groups(const ModelConfig& cfg);
-
-// How a stack compresses what falls out of its memory (model.cmem_*).
-struct MemoryCompression {
-  int64_t len = 0;          // model.cmem_len: compressed rows kept per layer (0: off, rows are dropped)
-  int64_t ratio = 2;        // model.cmem_ratio, c: memory rows per compressed row
-  std::string fn = "mean";  // model.cmem_fn: "mean" or "max" over each c consecutive rows, or "conv" (learned)
-  bool learned() const { return len > 0 && fn == "conv"; }
-  static MemoryCompression of(const ModelConfig& cfg);  // off for a block kind without the keys
-};
-
-// Which layer of a stack keeps an external memory (model.xmem_*; the
-// Memorizing Transformer, layers/attention/external_memory.h).
-struct Memorizing {
-  int64_t len = 0;     // model.xmem_len: positions the memory keeps (0: off)
-  int64_t layer = -1;  // model.xmem_layer: the layer that reads it (-1: the one below the top)
-  int64_t top_k = 32;  // model.xmem_topk: pairs retrieved per query
-  double gate_bias = 0;  // model.xmem_gate_bias: the gate's b at initialisation, g = sigmoid(b)
-  static Memorizing of(const ModelConfig& cfg);  // off for a block kind without the keys; layer resolved
-};
-
-// rows (B, n, C) -> (B, n / c, C): each c consecutive rows pooled ("mean" or
-// "max"), oldest first; the n mod c oldest rows are dropped.
-Tensor compress_rows(const Tensor& rows, const MemoryCompression& c);
-
-// The learned compression (model.cmem_fn "conv"): per layer, a 1-D
-// convolution over time with kernel = stride = c, C channels in and out.
-// For the k-th group of c rows r_{kc}, ..., r_{kc+c-1} (each (C)):
-//
-//   y_k = b + sum_{i<c} r_{kc+i} W_i         W_i [C, C], b [C]
-//
-// computed as one matrix product of the groups laid side by side,
-// (B, n/c, cC) x W [cC, C]. It starts as the mean (W_i = I / c, b = 0), so
-// an untrained model compresses as "mean" does. Keys "compress.L.weight",
-// "compress.L.bias" for layer L.
-class ConvCompression : public Module {
- public:
-  ConvCompression(int64_t n_layer, int64_t n_embd, int64_t ratio);
-  // Layer `layer`'s compression of rows (B, n, C), n a multiple of c -> (B, n / c, C).
-  Var forward(size_t layer, const Var& rows) const;
-  // Parameters of a stack of `cfg` (0 unless model.cmem_fn is "conv").
-  static double parameters(const ModelConfig& cfg);
-  // The attention-reconstruction loss of the segment just read (training;
-  // undefined otherwise): an auxiliary loss of the batch, which the trainer
-  // backpropagates beside the LM loss (Module::auxiliary_loss). Its gradient
-  // reaches the compression alone, and the LM loss none of it.
-  void set_reconstruction_loss(Var loss) const { reconstruction_ = std::move(loss); }
-  int64_t ratio;
-  std::vector<Var> weights, biases;  // [cC, C] and [C] per layer
-
- protected:
-  Var own_auxiliary_loss(bool of_batch) const override { return of_batch ? reconstruction_ : Var(); }
-
- private:
-  mutable Var reconstruction_;
-};
-
-// The Compressive Transformer's attention-reconstruction loss of one layer
-// (Rae et al. 2019 §3.2): how far attention over the compressed rows is from
-// attention over the rows they replace, for the queries of the segment:
-//
-//   L = mean( (attn(h, old) - attn(h, f(old)))^2 )
-//
-// attend(rows) is the layer's content attention of h over rows (B, n, C) ->
-// (B, T, C) with the layer's weights held fixed; old (B, n, C) are the rows
-// that fell out of the memory, compressed (B, n / c, C) = f(old).
-Var reconstruction_loss(const std::function<Var(const Var&)>& attend, const Tensor& old, const Var& compressed);
-
-// What a layer attends to before its segment: [compressed; memory] (B, CM + M, C).
-Tensor attended_memory(const Tensor& memory, const Tensor& compressed);
-
-// memory becomes the last mem_len rows of [memory; x] (x (B, T, C), taken
-// without gradient); returns the rows that fell out, oldest first (B, F, C),
-// undefined when none did.
-Tensor evict_rows(Tensor& memory, const Var& x, int64_t mem_len);
-
-// compressed becomes the last len rows of [compressed; rows] (rows (B, n, C)).
-void append_compressed(Tensor& compressed, const Tensor& rows, int64_t len);
-
 class BlockStack : public Module {
  public:
   // x (B, T, C), the embeddings of positions 0..T-1 -> (B, T, C), the input
@@ -153,6 +72,9 @@ struct BlockKind {
   std::function<double(const ModelConfig&, int64_t T)> activation_floats;
   // Throws Error naming the keys when the config cannot use this kind.
   std::function<void(const ModelConfig&)> check;
+  // Whether its stack carries memories across segments (layers/memory/memory.h):
+  // the memory kinds' keys apply to it, and every kind a config turns on runs in it.
+  bool memory = false;
 };
 
 // The table of block kinds (layers/block/registry.cpp). A program may add its

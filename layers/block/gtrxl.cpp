@@ -38,22 +38,20 @@ BlockKind gtrxl_block_kind() {
                  "model.gate picks the gate";
   kind.options = {{"gate", std::string("gru"), "gtrxl blocks: none | input | output | highway | sigtanh | gru"},
                   {"gate_bias", 2.0, "gtrxl blocks: the gates' initial bias b_g (the paper: 2 for gru, 1 for the others)"}};
-  for (ModelOption& o : memory_options()) kind.options.push_back(std::move(o));
   kind.make = [](const ModelConfig& cfg, const Positional& positional, Rng& rng) {
     return std::make_shared<GatedStack>(cfg, positional, rng);
   };
   kind.parameters = [](const ModelConfig& cfg) {
     const double gates = 2 * gate_kinds().get(cfg.option_string("gate")).parameters(static_cast<double>(cfg.n_embd));
-    return static_cast<double>(cfg.n_layer) * (transformer_block_parameters(cfg) + gates) +
-           ConvCompression::parameters(cfg);
+    return static_cast<double>(cfg.n_layer) * (transformer_block_parameters(cfg) + gates) + memory_parameters(cfg);
   };
   kind.activation_floats = transformer_stack_activation_floats;
   kind.check = [](const ModelConfig& cfg) {
     gate_kinds().get(cfg.option_string("gate"));  // Error naming model.gate and the known gates
     const double b = cfg.option_number("gate_bias");
     TAPEFORMER_CHECK(std::isfinite(b), "model.gate_bias must be a finite number, got ", b);
-    check_memory(cfg);
   };
+  kind.memory = true;
   return kind;
 }
 

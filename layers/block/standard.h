@@ -60,15 +60,9 @@ double transformer_block_parameters(const ModelConfig& cfg);
 // (T, C) tensors, about four, and the attention's and the MLP's own).
 double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
 // The same for n_layer of them (the standard and post-LN stacks; parameters
-// include a learned memory compression's).
+// include the memories', a learned compression's and an external memory's gates).
 double transformer_stack_parameters(const ModelConfig& cfg);
 double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T);
-
-// model.mem_len and model.ext_len, declared by the stacks that keep a segment
-// memory, and their check (a memory needs an attention kind that takes one;
-// ext_len needs a memory and at most block_size).
-std::vector<ModelOption> memory_options();
-void check_memory(const ModelConfig& cfg);
 
 using StandardStack = SequentialStack<TransformerBlock>;
 

@@ -43,6 +43,7 @@
 #include "tapeformer/layers/attention/softmax.h"
 #include "tapeformer/layers/attention/sparse.h"
 #include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/memory/compressive.h"
 #include "attention_calls.h"
 
 using namespace tapeformer;

@@ -425,11 +425,11 @@ TEST_CASE("mlp kinds: gated MLPs equal their formula in values and gradients") {
 
 TEST_CASE("mlp kinds: parameter counts from the kinds, every block kind; mlp_hidden; misplaced keys refused") {
   for (const MlpKind& m : mlp_kinds().kinds()) {
-    for (const char* block : {"standard", "reversible", "post_ln", "gtrxl"}) {
+    for (const BlockKind& block : block_kinds().kinds()) {
       CAPTURE(m.name);
-      CAPTURE(block);
+      CAPTURE(block.name);
       ModelConfig c = stack_config("softmax", "learned", 2, 1, 0.0f);
-      c.block = block;
+      c.block = block.name;
       c.mlp = m.name;
       Rng rng(83);
       TransformerLM model(c, rng);

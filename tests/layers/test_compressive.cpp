@@ -15,6 +15,7 @@
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/layers/memory/compressive.h"
 #include "tapeformer/layers/transformer.h"
 #include "memory_models.h"
 
@@ -69,7 +70,7 @@ TEST_CASE("compress_rows: mean and max over each c rows, the oldest remainder dr
 }
 
 TEST_CASE("compressive, ratio 1 and mean: the same logits as Transformer-XL with the longer memory") {
-  for (const std::string block : {"standard", "post_ln", "gtrxl"}) {
+  for (const std::string& block : memory_models::memory_blocks()) {
     CAPTURE(block);
     SegmentMemory xl, cm;
     const auto longer = read_segments(compressive_config(12, 0, 1, "mean", block), 6, xl);
@@ -180,7 +181,7 @@ TEST_CASE("compressive conv: starts as the mean, and its parameters are counted"
 }
 
 TEST_CASE("compressive conv: the reconstruction loss trains the compression alone; the LM loss never reaches it") {
-  for (const std::string block : {"standard", "post_ln", "gtrxl"}) {
+  for (const std::string& block : memory_models::memory_blocks()) {
     CAPTURE(block);
     Rng init(3);
     TransformerLM model(compressive_config(4, 8, 2, "conv", block), init);

@@ -16,6 +16,7 @@
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/attention/softmax.h"
+#include "tapeformer/layers/memory/memorizing.h"
 #include "tapeformer/layers/transformer.h"
 #include "memory_models.h"
 
@@ -149,7 +150,7 @@ TEST_CASE("external memory: appended oldest first, bounded by its capacity, copi
 }
 
 TEST_CASE("memorizing, gate closed: the same logits as the model without the external memory, bit for bit") {
-  for (const std::string block : {"standard", "post_ln", "gtrxl"}) {
+  for (const std::string& block : memory_models::memory_blocks()) {
     CAPTURE(block);
     Rng a(5), b(5);
     TransformerLM local(memorizing_config(0, 4, block), a), memorizing(memorizing_config(12, 4, block), b);

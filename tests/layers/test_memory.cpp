@@ -157,7 +157,7 @@ TEST_CASE("attention with a memory equals attention over [memory; x], the memory
 }
 
 TEST_CASE("segment recurrence: the second segment with the first as memory equals one forward over both") {
-  for (const char* block : {"standard", "post_ln", "gtrxl"})
+  for (const std::string& block : memory_models::memory_blocks())
     for (const char* scheme : {"txl", "rope"}) {
       CAPTURE(block);
       CAPTURE(scheme);
@@ -248,7 +248,7 @@ TEST_CASE("memory configs: kinds without one are refused naming the keys") {
                        "\"linear\" does not",
                        Error);
   c = xl_config("txl", 8, "reversible");
-  CHECK_THROWS_WITH_AS(c.validate_kinds(), doctest::Contains("model.mem_len = 8 applies to model.block \"standard\""),
+  CHECK_THROWS_WITH_AS(c.validate_kinds(), doctest::Contains("model.mem_len = 8 applies to memory \"xl\" (of model.block \"standard\""),
                        Error);
   c = xl_config("txl", 0);
   c.options["same_length"] = true;

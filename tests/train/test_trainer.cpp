@@ -184,23 +184,16 @@ TEST_CASE("resume: stopping at step 20 and resuming gives the straight run's cur
     c.model.options["cmem_fn"] = std::string("max");
     c.train.shards = 2;
   });
-  // The learned compression: its weights and their optimizer state too.
-  check_resume_is_exact("compressive-conv", [](TrainConfig& c) {
-    c.model.positional = "txl";
-    c.model.options["mem_len"] = int64_t{8};
-    c.model.options["cmem_len"] = int64_t{4};
-    c.model.options["cmem_ratio"] = int64_t{2};
-    c.model.options["cmem_fn"] = std::string("conv");
-    c.train.shards = 2;
-  });
-  // Memorizing Transformer: the external memory's keys and values.
-  check_resume_is_exact("memorizing", [](TrainConfig& c) {
-    c.model.positional = "txl";
-    c.model.options["mem_len"] = int64_t{8};
-    c.model.options["xmem_len"] = int64_t{40};
-    c.model.options["xmem_topk"] = int64_t{8};
-    c.train.shards = 2;
-  });
+  // Every memory kind, at its small values with the kinds it builds on: all
+  // it keeps is in the checkpoint (the learned compression's weights and
+  // their optimizer state, the external memory's keys and values), two shards.
+  for (const MemoryKind& kind : memory_kinds().kinds()) {
+    check_resume_is_exact("memory-" + kind.name, [&kind](TrainConfig& c) {
+      c.model.positional = "txl";
+      memory_models::turn_on(c.model, kind);
+      c.train.shards = 2;
+    });
+  }
   check_resume_is_exact("gtrxl", [](TrainConfig& c) {
     c.model.block = "gtrxl";
     c.model.positional = "txl";

@@ -1,4 +1,4 @@
-#include "tapeformer/layers/attention/external_memory.h"
+#include "tapeformer/layers/memory/external_memory.h"
 
 #include <algorithm>
 #include <cmath>

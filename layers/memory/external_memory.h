@@ -18,7 +18,7 @@
 // one does. The pairs are constants (no gradient to past positions, the
 // paper's non-differentiable memory); q and s get theirs through the scores.
 // The memory layer mixes y with its local attention by a learned gate per
-// head (softmax.h, MultiHeadAttention::enable_memorizing).
+// head (memorizing.h, MemorizingAttention).
 //
 // Storage: keys and values are (B, N, C) tensors with the heads side by side
 // (head h in columns [hD, (h+1)D)), the layout of a segment memory's rows, so
