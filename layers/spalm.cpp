@@ -91,7 +91,7 @@ Var SpalmLM::forward(const IndexTensor& ids, const ModelContext& ctx) const {
   const auto it = ctx.inputs != nullptr ? ctx.inputs->find(kRetrieved) : ModelInputs::const_iterator();
   TAPEFORMER_CHECK(ctx.inputs != nullptr && it != ctx.inputs->end(), "model.arch \"spalm\" reads model.spalm_k = ",
                    k_, " retrieved tokens at every position (ModelContext::inputs[\"", kRetrieved,
-                   "\"]), which its hooks give tapeformer train, eval and sample (model.spalm_store, "
+                   "\"]), which its hooks give train, eval and sample (model.spalm_store, "
                    "model.spalm_retriever)");
   const IndexTensor& retrieved = it->second;
   TAPEFORMER_CHECK(retrieved.shape.rank() == 3 && retrieved.shape[2] == k_, "SpalmLM: retrieved must be (B, T, ",
@@ -131,6 +131,10 @@ ModelKind spalm_model_kind() {
     return std::make_unique<SpalmLM>(cfg, rng);
   };
   kind.footprint = SpalmLM::footprint;
+  kind.small_config = [](ModelConfig& c) {  // a Transformer-XL
+    c.positional = "txl";
+    c.options["mem_len"] = int64_t{16};
+  };
   return kind;
 }
 

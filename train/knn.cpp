@@ -14,6 +14,7 @@
 #include "tapeformer/core/files.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/evaluator.h"
+#include "tapeformer/train/trainer.h"
 
 namespace tapeformer {
 namespace {
@@ -92,7 +93,7 @@ Datastore open_knn_store(const KnnOptions& opt, const TrainConfig& cfg, const La
   Datastore store = Datastore::load(opt.store);
   const DatastoreInfo& info = store.info();
   const std::string origin = "kNN store '" + opt.store + "'";
-  const std::string rebuild = ": build one for this checkpoint with tapeformer knn build";
+  const std::string rebuild = ": build one for this checkpoint with " + program_name() + " knn build";
   TAPEFORMER_CHECK(info.vocab_size == tokenizer.vocab_size() && info.tokenizer_fingerprint == tokenizer_fingerprint(tokenizer),
                    origin, " was built with another vocabulary (", info.vocab_size, " tokens, tokenizer ",
                    hex(info.tokenizer_fingerprint), "; this model's: ", tokenizer.vocab_size(), " tokens, tokenizer ",

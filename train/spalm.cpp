@@ -11,6 +11,7 @@
 #include "tapeformer/layers/spalm.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/evaluator.h"
+#include "tapeformer/train/trainer.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/windows.h"
 
@@ -73,7 +74,7 @@ SpalmRetriever::SpalmRetriever(const TrainConfig& cfg, const Tokenizer& tokenize
   const std::string store_path = cfg.model.option_string("spalm_store"),
                     checkpoint = cfg.model.option_string("spalm_retriever");
   TAPEFORMER_CHECK(!store_path.empty(), "model.spalm_store is required with model.arch \"spalm\": the kNN store its "
-                   "tokens are retrieved from (tapeformer knn build --checkpoint RETRIEVER --data TEXT --out STORE)");
+                   "tokens are retrieved from (", program_name(), " knn build --checkpoint RETRIEVER --data TEXT --out STORE)");
   TAPEFORMER_CHECK(!checkpoint.empty(), "model.spalm_retriever is required with model.arch \"spalm\": the checkpoint "
                    "of the frozen model model.spalm_store ('", store_path, "') was built from, which computes the "
                    "queries");

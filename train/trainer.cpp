@@ -116,6 +116,18 @@ struct StreamState {
 
 }  // namespace
 
+namespace {
+std::string& program_name_storage() {
+  static std::string name = "tapeformer";
+  return name;
+}
+}  // namespace
+
+const std::string& program_name() { return program_name_storage(); }
+void set_program_name(const std::string& name) {
+  if (!name.empty()) program_name_storage() = name;
+}
+
 Interrupted::Interrupted(const std::string& message, int signal) : Error(message), signal_(signal) {}
 Diverged::Diverged(const std::string& message, int64_t step, double train_seconds)
     : Error(message), step_(step), train_seconds_(train_seconds) {}
@@ -149,6 +161,7 @@ struct Trainer::State {
   std::unique_ptr<RunDirectory> dir;  // rank 0 writes it
   bool resumed = false;
   bool profile = false;
+  bool quiet = false;
 
   // Rank 0 writes the run directory (metrics, checkpoints, profile) and
   // prints; the other ranks of a distributed run only compute.
@@ -420,7 +433,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   const Checkpoint c = load_checkpoint(s.dir->checkpoint_path());
   const std::string path = "checkpoint '" + s.dir->checkpoint_path() + "'";
   TAPEFORMER_CHECK(!s.is_task() || c.tokenizer.empty(), path, " is a run on a text corpus, not on ", s.task.name,
-                   "'s task; resume it with: tapeformer train --out ", out_dir, " --resume");
+                   "'s task; resume it with: ", program_name(), " train --out ", out_dir, " --resume");
   TAPEFORMER_CHECK(s.is_task() || !c.tokenizer.empty(), path, " holds no tokenizer: its batches came from a "
                    "program's own task (a synthetic task), so only that program can resume it");
   s.cfg = TrainConfig::parse(c.config_json, "in " + path);
@@ -461,6 +474,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
 const TrainConfig& Trainer::config() const { return s_->cfg; }
 LanguageModel& Trainer::model() { return *s_->model; }
 void Trainer::set_profile(bool on) { s_->profile = on; }
+void Trainer::set_quiet(bool on) { s_->quiet = on; }
 
 TrainResult Trainer::run() {
   State& s = *s_;
@@ -468,7 +482,7 @@ TrainResult Trainer::run() {
   const int64_t tokens_per_step = c.train.batch_size * c.model.block_size * c.train.grad_accum;
   std::optional<MetricsLog> metrics;
   if (s.writes()) metrics.emplace(s.dir->metrics_path(), /*append=*/s.resumed);
-  Progress progress(c.train.max_iters, s.writes());
+  Progress progress(c.train.max_iters, s.writes() && !s.quiet);
   if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.dir->checkpoint_path());
   s.model->train();
   double last_loss = s.last_train_loss, last_norm = 0;
@@ -536,7 +550,7 @@ TrainResult Trainer::run() {
       progress.finish();
       throw Interrupted(std::string(signal == SIGINT ? "interrupted (" : "stopped (") + StopSignals::name(signal) + ")" +
                             " at step " + std::to_string(s.step) + ": checkpoint saved to '" + s.dir->checkpoint_path() +
-                            "'; continue with: tapeformer train --out " + s.out_dir + " --resume",
+                            "'; continue with: " + program_name() + " train --out " + s.out_dir + " --resume",
                         signal);
     }
   }

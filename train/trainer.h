@@ -41,6 +41,12 @@
 
 namespace tapeformer {
 
+// The command a user runs this program as ("tapeformer"; cli_main sets it
+// from argv[0], so a program that registers kinds of its own is named in
+// the messages that tell the user what to run next).
+const std::string& program_name();
+void set_program_name(const std::string& name);
+
 struct TrainResult {
   int64_t steps = 0;
   double train_loss = 0;     // mean loss of the last step
@@ -136,6 +142,8 @@ class Trainer {
   // their allocations (train/profile_report.h), prints the table on stderr
   // at the end and writes OUT/profile.json. Results are unchanged.
   void set_profile(bool on);
+  // With `on`, run() shows no progress on stderr (a program's own check of a kind).
+  void set_quiet(bool on);
   const TrainConfig& config() const;
   LanguageModel& model();  // the trained model (a task's program evaluates it further)
 
