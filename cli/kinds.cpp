@@ -43,7 +43,7 @@ struct has_options<Kind, std::void_t<decltype(std::declval<Kind>().options)>> : 
 
 template <class Kind>
 Family family(const Registry<Kind>& registry, const std::string& prefix) {
-  Family f{registry.key(), prefix, {}};
+  Family f{registry.key(), prefix, {}, ""};
   for (const Kind& k : registry.kinds()) {
     Entry e{k.name, k.summary, {}, {}, false};
     if constexpr (has_options<Kind>::value) e.options = k.options;

@@ -39,13 +39,22 @@ Registry<ModelKind>& model_kinds() {
                       [](const ModelConfig& cfg, Rng& rng) -> std::unique_ptr<LanguageModel> {
                         return std::make_unique<TransformerLM>(cfg, rng);
                       },
-                      TransformerLM::footprint},
+                      TransformerLM::footprint,
+                      nullptr},
                      spalm_model_kind()});
   return kinds;
 }
 
 std::unique_ptr<LanguageModel> make_model(const ModelConfig& cfg, Rng& rng) {
-  return model_kinds().get(cfg.arch).make(cfg, rng);
+  const ModelKind& kind = model_kinds().get(cfg.arch);
+  std::unique_ptr<LanguageModel> model = kind.make(cfg, rng);
+  // What the memory check and the run's report count must be the model's.
+  const double counted = kind.footprint(cfg).parameters, built = static_cast<double>(model->num_parameters());
+  TAPEFORMER_CHECK(counted == built, "model.arch \"", kind.name, "\" with model.block \"", cfg.block,
+                   "\", model.positional \"", cfg.positional, "\" and its memories: the kinds' entries count ", counted,
+                   " parameters (ModelKind::footprint, BlockKind, PositionalKind and MemoryKind parameters) but the "
+                   "model it builds has ", built);
+  return model;
 }
 
 ModelFootprint model_footprint(const ModelConfig& cfg) { return model_kinds().get(cfg.arch).footprint(cfg); }

@@ -94,6 +94,9 @@ struct ModelKind {
   std::function<std::unique_ptr<LanguageModel>(const ModelConfig&, Rng&)> make;
   // Parameters and activation memory of a model of the config (see ModelFootprint).
   std::function<ModelFootprint(const ModelConfig&)> footprint;
+  // What a tiny config of this kind needs beyond its small options (the
+  // checks' and whole-model tests' config; SPALM: a Transformer-XL); null: nothing.
+  std::function<void(ModelConfig&)> small_config;
 };
 
 // The table of model kinds (layers/transformer.cpp adds "transformer").

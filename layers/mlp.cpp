@@ -47,7 +47,13 @@ int64_t mlp_hidden(const ModelConfig& cfg, int64_t fallback) {
 int64_t gated_hidden(int64_t n_embd) { return (8 * n_embd / 3 + 7) / 8 * 8; }
 
 std::shared_ptr<Mlp> make_mlp(const ModelConfig& cfg, Rng& rng) {
-  return mlp_kinds().get(cfg.mlp).make(cfg, rng);
+  const MlpKind& kind = mlp_kinds().get(cfg.mlp);
+  std::shared_ptr<Mlp> mlp = kind.make(cfg, rng);
+  // The entry's count is what the memory check and the docs use: it must be the layer's.
+  const double counted = kind.parameters(cfg), built = static_cast<double>(mlp->num_parameters());
+  TAPEFORMER_CHECK(counted == built, "model.mlp \"", kind.name, "\": its entry counts ", counted,
+                   " parameters per layer (MlpKind::parameters) but the layer it builds has ", built);
+  return mlp;
 }
 
 namespace {

@@ -47,6 +47,7 @@ struct MlpKind {
 Registry<MlpKind>& mlp_kinds();
 
 // cfg.mlp's kind, built with the residual init of cfg's depth for its output projection.
+// cfg.mlp's layer; Error when its entry's parameter count is not the built layer's.
 std::shared_ptr<Mlp> make_mlp(const ModelConfig& cfg, Rng& rng);
 // model.mlp_hidden when set, else `fallback` (a kind's default width).
 int64_t mlp_hidden(const ModelConfig& cfg, int64_t fallback);

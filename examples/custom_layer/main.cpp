@@ -51,7 +51,7 @@ class SwiGLUBlock : public Module {
   SwiGLUBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng)
       : hidden_(hidden_width(cfg.n_embd)) {
     ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
-    attn = register_module("attn", attention_kinds().get(cfg.attention).make(cfg, positional.make_layer(rng), rng));
+    attn = register_module("attn", make_attention(cfg, positional.make_layer(rng), rng));
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
     gate = register_module("gate", std::make_shared<Linear>(cfg.n_embd, 2 * hidden_, false, rng));  // [W_a | W_b]
     proj = register_module("proj", std::make_shared<Linear>(hidden_, cfg.n_embd, false, rng, residual_init_std(cfg)));

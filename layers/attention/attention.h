@@ -126,6 +126,10 @@ struct AttentionKind {
 // add its own at start-up: attention_kinds().add({...}).
 Registry<AttentionKind>& attention_kinds();
 
+// cfg.attention's layer with `pos` inside; Error when its entry's parameter
+// count (AttentionKind::parameters) is not the built layer's, naming the kind.
+std::shared_ptr<Attention> make_attention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+
 // ---- helpers shared by the kinds -------------------------------------------
 // (the head split of a packed qkv projection is the op split_heads, autograd/ops.h)
 

@@ -26,6 +26,18 @@ Registry<AttentionKind>& attention_kinds() {
   return kinds;
 }
 
+std::shared_ptr<Attention> make_attention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
+  const AttentionKind& kind = attention_kinds().get(cfg.attention);
+  std::shared_ptr<Attention> attn = kind.make(cfg, std::move(pos), rng);
+  TAPEFORMER_CHECK(attn != nullptr, "model.attention \"", kind.name, "\": its make returned no layer");
+  const double counted = kind.parameters(cfg);
+  const double built = static_cast<double>(attn->num_parameters() - attn->positional().num_parameters());
+  TAPEFORMER_CHECK(counted == built, "model.attention \"", kind.name, "\": its entry counts ", counted,
+                   " parameters per layer (AttentionKind::parameters, the positional part excluded) but the layer "
+                   "it builds has ", built);
+  return attn;
+}
+
 const char* causality_name(Causality c) {
   switch (c) {
     case Causality::strict: return "strictly causal";

@@ -65,7 +65,9 @@ struct BlockKind {
   std::string summary;               // one line, for errors and docs
   std::vector<ModelOption> options;  // the model.* keys it reads (e.g. ff_chunks)
   std::function<std::shared_ptr<BlockStack>(const ModelConfig&, const Positional&, Rng&)> make;
-  // Parameters of the whole stack (attention and positional parts included).
+  // Parameters of the whole stack: its layers (their attention and MLP) and
+  // the memories it runs (memory_parameters); the positional scheme's are
+  // its own kind's (PositionalKind::parameters), which the model adds.
   std::function<double(const ModelConfig&)> parameters;
   // Floats the stack keeps for the backward of one sequence of T tokens (a
   // lower bound; see AttentionKind::activation_floats).

@@ -11,7 +11,7 @@ GatedBlock::GatedBlock(const ModelConfig& cfg, const Positional& positional, Rng
   const GateKind& gate = gate_kinds().get(cfg.option_string("gate"));
   const auto bias = static_cast<float>(cfg.option_number("gate_bias"));
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
-  attn = register_module("attn", attention_kinds().get(cfg.attention).make(cfg, positional.make_layer(rng), rng));
+  attn = register_module("attn", make_attention(cfg, positional.make_layer(rng), rng));
   gate_1 = register_module("gate_1", gate.make(cfg.n_embd, bias, rng));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
   mlp = register_module("mlp", make_mlp(cfg, rng));
