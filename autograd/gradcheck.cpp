@@ -125,7 +125,7 @@ GradcheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<
       const Scalar saved = v;
       double numeric = 0.0, noise_tol = 0.0;
       if (opt.extrapolate) {
-        const double h = opt.rel_step * std::max(1.0, std::abs(static_cast<double>(saved)));
+        const double h = opt.rel_step * std::max(opt.step_floor, std::abs(static_cast<double>(saved)));
         const double coarse = central(v, saved, h), fine = central(v, saved, h / 2);
         numeric = (4.0 * fine - coarse) / 3.0;
         // An evaluation is off by up to `noise`, so D(h) by noise / h and

@@ -20,7 +20,7 @@
 // default fixed step that rounding alone can exceed the tolerance:
 // sum(x * x) over 1024 values near 10 fails although its backward is right.
 // `extrapolate = true` is the mode for such functions:
-//   - the step scales with the element, h = rel_step * max(1, |x|);
+//   - the step scales with the element, h = rel_step * max(step_floor, |x|) (step_floor 1 by default);
 //   - the derivative is Richardson's combination of the central differences
 //     at h and h/2, (4 D(h/2) - D(h)) / 3, exact to O(h^4);
 //   - every evaluation's float rounding, noise = 4 * 2^-24 * sum_j |f_j R_j|,
@@ -45,7 +45,11 @@ struct GradcheckOptions {
   uint64_t seed = 0;   // seed for the random upstream gradient R
   std::string label = "f";
   bool extrapolate = false;  // scaled steps, Richardson, float-noise tolerance (above)
-  double rel_step = 2e-2;    // extrapolate: h = rel_step * max(1, |x|)
+  double rel_step = 2e-2;    // extrapolate: h = rel_step * max(step_floor, |x|)
+  // extrapolate: the smallest scale a step follows. 1 suits inputs of order
+  // one; a model's initial weights (about 0.02) need a step of their own
+  // scale, or the step moves a weight by as much as it is.
+  double step_floor = 1.0;
 };
 
 struct GradcheckResult {

@@ -16,6 +16,13 @@
 #include "tapeformer/core/build_info.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
+#include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/block/block.h"
+#include "tapeformer/layers/language_model.h"
+#include "tapeformer/layers/memory/memory.h"
+#include "tapeformer/layers/mlp.h"
+#include "tapeformer/layers/positional/positional.h"
+#include "tapeformer/train/check.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/process_group.h"
@@ -139,12 +146,49 @@ int fail_job(const std::string& what) {
   return 1;
 }
 
+// `check`: the conformance checks of train/check.h on the named kinds (or on
+// every kind of the checked families); a line per check on stdout, and exit
+// status 1 when any failed.
+int run_check(const std::vector<std::string>& names) {
+  std::vector<std::pair<std::string, std::string>> kinds;
+  for (const std::string& n : names) {
+    const size_t eq = n.find('=');
+    TAPEFORMER_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < n.size(), "check: --kind takes FAMILY=NAME (e.g. "
+                     "model.attention=softmax), got '", n, "'");
+    kinds.emplace_back(n.substr(0, eq), n.substr(eq + 1));
+  }
+  if (kinds.empty()) {
+    const auto all = [&](const std::string& family, const auto& registry) {
+      for (const auto& k : registry.kinds()) kinds.emplace_back(family, k.name);
+    };
+    all("model.attention", attention_kinds());
+    all("model.positional", positional_kinds());
+    all("model.block", block_kinds());
+    all("model.mlp", mlp_kinds());
+    all("memory", memory_kinds());
+    all("model.arch", model_kinds());
+  }
+  int failed = 0;
+  for (const auto& [family, name] : kinds) {
+    const KindCheck r = check_kind(family, name);
+    std::fputs(r.text().c_str(), stdout);
+    std::fflush(stdout);
+    failed += r.ok() ? 0 : 1;
+  }
+  std::printf("check: %zu kinds, %d failed\n", kinds.size(), failed);
+  return failed > 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
   // A write past `ulimit -f` then fails with EFBIG, and the writer names the
   // file, instead of the process dying with no word (prepare, export, train).
   std::signal(SIGXFSZ, SIG_IGN);
+  if (argc > 0 && argv[0] != nullptr) {  // messages name the command the user ran
+    const std::string path = argv[0];
+    set_program_name(path.substr(path.find_last_of('/') + 1));
+  }
   CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tapeformer ") + TAPEFORMER_VERSION + " (checkpoint format " +
@@ -264,6 +308,13 @@ int cli_main(int argc, char** argv) {
   pl->add_flag("--log-y", plot.log_y, "logarithmic loss axis");
   pl->add_flag("!--no-train", plot.train, "validation curves only");
 
+  std::vector<std::string> check_names;
+  auto* ck = app.add_subcommand("check", "run the conformance checks on registered kinds: parameters, causality, "
+                                         "generation, resume, gradient");
+  ck->add_option("--kind", check_names,
+                 "FAMILY=NAME, e.g. model.attention=softcap (repeatable; default: every kind of model.attention, "
+                 "model.positional, model.block, model.mlp, memory and model.arch)");
+
   bool markdown = false;
   auto* k = app.add_subcommand("kinds", "list every family of kinds, each kind's summary and the keys it declares");
   k->add_flag("--markdown", markdown, "as Markdown (docs/kinds.md)");
@@ -281,8 +332,9 @@ int cli_main(int argc, char** argv) {
 
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&
-      first != "plot" && first != "export" && first != "prepare" && first != "kinds" && first != "knn") {
-    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, knn, prepare, plot, export or kinds; see --help)\n",
+      first != "plot" && first != "export" && first != "prepare" && first != "kinds" && first != "knn" &&
+      first != "check") {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, knn, prepare, plot, export, kinds or check; see --help)\n",
                  argv[1]);
     return 2;
   }
@@ -304,6 +356,7 @@ int cli_main(int argc, char** argv) {
     if (*x) return run_export(exp);
     if (*pr) return run_prepare(prep);
     if (*kb) return run_knn_build(knn_build);
+    if (*ck) return run_check(check_names);
     if (*k) {
       std::fputs((json ? kinds_json() : readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
       return 0;

@@ -73,6 +73,21 @@ common=(--config "$config" "${common[@]:2}")
 # A model that is not a Transformer (model.arch "char_mlp") through the same Trainer.
 train_resume mlp --set model.arch=char_mlp --set model.char_mlp_context=6
 
+# Messages name the running program, not the stock binary that would refuse these kinds.
+"$mine" train "${common[@]}" --out "$work/stopped" --set train.max_iters=100000 > /dev/null 2> "$work/stopped.log" &
+pid=$!
+for _ in $(seq 1 100); do [ -e "$work/stopped/checkpoint.bin" ] || [ -s "$work/stopped/metrics.jsonl" ] && break; sleep 0.1; done
+kill -TERM "$pid"
+wait "$pid" && fail "a SIGTERM'd run exited with 0"
+grep -q "continue with: my_tapeformer train --out $work/stopped --resume" "$work/stopped.log" ||
+  { cat "$work/stopped.log"; fail "the interruption message does not name my_tapeformer"; }
+
+# The library's conformance checks on the program's own kinds: parameters, causality, generation, resume, gradient.
+"$mine" check --kind model.attention=softcap --kind model.attention=sigmoid --kind model.mlp=relu2 \
+  --kind model.arch=char_mlp > "$work/check.txt" 2>&1 || { cat "$work/check.txt"; fail "check on the program's kinds"; }
+grep -q '^model.attention "softcap": gradient ok$' "$work/check.txt" || { cat "$work/check.txt"; fail "softcap's gradient"; }
+grep -q '^check: 4 kinds, 0 failed$' "$work/check.txt" || { cat "$work/check.txt"; fail "check's summary"; }
+
 "$mine" eval --checkpoint "$work/run" --data "$work/text.txt" > "$work/eval.json" 2> "$work/log" ||
   { cat "$work/log"; fail "eval"; }
 grep -q '"loss"' "$work/eval.json" || fail "eval printed no loss: $(cat "$work/eval.json")"
