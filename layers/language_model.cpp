@@ -1,6 +1,8 @@
 #include "tapeformer/layers/language_model.h"
 
+#include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/storage.h"
 #include "tapeformer/layers/spalm.h"
 #include "tapeformer/layers/transformer.h"
 
@@ -40,6 +42,7 @@ Registry<ModelKind>& model_kinds() {
                         return std::make_unique<TransformerLM>(cfg, rng);
                       },
                       TransformerLM::footprint,
+                      nullptr,
                       nullptr},
                      spalm_model_kind()});
   return kinds;
@@ -58,5 +61,33 @@ std::unique_ptr<LanguageModel> make_model(const ModelConfig& cfg, Rng& rng) {
 }
 
 ModelFootprint model_footprint(const ModelConfig& cfg) { return model_kinds().get(cfg.arch).footprint(cfg); }
+
+double activation_floats(LanguageModel& model) {
+  const ModelConfig& cfg = model.config();
+  const int64_t T = cfg.block_size;
+  const IndexTensor ids({1, T}, std::vector<int32_t>(static_cast<size_t>(T), 0));
+  const ModelKind& kind = model_kinds().get(cfg.arch);
+  const ModelInputs inputs = kind.example_inputs ? kind.example_inputs(cfg, 1, T) : ModelInputs();
+  const bool was_training = model.is_training();
+  model.train();
+  Rng rng(0);
+  SegmentMemory memory;
+  ModelContext ctx;
+  ctx.rng = &rng;
+  ctx.inputs = &inputs;
+  if (model.memory_use().carried()) {
+    ctx.memory = &memory;
+    NoGradGuard no_grad;
+    model.forward(ids, ctx);  // fills the memories
+  }
+  const int64_t before = Storage::live_bytes();
+  double kept = 0;
+  {
+    const Var logits = model.forward(ids, ctx);
+    kept = static_cast<double>(Storage::live_bytes() - before) / static_cast<double>(sizeof(Scalar));
+  }
+  model.train(was_training);
+  return kept;
+}
 
 }  // namespace tapeformer

@@ -36,11 +36,11 @@
 namespace tapeformer {
 
 // What a model of a config costs, computed from its kinds before anything is
-// allocated (the trainer's memory check); parameters equals the built
-// model's num_parameters() for every registered kind (tested).
+// allocated (the trainer's memory check): make_model refuses a kind whose
+// count is not the built model's num_parameters(). The activation memory is
+// measured on the built model instead (activation_floats below).
 struct ModelFootprint {
   double parameters = 0;  // exact up to 2^53; double so that absurd configs are measured, not overflowed
-  double activation_floats = 0;  // kept for the backward of one sequence of block_size tokens
 };
 
 // Extra per-position inputs by name, each (B, T, ...) ids: what a model kind
@@ -92,11 +92,16 @@ struct ModelKind {
   std::string summary;               // one line, for errors and docs
   std::vector<ModelOption> options;  // its own model.* keys
   std::function<std::unique_ptr<LanguageModel>(const ModelConfig&, Rng&)> make;
-  // Parameters and activation memory of a model of the config (see ModelFootprint).
+  // Parameters of a model of the config (see ModelFootprint).
   std::function<ModelFootprint(const ModelConfig&)> footprint;
   // What a tiny config of this kind needs beyond its small options (the
   // checks' and whole-model tests' config; SPALM: a Transformer-XL); null: nothing.
   std::function<void(ModelConfig&)> small_config;
+  // The extra inputs (ModelContext::inputs) a model of the config reads
+  // beside ids (B, T), filled with placeholder tokens of the right shapes
+  // (SPALM: "retrieved", (B, T, K)): what the memory measurement and the
+  // conformance checks run it on. Null: it reads none.
+  std::function<ModelInputs(const ModelConfig&, int64_t B, int64_t T)> example_inputs;
 };
 
 // The table of model kinds (layers/transformer.cpp adds "transformer").
@@ -105,5 +110,13 @@ Registry<ModelKind>& model_kinds();
 std::unique_ptr<LanguageModel> make_model(const ModelConfig& cfg, Rng& rng);
 // cfg.arch's footprint.
 ModelFootprint model_footprint(const ModelConfig& cfg);
+
+// Floats one training forward of one sequence of block_size tokens keeps for
+// the backward (activations, dropout masks, the logits), measured on the
+// built model: token 0 everywhere and the kind's example_inputs; with a
+// segment memory, the second segment, so that the memories are full. The
+// model's parameters, memories and mode are left as they were; its dropout
+// draws come from a generator of its own.
+double activation_floats(LanguageModel& model);
 
 }  // namespace tapeformer

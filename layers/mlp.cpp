@@ -76,9 +76,6 @@ MlpKind gated_kind(const std::string& name, const std::string& activation, const
     const double C = static_cast<double>(cfg.n_embd), H = static_cast<double>(gated_width(cfg));
     return 3 * C * H + (cfg.bias ? 2 * H + C : 0);  // gate, up [C, H]; proj [H, C]
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return 4.0 * static_cast<double>(T) * static_cast<double>(gated_width(cfg));  // gate, act, up, product
-  };
   return kind;
 }
 
@@ -97,9 +94,6 @@ Registry<MlpKind>& mlp_kinds() {
   standard.parameters = [](const ModelConfig& cfg) {
     const double C = static_cast<double>(cfg.n_embd), H = static_cast<double>(standard_width(cfg));
     return 2 * C * H + (cfg.bias ? H + C : 0);  // fc [C, H] and proj [H, C]
-  };
-  standard.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return 2.0 * static_cast<double>(T) * static_cast<double>(standard_width(cfg));  // act(z), act'(z)
   };
   static Registry<MlpKind> kinds(
       "model.mlp", {standard, gated_kind("swiglu", "silu", "(silu(x W_g) * x W_u) W2 (Shazeer 2020), hidden 8C/3 (about the "

@@ -12,7 +12,7 @@
 // "gate.weight", "up.weight", "proj.weight" (gated; biases where model.bias).
 //
 // A program adds its own kind at start-up (see examples/custom_attention):
-//   mlp_kinds().add({"my_mlp", "...", {mlp_hidden_option()}, false, make, parameters, activation_floats});
+//   mlp_kinds().add({"my_mlp", "...", {mlp_hidden_option()}, false, make, parameters});
 #pragma once
 
 #include <functional>
@@ -39,8 +39,6 @@ struct MlpKind {
   bool reads_activation = false;     // whether model.activation applies to it
   std::function<std::shared_ptr<Mlp>(const ModelConfig&, Rng&)> make;
   std::function<double(const ModelConfig&)> parameters;  // of one layer's MLP
-  // Floats one layer's MLP keeps for the backward of T tokens (a lower bound).
-  std::function<double(const ModelConfig&, int64_t T)> activation_floats;
 };
 
 // The table of MLP kinds (layers/mlp.cpp): standard, swiglu, geglu.

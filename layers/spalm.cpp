@@ -80,10 +80,7 @@ SpalmLM::SpalmLM(const ModelConfig& cfg, Rng& rng) : k_(spalm_k(cfg)) {
 
 ModelFootprint SpalmLM::footprint(const ModelConfig& cfg) {
   ModelFootprint f = TransformerLM::footprint(cfg);
-  const double C = static_cast<double>(cfg.n_embd), K = static_cast<double>(spalm_k(cfg));
-  f.parameters += C + 1;
-  // The retrieved embeddings (B, T, K, C) and their attention weights.
-  f.activation_floats += static_cast<double>(cfg.block_size) * (K * C + 2 * K + 4 * C);
+  f.parameters += static_cast<double>(cfg.n_embd) + 1;  // the gate w_g, b_g
   return f;
 }
 
@@ -134,6 +131,12 @@ ModelKind spalm_model_kind() {
   kind.small_config = [](ModelConfig& c) {  // a Transformer-XL
     c.positional = "txl";
     c.options["mem_len"] = int64_t{16};
+  };
+  kind.example_inputs = [](const ModelConfig& cfg, int64_t B, int64_t T) {
+    const int64_t K = spalm_k(cfg);
+    std::vector<int32_t> ids(static_cast<size_t>(B * T * K));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % static_cast<size_t>(cfg.vocab_size));
+    return ModelInputs{{SpalmLM::kRetrieved, IndexTensor({B, T, K}, ids)}};
   };
   return kind;
 }

@@ -26,9 +26,6 @@ ModelFootprint TransformerLM::footprint(const ModelConfig& cfg) {
   ModelFootprint f;
   f.parameters = V * C + positional_kinds().get(cfg.positional).parameters(cfg) + blocks.parameters(cfg) +
                  (C + b * C) /* ln_f */ + (cfg.tie_weights ? 0 : C * V);
-  // The stack's own, and the logits and their gradient.
-  f.activation_floats = blocks.activation_floats(cfg, cfg.block_size) +
-                        2.0 * static_cast<double>(cfg.block_size) * static_cast<double>(cfg.vocab_size);
   return f;
 }
 

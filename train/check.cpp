@@ -74,7 +74,9 @@ struct Subject {
   bool causal = true;        // a language model (strictly causal)
   std::string not_causal;    // why the causality check does not apply, or ""
   std::string not_smooth;    // why finite differences do not apply, or ""
-  std::string needs_hooks;   // why a model kind cannot run on its own, or ""
+  std::string needs_hooks;   // why a model kind cannot train on its own (its hooks need data), or ""
+  // Its extra inputs for ids (B, T) (ModelKind::example_inputs), or null.
+  std::function<ModelInputs(const ModelConfig&, int64_t B, int64_t T)> inputs;
 };
 
 ModelConfig base() {
@@ -152,7 +154,8 @@ Subject subject_of(const std::string& family, const std::string& name) {
     set_small(c, k.options);
     if (k.small_config) k.small_config(c);
     if (model_hooks_kinds().find(name) != nullptr)
-      s.needs_hooks = "its inputs come from its hooks (model_hooks_kinds), which need their own data";
+      s.needs_hooks = "its hooks (model_hooks_kinds) train it on what they make of the data";
+    s.inputs = k.example_inputs;
     s.own = [](const std::string&) { return true; };
   } else {
     fail("check: unknown family \"", family, "\" (checked: model.attention, model.positional, model.block, "
@@ -168,10 +171,32 @@ IndexTensor random_ids(int64_t B, int64_t T, uint64_t seed) {
   return IndexTensor({B, T}, v);
 }
 
+// The subject's extra inputs for ids (B, T), none when it reads none.
+ModelInputs inputs_for(const Subject& s, int64_t B, int64_t T) {
+  return s.inputs ? s.inputs(s.cfg, B, T) : ModelInputs();
+}
+
+// Positions t0..t1-1 of each (B, T, ...) input.
+ModelInputs columns_of(const ModelInputs& inputs, int64_t t0, int64_t t1) {
+  ModelInputs out;
+  for (const auto& [name, x] : inputs) {
+    const int64_t B = x.shape[0], T = x.shape[1], inner = x.numel() / (B * T);
+    Shape dims = x.shape;
+    dims[1] = t1 - t0;
+    std::vector<int32_t> v;
+    for (int64_t b = 0; b < B; ++b)
+      v.insert(v.end(), x.data.begin() + (b * T + t0) * inner, x.data.begin() + (b * T + t1) * inner);
+    out[name] = IndexTensor(dims, v);
+  }
+  return out;
+}
+
 // The model on whole sequences: with a segment memory, one segment from a fresh memory.
-Var whole(const LanguageModel& model, const IndexTensor& ids, Rng& rng) {
+Var whole(const Subject& s, const LanguageModel& model, const IndexTensor& ids, Rng& rng) {
+  const ModelInputs inputs = inputs_for(s, ids.shape[0], ids.shape[1]);
   ModelContext ctx;
   ctx.rng = &rng;
+  ctx.inputs = &inputs;
   SegmentMemory memory;
   if (model.memory_use().carried()) ctx.memory = &memory;
   return model.forward(ids, ctx);
@@ -210,14 +235,14 @@ CheckOutcome check_causality(const Subject& s) {
   NoGradGuard no_grad;
   Rng unused(0);
   IndexTensor ids = random_ids(2, kTokens, 2);
-  const Tensor before = whole(*model, ids, unused).value();  // (B, T, V)
+  const Tensor before = whole(s, *model, ids, unused).value();  // (B, T, V)
   const int64_t t = kTokens / 2;
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t u = t; u < kTokens; ++u) {
       int32_t& id = ids.data[static_cast<size_t>(b * kTokens + u)];
       id = (id + 1 + static_cast<int32_t>(u)) % kVocab;
     }
-  const Tensor after = whole(*model, ids, unused).value();
+  const Tensor after = whole(s, *model, ids, unused).value();
   if (after.slice(1, 0, t).to_vector() != before.slice(1, 0, t).to_vector()) {
     for (int64_t u = 0; u < t; ++u)
       if (after.slice(1, u, u + 1).to_vector() != before.slice(1, u, u + 1).to_vector())
@@ -240,8 +265,9 @@ CheckOutcome check_generation(const Subject& s) {
   NoGradGuard no_grad;
   Rng unused(0);
   const IndexTensor ids = random_ids(2, kTokens, 4);
-  const Tensor full = whole(*model, ids, unused).value();  // (B, T, V)
+  const Tensor full = whole(s, *model, ids, unused).value();  // (B, T, V)
   auto state = model->make_state(2);
+  const ModelInputs inputs = inputs_for(s, 2, kTokens);
   const auto columns = [&](int64_t t0, int64_t t1) {
     std::vector<int32_t> v;
     for (int64_t b = 0; b < 2; ++b)
@@ -249,7 +275,11 @@ CheckOutcome check_generation(const Subject& s) {
     return IndexTensor({2, t1 - t0}, v);
   };
   for (const auto& [t0, t1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 4}, {4, 5}, {5, 9}, {9, kTokens}}) {
-    const Tensor got = model->forward(columns(t0, t1), *state).value();
+    const ModelInputs piece = columns_of(inputs, t0, t1);
+    ModelContext ctx;
+    ctx.state = state.get();
+    ctx.inputs = &piece;
+    const Tensor got = model->forward(columns(t0, t1), ctx).value();
     const std::string where = far_apart(got, full.slice(1, t0, t1), 1e-4);
     if (!where.empty())
       return {"generation", CheckOutcome::Result::failed,
@@ -265,6 +295,7 @@ CheckOutcome check_generation(const Subject& s) {
 
 CheckOutcome check_resume(const Subject& s) {
   if (!s.causal) return {"resume", CheckOutcome::Result::skipped, "a bidirectional model is no language model"};
+  if (!s.needs_hooks.empty()) return {"resume", CheckOutcome::Result::skipped, s.needs_hooks};
   const fs::path dir = fs::temp_directory_path() / ("tapeformer-check-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -331,6 +362,7 @@ CheckOutcome check_gradient(const Subject& s) {
   }
   if (vars.empty()) return {"gradient", CheckOutcome::Result::skipped, "it has no parameters of its own"};
   const IndexTensor ids = random_ids(2, kTokens, 6), targets = random_ids(2, kTokens, 7);
+  const ModelInputs inputs = inputs_for(s, 2, kTokens);
   // A memory model reads a segment after one that filled its memories. The
   // memories hold no gradient by design, so they are filled once, before the
   // weights are perturbed, and each evaluation starts from a copy.
@@ -338,7 +370,11 @@ CheckOutcome check_gradient(const Subject& s) {
   if (model->memory_use().carried()) {
     NoGradGuard no_grad;
     Rng unused(0);
-    model->forward(random_ids(2, kTokens, 8), filled, unused);
+    ModelContext ctx;
+    ctx.rng = &unused;
+    ctx.memory = &filled;
+    ctx.inputs = &inputs;
+    model->forward(random_ids(2, kTokens, 8), ctx);
   }
   GradcheckOptions opt;
   opt.extrapolate = true;
@@ -349,6 +385,7 @@ CheckOutcome check_gradient(const Subject& s) {
         Rng unused(0);
         ModelContext ctx;
         ctx.rng = &unused;
+        ctx.inputs = &inputs;
         SegmentMemory memory = filled;
         if (model->memory_use().carried()) ctx.memory = &memory;
         return cross_entropy(model->forward(ids, ctx), targets);
@@ -381,8 +418,9 @@ KindCheck check_kind(const std::string& family, const std::string& name) {
     return r;  // nothing else can be built
   }
   const auto guarded = [&](const std::function<CheckOutcome()>& check, const char* what) {
-    if (!s.needs_hooks.empty()) {
-      r.outcomes.push_back({what, CheckOutcome::Result::skipped, s.needs_hooks});
+    if (!s.needs_hooks.empty() && !s.inputs) {
+      r.outcomes.push_back({what, CheckOutcome::Result::skipped, s.needs_hooks + ", and its kind gives no "
+                            "example_inputs to run it on without them"});
       return;
     }
     try {

@@ -18,8 +18,9 @@
 //   resume      6 training steps equal 3, a checkpoint and 3 more, bit for bit;
 //   gradient    the kind's own parameters' gradients against finite differences (gradcheck in
 //               extrapolate mode, on the model's initial, well-conditioned weights).
-// A check that does not apply (a bidirectional kind's generation, a model kind
-// whose inputs come from its hooks) is reported as skipped, with why.
+// A model kind's extra inputs are its ModelKind::example_inputs. A check that
+// does not apply (a bidirectional kind's generation, the resume of a model
+// kind whose hooks make its training data) is reported as skipped, with why.
 #pragma once
 
 #include <string>

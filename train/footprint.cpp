@@ -1,30 +1,28 @@
 #include "tapeformer/train/footprint.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <unistd.h>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/storage.h"
 #include "tapeformer/data/corpus.h"
 #include "tapeformer/layers/language_model.h"
 
 namespace tapeformer {
 
-// A lower bound on a run's peak memory in bytes: parameters with their
-// gradients (one per shard) and AdamW's two moments, the activations a step
-// keeps for backward, and the evaluation batches. Parameters and activations
-// come from the model's own footprint (its attention kind and positional
-// scheme). For softmax attention it is below what was measured (about 4C +
-// 1.3*H*T floats per token per layer for a 12-layer, 768-wide model at T =
-// 256 and 1024, against 4C + H*T here), so a run that fits is never refused;
-// the check exists to refuse, before allocating anything, configs that
-// cannot fit at all.
-double estimated_training_bytes(const TrainConfig& c, int64_t shards) {
-  const ModelFootprint f = model_footprint(c.model);
-  const double params = f.parameters;
+// Parameters (the model kind's count, which make_model holds to the built
+// model's) with their gradients (one per shard) and AdamW's two moments,
+// the activations of a step's batch, and the evaluation batches. Without a
+// measured figure, the activations are the floor every language model
+// keeps: its logits and their softmax, 2 T V floats a sequence.
+double estimated_training_bytes(const TrainConfig& c, int64_t shards, std::optional<double> activation_floats) {
+  const double params = model_footprint(c.model).parameters;
   const double B = static_cast<double>(c.train.batch_size), T = static_cast<double>(c.model.block_size);
+  const double per_sequence = activation_floats ? *activation_floats : 2 * T * static_cast<double>(c.model.vocab_size);
   const double eval_batches = (static_cast<double>(c.eval.iters) + static_cast<double>(c.eval.final_iters)) * B * T * 2;
-  return 4 * (params * (3 + static_cast<double>(shards)) + B * f.activation_floats + eval_batches);
+  return 4 * (params * (3 + static_cast<double>(shards)) + B * per_sequence + eval_batches);
 }
 
 namespace {
@@ -41,11 +39,15 @@ double resident_bytes() {
 
 }  // namespace
 
-void check_fits_in_memory(const TrainConfig& c, int64_t shards) {
+void check_fits_in_memory(const TrainConfig& c, int64_t shards, std::optional<double> activation_floats) {
   const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
   const double ram = pages * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  const double model = estimated_training_bytes(c, shards);
-  const double held = resident_bytes();  // mostly a text corpus's text and ids
+  const double model = estimated_training_bytes(c, shards, activation_floats);
+  // Mostly a text corpus's text and ids; once the model is built, also its
+  // parameters and the freed tensors kept for reuse, which the estimate
+  // already counts.
+  const double built = activation_floats ? 4 * model_footprint(c.model).parameters + Storage::cached_bytes() : 0;
+  const double held = std::max(0.0, resident_bytes() - built);
   const double need = model + held;
   if (pages <= 0 || need <= ram) return;
   const double gib = 1024.0 * 1024.0 * 1024.0;

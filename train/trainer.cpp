@@ -241,9 +241,10 @@ struct Trainer::State {
   // data for the check that every rank runs the same.
   void build_model(const std::string& data) {
     const int64_t num_shards = shard_count(cfg);
-    check_fits_in_memory(cfg, num_shards);
+    check_fits_in_memory(cfg, num_shards);  // before anything is allocated
     Rng init(stream_seed(cfg.train.seed, kInit));
     model = make_model(cfg.model, init);
+    check_fits_in_memory(cfg, num_shards, activation_floats(*model));  // before the optimizer's moments and any batch
     optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
     shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards), group);
     if (group) check_same_run_on_every_rank(data);

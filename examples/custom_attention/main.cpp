@@ -106,9 +106,6 @@ AttentionKind sigmoid_attention_kind() {
     const double C = static_cast<double>(cfg.n_embd);
     return 4 * C * C + (cfg.bias ? 4 * C : 0);  // qkv [C, 3C], proj [C, C]
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return 2.0 * static_cast<double>(cfg.n_head) * static_cast<double>(T) * static_cast<double>(T);  // scores, weights
-  };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
     TAPEFORMER_CHECK(!pos.needs.rotates_qk && !pos.needs.score_bias && !pos.needs.relative_terms,
                      "model.attention \"sigmoid\" takes positions added to the embeddings (learned, sinusoidal), not "
@@ -145,9 +142,6 @@ MlpKind relu2_mlp_kind() {
   kind.parameters = [](const ModelConfig& cfg) {
     const double C = static_cast<double>(cfg.n_embd), H = static_cast<double>(mlp_hidden(cfg, 4 * cfg.n_embd));
     return 2 * C * H + (cfg.bias ? H + C : 0);
-  };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return 3.0 * static_cast<double>(T) * static_cast<double>(mlp_hidden(cfg, 4 * cfg.n_embd));
   };
   return kind;
 }
@@ -272,10 +266,9 @@ ModelKind char_mlp_model_kind() {
   };
   kind.footprint = [](const ModelConfig& cfg) {
     const double V = static_cast<double>(cfg.vocab_size), C = static_cast<double>(cfg.n_embd);
-    const double k = static_cast<double>(cfg.option_int("char_mlp_context")), T = static_cast<double>(cfg.block_size);
+    const double k = static_cast<double>(cfg.option_int("char_mlp_context"));
     ModelFootprint f;
     f.parameters = V * C + (k * C * 4 * C + 4 * C) + (4 * C * V + V);
-    f.activation_floats = T * (k * C + 8 * C + 2 * V);
     return f;
   };
   return kind;

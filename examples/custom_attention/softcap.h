@@ -96,9 +96,6 @@ inline AttentionKind softcap_attention_kind() {
     return std::make_shared<SoftCapAttention>(cfg, std::move(pos), rng);
   };
   kind.parameters = [](const ModelConfig& cfg) { return ProjectedAttention::projection_parameters(cfg); };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return static_cast<double>(cfg.n_head) * static_cast<double>(T);  // the kernel keeps one lse per row
-  };
   kind.check = [](const ModelConfig&, const PositionalKind& pos) {
     TAPEFORMER_CHECK(!pos.needs.relative_terms, "model.attention \"softcap\" takes no learned per-pair terms (",
                      "model.positional \"", pos.name, "\"): its kernel never forms the T x T scores");

@@ -96,7 +96,6 @@ BlockKind swiglu_block_kind() {
     const double norms = 2 * (C + (cfg.bias ? C : 0));
     return static_cast<double>(cfg.n_layer) * (norms + attention_kinds().get(cfg.attention).parameters(cfg) + 3 * C * F);
   };
-  kind.activation_floats = transformer_stack_activation_floats;
   kind.check = [](const ModelConfig&) {};
   return kind;
 }

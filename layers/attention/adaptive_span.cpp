@@ -149,9 +149,6 @@ AttentionKind adaptive_span_attention_kind() {
   kind.parameters = [](const ModelConfig& cfg) {
     return ProjectedAttention::projection_parameters(cfg) + static_cast<double>(cfg.n_head);  // qkv, proj, rho
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return static_cast<double>(cfg.n_head) * static_cast<double>(T);  // one log-sum-exp per row and head
-  };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
     TAPEFORMER_CHECK(!pos.needs.relative_terms, "model.positional \"", pos.name,
                      "\" does not combine with model.attention \"adaptive_span\": its learned per-pair terms need "

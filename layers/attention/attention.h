@@ -109,10 +109,6 @@ struct AttentionKind {
   // Parameters of one layer, its positional part excluded (in double: a
   // config too large for any machine is measured and refused, not overflowed).
   std::function<double(const ModelConfig&)> parameters;
-  // Floats one layer keeps for the backward of one sequence of T tokens
-  // (the trainer's memory-fit estimate; a lower bound is fine, an
-  // overestimate would refuse runs that fit).
-  std::function<double(const ModelConfig&, int64_t T)> activation_floats;
   // Throws Error naming the keys when the config cannot use this kind: its
   // options' values, and positional schemes whose needs its math lacks.
   std::function<void(const ModelConfig&, const PositionalKind&)> check;

@@ -209,13 +209,6 @@ AttentionKind linear_attention_kind() {
   kind.parameters = [](const ModelConfig& cfg) {
     return ProjectedAttention::projection_parameters(cfg);
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    if (cfg.option_string("feature_map") == "favor") {  // log-features of q and k, m per head
-      const int64_t per_head = favor_features(cfg.n_embd / cfg.n_head, cfg.option_int("n_features"));
-      return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_head) * static_cast<double>(per_head);
-    }
-    return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd);  // the features phi(q), phi(k)
-  };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
     const LinearAttention::FeatureMap map = feature_map_kinds().get(cfg.option_string("feature_map")).algorithm;
     const char* why = pos.needs.score_bias       ? "it adds constant terms to the T x T attention scores"

@@ -90,10 +90,6 @@ AttentionKind linformer_attention_kind() {
     const double projections = sharing == "kv" ? k * n : sharing == "none" ? 2 * cfg.n_head * k * n : 2 * k * n;
     return ProjectedAttention::projection_parameters(cfg) + projections;
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    const double H = static_cast<double>(cfg.n_head), k = static_cast<double>(cfg.option_int("linformer_k"));
-    return H * static_cast<double>(T) + 2 * k * static_cast<double>(cfg.n_embd);  // row log-sum-exp, K', V'
-  };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
     TAPEFORMER_CHECK(!cfg.causal, kNotCausal);
     check_sharing(cfg.option_string("linformer_sharing"));

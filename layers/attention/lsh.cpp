@@ -216,10 +216,6 @@ AttentionKind lsh_attention_kind() {
   kind.parameters = [](const ModelConfig& cfg) {
     return ProjectedAttention::projection_parameters(cfg, ProjectedAttention::Projection::shared_qk);
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    const double t = static_cast<double>(T), C = static_cast<double>(cfg.n_embd);
-    return static_cast<double>(cfg.option_int("lsh_hashes")) * (4 * t * C + cfg.n_head * t);  // sorted q, k, v, y; lse
-  };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
     const int64_t nb = cfg.option_int("lsh_buckets");
     TAPEFORMER_CHECK(nb >= 2 && nb % 2 == 0, "model.lsh_buckets must be even and >= 2, got ", nb);

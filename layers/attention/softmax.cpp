@@ -256,14 +256,6 @@ AttentionKind softmax_attention_kind() {
   kind.parameters = [](const ModelConfig& cfg) {
     return ProjectedAttention::projection_parameters(cfg);
   };
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    const auto& needs = positional_kinds().get(cfg.positional).needs;
-    const bool plain = !needs.rotates_qk && !needs.score_bias && !needs.relative_terms;
-    const double H = static_cast<double>(cfg.n_head), t = static_cast<double>(T);
-    // The fused kernel and the composed path keep (T, T) probabilities per
-    // head; the lean kernel one log-sum-exp per row.
-    return (plain && T <= MultiHeadAttention::kFusedMaxT) || needs.relative_terms ? H * t * t : H * t;
-  };
   kind.check = [](const ModelConfig&, const PositionalKind&) {};  // every scheme's math is softmax attention's
   kind.segment_memory = true;
   kind.causality = Causality::either;

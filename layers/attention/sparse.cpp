@@ -260,9 +260,6 @@ AttentionKind sparse_attention_kind(const SparsePatternKind& pattern) {
                                                 rng, std::move(pos), sparse_pattern_kinds().get(name).make(cfg));
   };
   kind.parameters = softmax_attention_kind().parameters;  // the same projections
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return static_cast<double>(cfg.n_head) * static_cast<double>(T);  // one log-sum-exp per row and head
-  };
   kind.check = [name](const ModelConfig& cfg, const PositionalKind& pos) {
     TAPEFORMER_CHECK(!pos.needs.relative_terms, "model.positional \"", pos.name,
                      "\" does not combine with model.attention \"", name,

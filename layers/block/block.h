@@ -69,9 +69,6 @@ struct BlockKind {
   // the memories it runs (memory_parameters); the positional scheme's are
   // its own kind's (PositionalKind::parameters), which the model adds.
   std::function<double(const ModelConfig&)> parameters;
-  // Floats the stack keeps for the backward of one sequence of T tokens (a
-  // lower bound; see AttentionKind::activation_floats).
-  std::function<double(const ModelConfig&, int64_t T)> activation_floats;
   // Throws Error naming the keys when the config cannot use this kind.
   std::function<void(const ModelConfig&)> check;
   // Whether its stack carries memories across segments (layers/memory/memory.h):

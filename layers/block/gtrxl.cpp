@@ -45,7 +45,6 @@ BlockKind gtrxl_block_kind() {
     const double gates = 2 * gate_kinds().get(cfg.option_string("gate")).parameters(static_cast<double>(cfg.n_embd));
     return static_cast<double>(cfg.n_layer) * (transformer_block_parameters(cfg) + gates) + memory_parameters(cfg);
   };
-  kind.activation_floats = transformer_stack_activation_floats;
   kind.check = [](const ModelConfig& cfg) {
     gate_kinds().get(cfg.option_string("gate"));  // Error naming model.gate and the known gates
     const double b = cfg.option_number("gate_bias");

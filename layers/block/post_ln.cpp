@@ -39,7 +39,6 @@ BlockKind post_ln_block_kind() {
     return std::make_shared<SequentialStack<PostLNBlock>>(cfg, positional, rng);
   };
   kind.parameters = transformer_stack_parameters;
-  kind.activation_floats = transformer_stack_activation_floats;
   kind.check = [](const ModelConfig&) {};
   kind.memory = true;
   return kind;

@@ -137,11 +137,6 @@ BlockKind reversible_block_kind() {
     return std::make_shared<ReversibleStack>(cfg, positional, rng);
   };
   kind.parameters = transformer_stack_parameters;
-  kind.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    // The last layer's (Y1, Y2) and one layer's activations while it is recomputed.
-    return 2.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd) +
-           transformer_block_activation_floats(cfg, T);
-  };
   kind.check = [](const ModelConfig& cfg) {
     const int64_t n = cfg.option_int("ff_chunks");
     TAPEFORMER_CHECK(n >= 1, "model.ff_chunks must be >= 1, got ", n);

@@ -44,18 +44,8 @@ double transformer_block_parameters(const ModelConfig& cfg) {
   return 2 * norm + attention_kinds().get(cfg.attention).parameters(cfg) + mlp_kinds().get(cfg.mlp).parameters(cfg);
 }
 
-double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T) {
-  return 4.0 * static_cast<double>(T) * static_cast<double>(cfg.n_embd) +
-         attention_kinds().get(cfg.attention).activation_floats(cfg, T) +
-         mlp_kinds().get(cfg.mlp).activation_floats(cfg, T);
-}
-
 double transformer_stack_parameters(const ModelConfig& cfg) {
   return static_cast<double>(cfg.n_layer) * transformer_block_parameters(cfg) + memory_parameters(cfg);
-}
-
-double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T) {
-  return static_cast<double>(cfg.n_layer) * transformer_block_activation_floats(cfg, T);
 }
 
 BlockKind standard_block_kind() {
@@ -67,7 +57,6 @@ BlockKind standard_block_kind() {
     return std::make_shared<StandardStack>(cfg, positional, rng);
   };
   kind.parameters = transformer_stack_parameters;
-  kind.activation_floats = transformer_stack_activation_floats;
   kind.check = [](const ModelConfig&) {};
   kind.memory = true;
   return kind;

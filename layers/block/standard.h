@@ -56,13 +56,9 @@ class TransformerBlock : public Module {
 
 // Parameters of one TransformerBlock, its positional part excluded.
 double transformer_block_parameters(const ModelConfig& cfg);
-// Floats one TransformerBlock keeps for the backward of T tokens (its
-// (T, C) tensors, about four, and the attention's and the MLP's own).
-double transformer_block_activation_floats(const ModelConfig& cfg, int64_t T);
 // The same for n_layer of them (the standard and post-LN stacks; parameters
 // include the memories', a learned compression's and an external memory's gates).
 double transformer_stack_parameters(const ModelConfig& cfg);
-double transformer_stack_activation_floats(const ModelConfig& cfg, int64_t T);
 
 using StandardStack = SequentialStack<TransformerBlock>;
 

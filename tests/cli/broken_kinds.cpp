@@ -39,9 +39,6 @@ AttentionKind kind(const std::string& name, bool causal, bool forgetful, double 
                                                 residual_init_std(cfg), rng, std::move(pos), nullptr, causal);
   };
   k.parameters = [extra](const ModelConfig& cfg) { return ProjectedAttention::projection_parameters(cfg) + extra; };
-  k.activation_floats = [](const ModelConfig& cfg, int64_t T) {
-    return static_cast<double>(cfg.n_head) * static_cast<double>(T);
-  };
   k.check = [](const ModelConfig&, const PositionalKind&) {};
   k.causality = Causality::strict;
   return k;
