@@ -174,12 +174,7 @@ int run_sample(const SampleArgs& args) {
   const int64_t context = sample_context(*l.model, args.options);  // refused before anything reaches stdout
   // The model kind's hooks (the extra inputs of every token fed), and kNN-LM's mixture.
   std::unique_ptr<ModelHooks> hooks = command_hooks(l, context, args.knn, "sample");
-  std::unique_ptr<Datastore> store;
-  std::unique_ptr<KnnHooks> knn;
-  if (args.knn.on()) {
-    store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
-    knn = std::make_unique<KnnHooks>(*store, args.knn);
-  }
+  const std::unique_ptr<KnnMixture> mixture = knn_mixture(args.knn, l.cfg, *l.model, *l.tokenizer);  // or null
   Rng rng(args.options.seed);
   // The prompt is printed with the first token, so that weights giving NaN
   // logits (refused at the first token) leave stdout empty.
@@ -194,7 +189,7 @@ int run_sample(const SampleArgs& args) {
       print_prompt();
       std::fputs(text.push(id).c_str(), stdout);
       std::fflush(stdout);
-    }, {hooks.get(), knn.get()});
+    }, {hooks.get(), mixture.get()});
   } catch (const NonFiniteLogits& e) {
     if (prompt_printed) std::fputs("\n", stdout);  // the error line starts a line of its own
     fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
@@ -225,17 +220,13 @@ EvalResult evaluate_file(const EvalArgs& args) {
                    " positions of model.positional \"", l.cfg.model.positional,
                    "\" (its table ends at model.block_size); a positional scheme without a table takes any context");
   std::unique_ptr<ModelHooks> hooks = command_hooks(l, 0, args.knn, "eval");  // the model kind's extra inputs
-  std::unique_ptr<Datastore> store;
-  std::unique_ptr<KnnHooks> knn;  // lambda = 0 mixes nothing: the model's own loss, bit for bit
-  if (args.knn.on()) {
-    store = std::make_unique<Datastore>(open_knn_store(args.knn, l.cfg, *l.model, *l.tokenizer));
-    knn = std::make_unique<KnnHooks>(*store, args.knn);
-  }
+  // lambda = 0 mixes nothing: the model's own loss, bit for bit
+  const std::unique_ptr<KnnMixture> mixture = knn_mixture(args.knn, l.cfg, *l.model, *l.tokenizer);
   const EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
   const int64_t n = static_cast<int64_t>(text.ids.size());
   // A model with a segment memory reads the text as one stream, carrying its
   // memories (eval.mem_len positions, default model.mem_len).
-  const Evaluator::TextLoss t = Evaluator(*l.model, {hooks.get(), knn.get()}).text_loss(text, T, l.cfg.eval.mem_len);
+  const Evaluator::TextLoss t = Evaluator(*l.model, {hooks.get(), mixture.get()}).text_loss(text, T, l.cfg.eval.mem_len);
   const double total = t.loss_sum;
   const int64_t counted = t.counted;
   const double per_char = static_cast<double>(n) / static_cast<double>(text.characters);
@@ -245,7 +236,7 @@ EvalResult evaluate_file(const EvalArgs& args) {
                    weights_file(args.checkpoint, args.weights), "' are not usable");
   EvalResult r{loss, counted, per_char};
   r.lm_loss = t.lm_loss_sum / static_cast<double>(counted);
-  r.knn_keys = store ? store->size() : 0;
+  r.knn_keys = mixture ? mixture->keys() : 0;
   return r;
 }
 

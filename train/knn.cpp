@@ -87,6 +87,12 @@ uint64_t model_fingerprint(const TrainConfig& cfg, const LanguageModel& model) {
 
 uint64_t tokenizer_fingerprint(const Tokenizer& tokenizer) { return fnv1a64(save_tokenizer(tokenizer)); }
 
+std::unique_ptr<KnnMixture> knn_mixture(const KnnOptions& opt, const TrainConfig& cfg, const LanguageModel& model,
+                                        const Tokenizer& tokenizer) {
+  if (!opt.on()) return nullptr;
+  return std::make_unique<KnnMixture>(open_knn_store(opt, cfg, model, tokenizer), opt);
+}
+
 Datastore open_knn_store(const KnnOptions& opt, const TrainConfig& cfg, const LanguageModel& model,
                          const Tokenizer& tokenizer) {
   opt.validate();

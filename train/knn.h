@@ -147,6 +147,28 @@ class KnnHooks : public ModelHooks {
   KnnMixer mixer_;
 };
 
+// KnnHooks with the store they read: `eval`'s and `sample`'s --knn.
+class KnnMixture : public ModelHooks {
+ public:
+  KnnMixture(Datastore store, const KnnOptions& opt) : store_(std::move(store)), hooks_(store_, opt) {}
+  int64_t keys() const { return store_.size(); }
+  bool mixes() const override { return hooks_.mixes(); }
+  void mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V) const override {
+    hooks_.mix(features, C, logits, V);
+  }
+  void score(const Tensor& features, const Tensor& logits, const Window& w) override { hooks_.score(features, logits, w); }
+  Sums finish() override { return hooks_.finish(); }
+
+ private:
+  Datastore store_;
+  KnnHooks hooks_;
+};
+
+// The store opt names, opened and checked against the model
+// (open_knn_store), or null when opt.on() is false.
+std::unique_ptr<KnnMixture> knn_mixture(const KnnOptions& opt, const TrainConfig& cfg, const LanguageModel& model,
+                                        const Tokenizer& tokenizer);
+
 struct KnnBuildArgs {
   std::string checkpoint;     // run directory or checkpoint file
   std::string weights;        // a safetensors file replacing the checkpoint's weights (optional)

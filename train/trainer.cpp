@@ -396,7 +396,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
   s_->build(nullptr);
-  s_->hooks->initialise(*s_->model);  // a fresh run's starting weights (SPALM: its retriever's)
+  s_->hooks->initialise(*s_->model);  // a fresh run's starting weights, where the model kind's hooks give them
   s_->shards->sync_buffers();
   s_->dir = std::make_unique<RunDirectory>(s_->out_dir, s_->writes());
   s_->claim_run_directory();
