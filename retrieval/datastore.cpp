@@ -1,5 +1,7 @@
 #include "tapeformer/retrieval/datastore.h"
 
+#include <cerrno>
+#include <cstring>
 #include <istream>
 #include <ostream>
 
@@ -64,18 +66,41 @@ void Datastore::finish() {
 
 void Datastore::save(const std::string& path) const {
   TAPEFORMER_CHECK(finished_, "kNN store: save before finish()");
-  write_checked_file(path, kStoreMagic, kVersion, [&](std::ostream& out) {
-    put<uint64_t>(out, info_.model_fingerprint);
-    put<uint64_t>(out, info_.tokenizer_fingerprint);
-    put<int64_t>(out, info_.vocab_size);
-    put<int64_t>(out, info_.dim);
-    put<int64_t>(out, size());
-    put<uint64_t>(out, info_.source.size());
-    out.write(info_.source.data(), static_cast<std::streamsize>(info_.source.size()));
-    out.write(reinterpret_cast<const char*>(values_.data()),
-              static_cast<std::streamsize>(values_.size() * sizeof(int32_t)));
-    index_.write(out);
-  });
+  // Every failure names the store: a write error inside FAISS's serialisation
+  // would otherwise surface as FAISS's own text ("index_write.cpp:401 ...").
+  const std::string what = "cannot write the kNN store '" + path + "'";
+  int write_error = 0;  // errno of the file's failed write, when that is what went wrong
+  try {
+    write_checked_file(path, kStoreMagic, kVersion, [&](std::ostream& out) {
+      const auto* sink = dynamic_cast<const FileSink*>(out.rdbuf());
+      try {
+        put<uint64_t>(out, info_.model_fingerprint);
+        put<uint64_t>(out, info_.tokenizer_fingerprint);
+        put<int64_t>(out, info_.vocab_size);
+        put<int64_t>(out, info_.dim);
+        put<int64_t>(out, size());
+        put<uint64_t>(out, info_.source.size());
+        out.write(info_.source.data(), static_cast<std::streamsize>(info_.source.size()));
+        out.write(reinterpret_cast<const char*>(values_.data()),
+                  static_cast<std::streamsize>(values_.size() * sizeof(int32_t)));
+        index_.write(out);
+        out.flush();  // a failed write of the last buffer shows here, with its errno
+      } catch (const Error&) {
+        if (sink != nullptr) write_error = sink->error();
+        throw;
+      }
+      if (sink != nullptr) write_error = sink->error();
+      TAPEFORMER_CHECK(write_error == 0 && out.good(), "the write failed");
+    });
+  } catch (const Error& e) {
+    switch (write_error) {
+      case 0: fail(what, ": ", e.what());
+      case EFBIG: fail(what, ": file too large (ulimit -f?)");
+      case ENOSPC: fail(what, ": no space left on device");
+      case EDQUOT: fail(what, ": disk quota exceeded");
+      default: fail(what, ": ", std::strerror(write_error));
+    }
+  }
 }
 
 Datastore Datastore::load(const std::string& path) {

@@ -25,7 +25,11 @@
 // N (4C + 4) bytes (+ the hnsw graph's links), and loading rebuilds nothing.
 // Loading refuses, each with an Error naming the file: another kind of file,
 // a newer format, a truncated file, a checksum mismatch, counts or values
-// out of range, an index whose size or width differs from the header.
+// out of range, an index whose size or width differs from the header, and
+// a FAISS index forged behind a valid checksum (VectorIndex::read: a size
+// beyond the file, hnsw links or levels out of range, ivf ids outside the
+// store, a NaN or infinite key). Saving names the store when a write fails
+// ("cannot write the kNN store 'PATH': file too large (ulimit -f?)").
 #pragma once
 
 #include <cstdint>

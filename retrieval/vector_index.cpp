@@ -7,6 +7,7 @@
 #include <faiss/impl/DistanceComputer.h>
 #include <faiss/impl/io.h>
 #include <faiss/index_io.h>
+#include <faiss/invlists/DirectMap.h>
 #include <faiss/invlists/InvertedLists.h>
 #include <faiss/utils/distances.h>
 #include <omp.h>
@@ -15,9 +16,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <istream>
 #include <limits>
+#include <new>
 #include <ostream>
+#include <stdexcept>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
@@ -211,6 +215,282 @@ struct StreamReader : faiss::IOReader {
   uint64_t left;
 };
 
+// FAISS's 4-byte type tags ("IxF2": a flat L2 index), as its serialisation stores them.
+constexpr uint32_t fourcc(const char (&s)[5]) {
+  return static_cast<uint32_t>(static_cast<unsigned char>(s[0])) |
+         static_cast<uint32_t>(static_cast<unsigned char>(s[1])) << 8 |
+         static_cast<uint32_t>(static_cast<unsigned char>(s[2])) << 16 |
+         static_cast<uint32_t>(static_cast<unsigned char>(s[3])) << 24;
+}
+
+// A walk over faiss::write_index's bytes for the three kinds tapeformer
+// writes (FAISS 1.7: IxF2 flat, IwFl ivf, IHNf hnsw), before
+// faiss::read_index sees them. FAISS reads a vector as a count and then
+// resizes to it: a forged count allocates (and zero-fills) whatever it says
+// before the short read is noticed, so here every count is checked against
+// the bytes left first, and the sizes that must agree (dimensions, cells,
+// list sizes against the keys) are checked too. The stream is left where it
+// started; nothing here allocates more than the file's own bytes.
+class LayoutScan {
+ public:
+  LayoutScan(std::istream& in, uint64_t bytes, int64_t dim, const std::string& origin)
+      : in_(in), left_(bytes), dim_(dim), origin_(origin) {}
+
+  // The index of `kind` ("exact", "ivf", "hnsw"), to its last byte.
+  void index(const std::string& kind) {
+    if (kind == "exact") {
+      flat("the keys");
+    } else if (kind == "ivf") {
+      ivf();
+    } else {
+      hnsw();
+    }
+    TAPEFORMER_CHECK(left_ == 0, origin_, ": corrupt index (", left_, " stray bytes after the FAISS index)");
+  }
+
+ private:
+  template <class T>
+  T get(const char* field) {
+    T v{};
+    TAPEFORMER_CHECK(left_ >= sizeof v && in_.read(reinterpret_cast<char*>(&v), sizeof v), origin_,
+                     ": corrupt index (", field, " cut short)");
+    left_ -= sizeof v;
+    return v;
+  }
+  void skip(uint64_t n) {
+    // Callers checked n <= left_.
+    in_.seekg(static_cast<std::streamoff>(n), std::ios::cur);
+    TAPEFORMER_CHECK(in_.good(), origin_, ": cannot read the index");
+    left_ -= n;
+  }
+  // A FAISS vector's element count, refused when its elements would not fit
+  // in the bytes left (so FAISS never allocates for them).
+  uint64_t count(uint64_t element_bytes, const char* field) {
+    const auto n = get<uint64_t>(field);
+    TAPEFORMER_CHECK(n <= left_ / element_bytes, origin_, ": corrupt index (", field, ": a count of ", n,
+                     " entries of ", element_bytes, " bytes, more than the ", left_, " bytes left in the file)");
+    return n;
+  }
+  void tag(const char (&want)[5], const char* what) {
+    const auto got = get<uint32_t>(what);
+    if (got == fourcc(want)) return;
+    std::string name(reinterpret_cast<const char*>(&got), 4);
+    for (char& c : name)
+      if (c < 32 || c > 126) c = '?';
+    fail(origin_, ": corrupt index (FAISS type \"", name, "\" for ", what, ", expected \"", want, "\")");
+  }
+  // Index::d, ntotal, two unused fields, is_trained, metric: returns ntotal.
+  int64_t header(const char* what) {
+    const auto d = get<int32_t>("the index header");
+    const auto ntotal = get<int64_t>("the index header");
+    get<int64_t>("the index header");
+    get<int64_t>("the index header");
+    const auto trained = get<uint8_t>("the index header");
+    const auto metric = get<int32_t>("the index header");
+    TAPEFORMER_CHECK(d == dim_, origin_, ": corrupt index (", what, " has width ", d, ", the index ", dim_, ")");
+    TAPEFORMER_CHECK(ntotal >= 0 && static_cast<uint64_t>(ntotal) <= left_, origin_, ": corrupt index (", what,
+                     " claims ", ntotal, " vectors for ", left_, " bytes left in the file)");
+    TAPEFORMER_CHECK(trained <= 1, origin_, ": corrupt index (", what, ": is_trained byte ", int{trained}, ")");
+    TAPEFORMER_CHECK(metric == 1, origin_, ": corrupt index (", what, ": metric ", metric, ", not L2)");
+    return ntotal;
+  }
+  // IndexFlatL2: the header, then its vectors' floats. Returns ntotal.
+  int64_t flat(const char* what) {
+    tag("IxF2", what);
+    const int64_t ntotal = header(what);
+    const uint64_t floats = count(4, what);
+    TAPEFORMER_CHECK(floats % static_cast<uint64_t>(dim_) == 0 &&
+                         floats / static_cast<uint64_t>(dim_) == static_cast<uint64_t>(ntotal),
+                     origin_,
+                     ": corrupt index (", what, " holds ", floats, " floats for ", ntotal, " vectors of width ", dim_,
+                     ")");
+    skip(floats * 4);
+    return ntotal;
+  }
+  // IndexIVFFlat: the header, nlist, nprobe, the centroids (a flat index),
+  // an empty direct map, then the cells ("ilar": sizes, then each cell's
+  // keys and ids).
+  void ivf() {
+    tag("IwFl", "the ivf index");
+    const int64_t ntotal = header("the ivf index");
+    const auto nlist = get<uint64_t>("the ivf cell count");
+    get<uint64_t>("the ivf nprobe");
+    const int64_t centroids = flat("the ivf centroids");
+    TAPEFORMER_CHECK(nlist >= 1 && nlist == static_cast<uint64_t>(centroids), origin_, ": corrupt index (", nlist,
+                     " ivf cells with ", centroids, " centroids)");
+    const auto map_kind = get<uint8_t>("the ivf direct map");
+    const uint64_t map_entries = count(8, "the ivf direct map");
+    TAPEFORMER_CHECK(map_kind == 0 && map_entries == 0, origin_, ": corrupt index (an ivf direct map of kind ",
+                     int{map_kind}, " with ", map_entries, " entries; tapeformer writes none)");
+    tag("ilar", "the ivf cells");
+    const auto lists = get<uint64_t>("the ivf cells");
+    const auto code_size = get<uint64_t>("the ivf cells");
+    TAPEFORMER_CHECK(lists == nlist && code_size == 4 * static_cast<uint64_t>(dim_), origin_, ": corrupt index (",
+                     lists, " ivf cells of ", code_size, " bytes per key, for ", nlist, " cells of width ", dim_, ")");
+    std::vector<uint64_t> sizes(nlist);  // nlist centroids were in the file: bounded by its size
+    const auto list_type = get<uint32_t>("the ivf cell sizes");
+    if (list_type == fourcc("full")) {
+      TAPEFORMER_CHECK(count(8, "the ivf cell sizes") == nlist, origin_,
+                       ": corrupt index (ivf cell sizes for other than ", nlist, " cells)");
+      for (uint64_t& n : sizes) n = get<uint64_t>("the ivf cell sizes");
+    } else if (list_type == fourcc("sprs")) {
+      const uint64_t n = count(8, "the ivf cell sizes");
+      TAPEFORMER_CHECK(n % 2 == 0, origin_, ": corrupt index (an odd count ", n, " of sparse ivf cell sizes)");
+      for (uint64_t i = 0; i < n; i += 2) {
+        const auto cell = get<uint64_t>("the ivf cell sizes");
+        const auto size = get<uint64_t>("the ivf cell sizes");
+        TAPEFORMER_CHECK(cell < nlist, origin_, ": corrupt index (a size for ivf cell ", cell, " of ", nlist, ")");
+        sizes[cell] = size;
+      }
+    } else {
+      fail(origin_, ": corrupt index (unknown ivf cell layout ", list_type, ")");
+    }
+    uint64_t total = 0;
+    for (uint64_t cell = 0; cell < nlist; ++cell) {
+      const uint64_t n = sizes[cell];
+      // Each key of a cell takes its code and its id (8 bytes).
+      TAPEFORMER_CHECK(n <= left_ / (code_size + 8), origin_, ": corrupt index (ivf cell ", cell, " claims ", n,
+                       " keys, more than the ", left_, " bytes left in the file hold)");
+      skip(n * (code_size + 8));
+      total += n;
+    }
+    TAPEFORMER_CHECK(total == static_cast<uint64_t>(ntotal), origin_, ": corrupt index (the ivf cells hold ", total,
+                     " keys, the index ", ntotal, ")");
+  }
+  // IndexHNSWFlat: the header, the graph (level probabilities, cumulative
+  // links per level, levels, offsets, links, then five ints), its storage.
+  void hnsw() {
+    tag("IHNf", "the hnsw index");
+    const int64_t ntotal = header("the hnsw index");
+    TAPEFORMER_CHECK(ntotal <= INT32_MAX, origin_, ": corrupt index (", ntotal, " hnsw nodes)");
+    skip(count(8, "the hnsw level probabilities") * 8);
+    skip(count(4, "the hnsw links per level") * 4);
+    skip(count(4, "the hnsw levels") * 4);
+    skip(count(8, "the hnsw offsets") * 8);
+    skip(count(4, "the hnsw links") * 4);
+    for (int i = 0; i < 5; ++i) get<int32_t>("the hnsw parameters");
+    const int64_t stored = flat("the hnsw storage");
+    TAPEFORMER_CHECK(stored == ntotal, origin_, ": corrupt index (the hnsw storage holds ", stored, " keys, the graph ",
+                     ntotal, ")");
+  }
+
+  std::istream& in_;
+  uint64_t left_;
+  int64_t dim_;
+  const std::string& origin_;
+};
+
+// Every float of n keys (n, d) finite, and each key's squared norm within a
+// float (beyond it, distances to it are inf or NaN): a forged key would
+// never be found, or poison the mixture. Keys are named by their ids (by
+// their rows where ids is null).
+void check_keys(const uint8_t* codes, size_t n, int64_t d, const faiss::Index::idx_t* ids, const std::string& origin,
+                const char* what) {
+  const auto* x = reinterpret_cast<const float*>(codes);
+  for (size_t i = 0; i < n; ++i) {
+    double norm = 0;
+    const int64_t id = ids != nullptr ? ids[i] : static_cast<int64_t>(i);
+    for (int64_t c = 0; c < d; ++c) {
+      const float v = x[i * static_cast<size_t>(d) + static_cast<size_t>(c)];
+      TAPEFORMER_CHECK(std::isfinite(v), origin, ": ", what, " ", id, " has a non-finite value (", v, ") at ", c);
+      norm += static_cast<double>(v) * v;
+    }
+    TAPEFORMER_CHECK(norm <= std::numeric_limits<float>::max(), origin, ": ", what, " ", id,
+                     " is too large (squared norm ", norm, ")");
+  }
+}
+
+void check_flat(const faiss::Index* index, int64_t dim, int64_t ntotal, const std::string& origin, const char* what) {
+  const auto* flat = dynamic_cast<const faiss::IndexFlat*>(index);
+  TAPEFORMER_CHECK(flat != nullptr && flat->metric_type == faiss::METRIC_L2 && flat->d == dim &&
+                       flat->ntotal == ntotal && flat->code_size == 4 * static_cast<size_t>(dim) &&
+                       flat->codes.size() == static_cast<size_t>(ntotal) * flat->code_size,
+                   origin, ": corrupt index (", what, " is not ", ntotal, " L2 vectors of width ", dim, ")");
+  check_keys(flat->codes.data(), static_cast<size_t>(ntotal), dim, nullptr, origin, what);
+}
+
+// The cells: as many as centroids, keys of the index's width, every id in
+// [0, ntotal) once (the ids are the rows in the order added, which the
+// datastore's values are indexed by).
+void check_ivf(const faiss::IndexIVFFlat& ivf, int64_t dim, const IndexOptions& o, const std::string& origin) {
+  TAPEFORMER_CHECK(ivf.nlist >= 1 && static_cast<int64_t>(ivf.nlist) == o.nlist, origin, ": corrupt index (",
+                   ivf.nlist, " ivf cells, the options say ", o.nlist, ")");
+  check_flat(ivf.quantizer, dim, static_cast<int64_t>(ivf.nlist), origin, "ivf centroid");
+  TAPEFORMER_CHECK(ivf.direct_map.type == faiss::DirectMap::NoMap && ivf.direct_map.array.empty(), origin,
+                   ": corrupt index (an ivf direct map)");
+  const auto* lists = dynamic_cast<const faiss::ArrayInvertedLists*>(ivf.invlists);
+  TAPEFORMER_CHECK(lists != nullptr && lists->nlist == ivf.nlist && lists->code_size == 4 * static_cast<size_t>(dim) &&
+                       ivf.code_size == lists->code_size && lists->ids.size() == ivf.nlist &&
+                       lists->codes.size() == ivf.nlist,
+                   origin, ": corrupt index (the ivf cells are not ", ivf.nlist, " lists of width ", dim, ")");
+  std::vector<bool> seen(static_cast<size_t>(ivf.ntotal));
+  int64_t total = 0;
+  for (size_t cell = 0; cell < ivf.nlist; ++cell) {
+    const auto& ids = lists->ids[cell];
+    TAPEFORMER_CHECK(lists->codes[cell].size() == ids.size() * lists->code_size, origin, ": corrupt index (ivf cell ",
+                     cell, " holds ", ids.size(), " ids and ", lists->codes[cell].size(), " bytes of keys)");
+    for (const faiss::Index::idx_t id : ids) {
+      TAPEFORMER_CHECK(id >= 0 && id < ivf.ntotal && !seen[static_cast<size_t>(id)], origin,
+                       ": corrupt index (ivf cell ", cell, " holds id ", id,
+                       id >= 0 && id < ivf.ntotal ? " twice" : "", ", the ids are 0 to ", ivf.ntotal - 1, ")");
+      seen[static_cast<size_t>(id)] = true;
+    }
+    total += static_cast<int64_t>(ids.size());
+    check_keys(lists->codes[cell].data(), ids.size(), dim, ids.data(), origin, "key");
+  }
+  TAPEFORMER_CHECK(total == ivf.ntotal, origin, ": corrupt index (the ivf cells hold ", total, " keys, the index ",
+                   ivf.ntotal, ")");
+}
+
+// The graph FAISS walks without checks: node i's links at level l are
+// neighbors[offsets[i] + cum[l] .. offsets[i] + cum[l + 1]), for l below
+// levels[i]; a link is -1 (none) or a node that has level l; the walk
+// starts at entry_point, on level max_level.
+void check_hnsw(const faiss::IndexHNSW& index, int64_t dim, const std::string& origin) {
+  const faiss::HNSW& g = index.hnsw;
+  const int64_t n = index.ntotal;
+  const auto bad = [&](const auto&... what) { fail(origin, ": corrupt index (hnsw ", what..., ")"); };
+  check_flat(index.storage, dim, n, origin, "key");
+  const auto& cum = g.cum_nneighbor_per_level;
+  if (cum.size() < 2 || cum[0] != 0 || g.assign_probas.size() != cum.size() - 1)
+    bad(cum.size(), " cumulative link counts for ", g.assign_probas.size(), " levels");
+  for (size_t l = 1; l < cum.size(); ++l)
+    if (cum[l] <= cum[l - 1] || cum[l] > (1 << 20)) bad("link counts per level not increasing at level ", l - 1);
+  for (const double p : g.assign_probas)
+    if (!(p >= 0 && p <= 1)) bad("level probability ", p);
+  const auto top = static_cast<int>(cum.size() - 1);  // levels a node may have
+  if (static_cast<int64_t>(g.levels.size()) != n || static_cast<int64_t>(g.offsets.size()) != n + 1 ||
+      g.offsets[0] != 0)
+    bad(g.levels.size(), " levels and ", g.offsets.size(), " offsets for ", n, " nodes");
+  int max_levels = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int levels = g.levels[static_cast<size_t>(i)];
+    if (levels < 1 || levels > top) bad("node ", i, " has ", levels, " levels, not 1 to ", top);
+    if (g.offsets[static_cast<size_t>(i + 1)] != g.offsets[static_cast<size_t>(i)] + static_cast<size_t>(cum[levels]))
+      bad("node ", i, ": offset ", g.offsets[static_cast<size_t>(i + 1)], " after ", g.offsets[static_cast<size_t>(i)],
+          " for ", levels, " levels");
+    max_levels = std::max(max_levels, levels);
+  }
+  if (g.neighbors.size() != g.offsets.back()) bad(g.neighbors.size(), " links for offsets up to ", g.offsets.back());
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t at = g.offsets[static_cast<size_t>(i)];
+    for (int l = 0; l < g.levels[static_cast<size_t>(i)]; ++l)
+      for (size_t j = at + static_cast<size_t>(cum[l]); j < at + static_cast<size_t>(cum[l + 1]); ++j) {
+        const int to = g.neighbors[j];
+        if (to < -1 || to >= n || (to >= 0 && g.levels[static_cast<size_t>(to)] <= l))
+          bad("node ", i, " links to ", to, " on level ", l, " (", n, " nodes)");
+      }
+  }
+  if (n == 0 ? g.entry_point != -1 || g.max_level != -1
+             : g.entry_point < 0 || g.entry_point >= n || g.max_level != max_levels - 1 ||
+                   g.levels[static_cast<size_t>(g.entry_point)] != max_levels)
+    bad("entry point ", g.entry_point, " on level ", g.max_level, " (", n, " nodes, ", max_levels, " levels)");
+  // search() keeps upper_beam candidates on the upper levels (0 writes past
+  // its buffer); tapeformer builds with FAISS's 1. add() uses efConstruction.
+  if (g.upper_beam != 1 || g.efConstruction < 1 || g.efConstruction > (1 << 20))
+    bad("upper beam ", g.upper_beam, ", efConstruction ", g.efConstruction);
+}
+
 template <class T>
 void put(std::ostream& out, T v) {
   out.write(reinterpret_cast<const char*>(&v), sizeof v);
@@ -374,7 +654,15 @@ void VectorIndex::write(std::ostream& out) const {
   put<uint8_t>(out, index_ ? 1 : 0);
   if (!index_) return;
   StreamWriter writer(out);
-  faiss_call("write", [&] { faiss::write_index(index_->index.get(), &writer); });
+  try {
+    faiss::write_index(index_->index.get(), &writer);
+  } catch (const faiss::FaissException& e) {
+    // A short write (a full disk, a file size limit) is the stream's failure, not FAISS's.
+    const auto* sink = dynamic_cast<const FileSink*>(out.rdbuf());
+    if (!out.good()) fail("index: write failed: ", sink != nullptr && sink->error() != 0 ? std::strerror(sink->error())
+                                                                                          : "the stream failed");
+    fail("index: write: ", e.what());
+  }
 }
 
 VectorIndex VectorIndex::read(std::istream& in, uint64_t bytes, const std::string& origin) {
@@ -401,19 +689,38 @@ VectorIndex VectorIndex::read(std::istream& in, uint64_t bytes, const std::strin
     TAPEFORMER_CHECK(o.kind == "ivf" && left == 0, origin, ": an index without its FAISS part");
     return VectorIndex(dim, o);
   }
+  // Sizes first (nothing allocated), then FAISS's decoding, then what the
+  // decoded structure must hold before anything searches it.
+  const std::streampos start = in.tellg();
+  TAPEFORMER_CHECK(start != std::streampos(-1), origin, ": cannot read the index");
+  LayoutScan(in, left, dim, origin).index(o.kind);
+  in.clear();
+  in.seekg(start);
+  TAPEFORMER_CHECK(in.good(), origin, ": cannot read the index");
   StreamReader reader(in, left);
   std::unique_ptr<faiss::Index> index;
   try {
     index.reset(faiss::read_index(&reader));
   } catch (const faiss::FaissException& e) {
     fail(origin, ": cannot decode the FAISS index (", e.what(), ")");
+  } catch (const std::bad_alloc&) {  // the scan above bounds every size; this is a last line
+    fail(origin, ": corrupt index (a size field larger than the file)");
+  } catch (const std::length_error&) {
+    fail(origin, ": corrupt index (a size field larger than the file)");
   }
   TAPEFORMER_CHECK(reader.left == 0, origin, ": ", reader.left, " stray bytes after the FAISS index");
   const bool kind_ok = o.kind == "exact"  ? dynamic_cast<faiss::IndexFlatL2*>(index.get()) != nullptr
                        : o.kind == "ivf" ? dynamic_cast<faiss::IndexIVFFlat*>(index.get()) != nullptr
                                          : dynamic_cast<faiss::IndexHNSWFlat*>(index.get()) != nullptr;
   TAPEFORMER_CHECK(kind_ok && index->d == dim, origin, ": the FAISS index is not a ", o.kind, " index of dim ", dim);
-  if (auto* h = dynamic_cast<faiss::IndexHNSW*>(index.get())) faiss_call("read", [&] { use_fast_storage(*h); });
+  TAPEFORMER_CHECK(index->metric_type == faiss::METRIC_L2 && index->ntotal >= 0, origin,
+                   ": corrupt index (metric ", static_cast<int>(index->metric_type), ", ", index->ntotal, " keys)");
+  if (o.kind == "exact") check_flat(index.get(), dim, index->ntotal, origin, "key");
+  if (auto* ivf = dynamic_cast<faiss::IndexIVFFlat*>(index.get())) check_ivf(*ivf, dim, o, origin);
+  if (auto* h = dynamic_cast<faiss::IndexHNSW*>(index.get())) {
+    check_hnsw(*h, dim, origin);
+    faiss_call("read", [&] { use_fast_storage(*h); });
+  }
   auto f = std::make_unique<Faiss>();
   f->index = std::move(index);
   VectorIndex v(dim, o, std::move(f));

@@ -93,8 +93,14 @@ class VectorIndex {
   // The index as bytes: its options, then FAISS's own serialisation
   // (faiss::write_index), which holds the keys and the cells or graph.
   void write(std::ostream& out) const;
-  // Reads what write() wrote, exactly `bytes` bytes of `in`; Error naming
-  // `origin` when they are not an index of this kind.
+  // Reads what write() wrote, exactly `bytes` bytes of `in` (a seekable
+  // stream); Error naming `origin` when they are not an index of this kind
+  // or not one write() could have written: every FAISS count is checked
+  // against the bytes left before FAISS allocates ("corrupt index (...)"),
+  // then the decoded structure before anything searches it (hnsw levels,
+  // offsets, links and entry point; ivf cells, centroids and ids, each id
+  // in [0, size) once; every key finite, its squared norm within a float).
+  // The checks read the index once, as FAISS's decoding does.
   static VectorIndex read(std::istream& in, uint64_t bytes, const std::string& origin);
   // A file of its own (core/files.h's checked layout, magic "TFVINDX1"),
   // written atomically; load refuses a truncated or corrupted file.

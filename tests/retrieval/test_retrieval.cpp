@@ -1,13 +1,19 @@
 // VectorIndex against a brute-force search, its approximate kinds where they
 // must be exact, save/load round trips, and the Datastore file refused when
-// truncated, corrupted or inconsistent behind a valid checksum.
+// truncated, corrupted or inconsistent behind a valid checksum, or forged
+// inside its FAISS index (graph links, cell sizes, ids, non-finite keys).
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <sstream>
 
@@ -258,4 +264,233 @@ TEST_CASE("Datastore: round trip of keys, values and header; refused when damage
   p.erase(values_at + 499 * 4, 4);  // one value less: the index still holds 500 keys
   write_bytes(file, with_payload(bytes, p));
   expect_error([&] { Datastore::load(file); }, {"the index holds 500 keys of width 7 for 499 values"});
+}
+
+namespace {
+
+// Where the fields of a saved store's FAISS index are, in its payload (the
+// layout of FAISS 1.7's write_index for IxF2, IwFl and IHNf; see
+// retrieval/datastore.h for the store's own fields).
+struct ForgeSites {
+  size_t faiss = 0;            // the FAISS index's fourcc
+  size_t first_key = 0;        // exact and hnsw: the first float of the first key
+  size_t ivf_nlist = 0;        // ivf: the cell count in the ivf header (u64)
+  size_t ivf_centroid = 0;     // ivf: the first float of the first centroid
+  size_t ivf_sizes = 0;        // ivf: the first cell's size (u64, "full" layout)
+  size_t ivf_key = 0;          // ivf: the first float of the first non-empty cell
+  size_t ivf_id = 0;           // ivf: the first id of the first non-empty cell (i64)
+  size_t hnsw_levels = 0;      // hnsw: levels[0] (i32)
+  size_t hnsw_links = 0;       // hnsw: neighbors[0] (i32)
+  uint64_t hnsw_link_count = 0;
+  size_t hnsw_entry = 0;       // hnsw: entry_point (i32); max_level, efConstruction, efSearch, upper_beam follow
+};
+
+template <class T>
+T at(const std::string& p, size_t offset) {
+  T v{};
+  std::memcpy(&v, p.data() + offset, sizeof v);
+  return v;
+}
+template <class T>
+void set(std::string& p, size_t offset, T v) {
+  std::memcpy(p.data() + offset, &v, sizeof v);
+}
+
+ForgeSites forge_sites(const std::string& payload, int64_t dim) {
+  ForgeSites s;
+  const auto source = at<uint64_t>(payload, 40);
+  const auto count = at<int64_t>(payload, 32);
+  size_t i = 48 + source + 4 * static_cast<size_t>(count);  // the VectorIndex: dim, kind, 4 options, a flag
+  const auto kind = at<uint64_t>(payload, i + 8);
+  i += 16 + kind + 32 + 1;
+  s.faiss = i;
+  const size_t header = 4 + 4 + 8 + 8 + 8 + 1 + 4;  // fourcc, d, ntotal, 2 unused, is_trained, metric
+  const std::string tag = payload.substr(i, 4);
+  i += header;
+  if (tag == "IxF2") {
+    s.first_key = i + 8;
+  } else if (tag == "IwFl") {
+    s.ivf_nlist = i;
+    const auto nlist = at<uint64_t>(payload, i);
+    i += 16;  // nlist, nprobe; then the centroids, a flat index
+    s.ivf_centroid = i + header + 8;
+    i += header + 8 + 4 * nlist * static_cast<size_t>(dim);
+    i += 1 + 8;            // an empty direct map
+    i += 4 + 8 + 8;        // "ilar", nlist, code size
+    REQUIRE(payload.substr(i, 4) == "full");
+    s.ivf_sizes = i + 4 + 8;
+    i = s.ivf_sizes + 8 * nlist;
+    for (size_t cell = 0; cell < nlist; ++cell) {
+      const auto n = at<uint64_t>(payload, s.ivf_sizes + 8 * cell);
+      if (n == 0) continue;
+      s.ivf_key = i;
+      s.ivf_id = i + n * 4 * static_cast<size_t>(dim);
+      break;
+    }
+  } else {
+    REQUIRE(tag == "IHNf");
+    i += 8 + 8 * at<uint64_t>(payload, i);  // level probabilities
+    i += 8 + 4 * at<uint64_t>(payload, i);  // cumulative links per level
+    s.hnsw_levels = i + 8;
+    i += 8 + 4 * at<uint64_t>(payload, i);
+    i += 8 + 8 * at<uint64_t>(payload, i);  // offsets
+    s.hnsw_link_count = at<uint64_t>(payload, i);
+    s.hnsw_links = i + 8;
+    i += 8 + 4 * s.hnsw_link_count;
+    s.hnsw_entry = i;
+    s.first_key = i + 20 + header + 8;
+  }
+  return s;
+}
+
+// A file size limit (RLIMIT_FSIZE) with SIGXFSZ ignored, undone on leaving the scope.
+struct FileSizeLimit {
+  struct rlimit saved {};
+  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  explicit FileSizeLimit(rlim_t bytes) {
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    struct rlimit small = saved;
+    small.rlim_cur = bytes;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, old_handler);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("Datastore: a store forged inside its FAISS index behind a valid checksum is refused, naming the file") {
+  TempDir dir("forged");
+  const std::vector<float> keys = normal_rows(500, kDim, 11), queries = normal_rows(16, kDim, 12);
+  std::vector<int32_t> values(500);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int32_t>(i % 13);
+  const std::string file = (dir.path / "forged.knn").string();
+  const std::string named = "kNN store '" + file + "'";
+  std::map<std::string, std::string> saved;  // kind: the file's bytes
+  for (const char* kind : {"exact", "ivf", "hnsw"}) {
+    IndexOptions o{kind};
+    o.nlist = 4;
+    o.nprobe = 2;
+    o.hnsw_m = 4;
+    Datastore store(DatastoreInfo{1, 2, 13, kDim, "forged.txt"}, o);
+    store.add(keys.data(), values.data(), 500);
+    store.finish();
+    const std::string path = (dir.path / (std::string(kind) + ".knn")).string();
+    store.save(path);
+    saved[kind] = read_bytes(path);
+    Datastore::load(path).index().search(queries.data(), 16, 4);  // the unforged store loads and searches
+  }
+  // Loads the forged payload and searches it (what eval --knn does): the
+  // load must refuse it with an Error naming the file and the damage.
+  const auto refused = [&](const std::string& kind, const std::string& payload, std::vector<std::string> parts) {
+    CAPTURE(kind);
+    CAPTURE(parts.back());
+    write_bytes(file, with_payload(saved[kind], payload));
+    parts.insert(parts.begin(), named + ": ");
+    expect_error([&] {
+      const Datastore s = Datastore::load(file);
+      const Neighbours nb = s.index().search(queries.data(), 16, 8);
+      for (const int64_t id : nb.ids) REQUIRE(id < s.size());
+    }, parts);
+  };
+  const auto payload_of = [&](const std::string& kind) { return saved[kind].substr(kCheckedHeaderBytes); };
+
+  SUBCASE("hnsw: links, levels, entry point and search beam out of range") {
+    const std::string payload = payload_of("hnsw");
+    const ForgeSites s = forge_sites(payload, kDim);
+    std::string p = payload;
+    for (uint64_t j = 0; j < s.hnsw_link_count; ++j)  // every link: the walk follows one at once
+      if (at<int32_t>(p, s.hnsw_links + 4 * j) >= 0) set<int32_t>(p, s.hnsw_links + 4 * j, int32_t{1} << 30);
+    refused("hnsw", p, {"corrupt index (hnsw node 0 links to 1073741824 on level 0 (500 nodes))"});
+    p = payload;
+    set<int32_t>(p, s.hnsw_links, 500);
+    refused("hnsw", p, {"hnsw node 0 links to 500 on level 0"});
+    p = payload;
+    set<int32_t>(p, s.hnsw_links, -7);
+    refused("hnsw", p, {"hnsw node 0 links to -7"});
+    p = payload;
+    set<int32_t>(p, s.hnsw_levels, 99);
+    refused("hnsw", p, {"hnsw node 0 has 99 levels"});
+    p = payload;
+    set<int32_t>(p, s.hnsw_entry, 500);
+    refused("hnsw", p, {"hnsw entry point 500"});
+    p = payload;
+    set<int32_t>(p, s.hnsw_entry + 4, 40);  // max_level
+    refused("hnsw", p, {"on level 40"});
+    p = payload;
+    set<int32_t>(p, s.hnsw_entry + 16, 0);  // upper_beam: search() would write past a buffer of 0
+    refused("hnsw", p, {"hnsw upper beam 0"});
+    p = payload;
+    set<uint64_t>(p, s.hnsw_links - 8, uint64_t{1} << 40);  // the link count
+    refused("hnsw", p, {"corrupt index (the hnsw links: a count of 1099511627776 entries of 4 bytes, more than the"});
+    p = payload;
+    set<float>(p, s.first_key + 8, std::numeric_limits<float>::quiet_NaN());
+    refused("hnsw", p, {"key 0 has a non-finite value (nan) at 2"});
+  }
+  SUBCASE("ivf: a cell size of 2^40, ids outside the store, cell counts, non-finite keys and centroids") {
+    const std::string payload = payload_of("ivf");
+    const ForgeSites s = forge_sites(payload, kDim);
+    std::string p = payload;
+    set<uint64_t>(p, s.ivf_sizes, uint64_t{1} << 40);
+    refused("ivf", p, {"corrupt index (ivf cell 0 claims 1099511627776 keys, more than the"});
+    p = payload;
+    set<int64_t>(p, s.ivf_id, 500);
+    refused("ivf", p, {"corrupt index (ivf cell", "holds id 500, the ids are 0 to 499)"});
+    p = payload;
+    set<int64_t>(p, s.ivf_id, at<int64_t>(p, s.ivf_id + 8));
+    refused("ivf", p, {"twice"});
+    p = payload;
+    set<uint64_t>(p, s.ivf_nlist, uint64_t{1} << 40);
+    refused("ivf", p, {"corrupt index (1099511627776 ivf cells with 4 centroids)"});
+    p = payload;
+    const std::string first = "key " + std::to_string(at<int64_t>(payload, s.ivf_id));  // the cell's first key
+    set<float>(p, s.ivf_key, -std::numeric_limits<float>::infinity());
+    refused("ivf", p, {first + " has a non-finite value (-inf) at 0"});
+    p = payload;
+    set<float>(p, s.ivf_key + 4, 3e38f);
+    refused("ivf", p, {first + " is too large"});
+    p = payload;
+    set<float>(p, s.ivf_centroid, std::numeric_limits<float>::quiet_NaN());
+    refused("ivf", p, {"ivf centroid 0 has a non-finite value (nan)"});
+  }
+  SUBCASE("exact: a NaN key, and a key count beyond the file") {
+    const std::string payload = payload_of("exact");
+    const ForgeSites s = forge_sites(payload, kDim);
+    std::string p = payload;
+    set<float>(p, s.first_key + 4 * (3 * kDim + 1), std::numeric_limits<float>::quiet_NaN());
+    refused("exact", p, {"key 3 has a non-finite value (nan) at 1"});
+    p = payload;
+    set<uint64_t>(p, s.first_key - 8, uint64_t{1} << 40);
+    refused("exact", p, {"the keys: a count of 1099511627776 entries of 4 bytes"});
+    p = payload;
+    set<uint32_t>(p, s.faiss, 0x6c6c756eU);  // "null": FAISS returns no index
+    refused("exact", p, {"FAISS type \"null\" for the keys, expected \"IxF2\""});
+  }
+}
+
+TEST_CASE("Datastore save: a write cut short names the store and says why, and keeps the old file") {
+  TempDir dir("store-full");
+  const std::string path = (dir.path / "s.knn").string();
+  // 40,000 keys: the payload outgrows the file sink's 1 MB buffer, so the
+  // write fails inside FAISS's serialisation; 50 keys: at the final flush.
+  for (const int64_t n : {int64_t{50}, int64_t{40000}}) {
+    CAPTURE(n);
+    const std::vector<float> keys = normal_rows(n, kDim, 13);
+    const std::vector<int32_t> values(static_cast<size_t>(n), 1);
+    Datastore store(DatastoreInfo{1, 2, 13, kDim, "x"}, IndexOptions{"exact"});
+    store.add(keys.data(), values.data(), n);
+    store.finish();
+    write_bytes(path, "old");
+    {
+      FileSizeLimit limit(n == 50 ? 200 : 100000);
+      expect_error([&] { store.save(path); },
+                   {"cannot write the kNN store '" + path + "': file too large (ulimit -f?)"});
+    }
+    CHECK(read_bytes(path) == "old");
+    for (const auto& e : std::filesystem::directory_iterator(dir.path)) CHECK(e.path().filename() == "s.knn");
+  }
 }
