@@ -15,6 +15,7 @@
 #include <cereal/cereal.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -60,6 +61,15 @@ std::string to_bytes(const T& value) {
   return out.str();
 }
 
+// cereal's "Failed to read N bytes from input stream!" in the words of a
+// file that ends early; any other message as it is.
+inline std::string cut_short_message(const std::string& what, size_t blob_bytes) {
+  unsigned long long wanted = 0;
+  if (std::sscanf(what.c_str(), "Failed to read %llu bytes", &wanted) != 1) return what;
+  return "it ends early: a field of " + std::to_string(wanted) + " bytes runs past the end of its " +
+         std::to_string(blob_bytes) + " bytes";
+}
+
 // Reads value back from to_bytes' blob; Error "CONTEXT (cereal's or load()'s
 // message)" when the blob is short or refused. A bad_alloc is not relabelled.
 template <class T>
@@ -69,7 +79,7 @@ void from_bytes(const std::string& bytes, T& value, const std::string& context) 
     cereal::BinaryInputArchive ar(in);
     ar(value);
   } catch (const std::runtime_error& e) {
-    fail(context, " (", e.what(), ")");
+    fail(context, " (", cut_short_message(e.what(), bytes.size()), ")");
   }
 }
 

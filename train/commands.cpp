@@ -21,6 +21,7 @@
 #include "tapeformer/train/evaluator.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/model_hooks.h"
+#include "tapeformer/train/run_directory.h"
 #include "tapeformer/train/trainer.h"
 #include "tapeformer/train/windows.h"
 
@@ -130,6 +131,8 @@ void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const st
 
 int run_train(const TrainArgs& args) {
   const std::string ckpt = (fs::path(args.out) / "checkpoint.bin").string();
+  for (const char* name : {"checkpoint.bin", "metrics.jsonl", "profile.json"})
+    RunDirectory::check_not_input("train", (fs::path(args.out) / name).string(), {args.config, args.data});
   std::unique_ptr<Trainer> trainer;
   if (args.resume) {
     TAPEFORMER_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
@@ -261,6 +264,7 @@ int run_eval(const EvalArgs& args) {
 int run_export(const ExportArgs& args) {
   TAPEFORMER_CHECK(args.format == "safetensors", "export: --format must be \"safetensors\", got \"", args.format,
                    "\"");
+  RunDirectory::check_output("export", args.output, {checkpoint_file(args.checkpoint)});
   Loaded l = load_model(args.checkpoint);
   export_safetensors(*l.model, args.output);
   std::printf("export: wrote %s (%lld parameters, safetensors)\n", args.output.c_str(),
@@ -269,6 +273,8 @@ int run_export(const ExportArgs& args) {
 }
 
 int run_prepare(const PrepareArgs& args) {
+  for (const char* name : {"train.bin", "val.bin", "tokenizer.bin"})
+    RunDirectory::check_output("prepare", (fs::path(args.out) / name).string(), {args.data, args.tokenizer.sp_model});
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const PreparedFiles p = prepare_token_files(args.data, args.out, args.tokenizer, args.val_fraction,
                                               [&](const char* stage, int64_t done, int64_t total) {

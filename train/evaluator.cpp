@@ -6,6 +6,8 @@
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/parallel.h"
+#include "tapeformer/train/signals.h"
 
 namespace tapeformer {
 
@@ -36,6 +38,7 @@ void Evaluator::read_text(const EvalText& text, int64_t T, int64_t mem_limit, bo
   memory.limit = mem_limit;
   ModelInputs inputs;
   for_each_window(text.ids, T, use.carried() ? use.ext_len : 0, [&](const Window& w) {
+    stop_point(nullptr, "the reading of '" + text.path + "'");  // one process: eval, knn build, a kind's tables
     inputs.clear();
     for (const ModelHooks* h : hooks_) h->window_inputs(w, inputs);
     ModelContext ctx;
@@ -64,8 +67,18 @@ Evaluator::TextLoss Evaluator::text_loss(const EvalText& text, int64_t T, int64_
 }
 
 double Evaluator::batches_loss(DataParallel& shards, const std::vector<Batch>& batches, Rng& rng) const {
+  // In pieces of two batches per thread and rank, so that a signal stops it
+  // within a piece; each batch's loss, and their sum in batch order, are
+  // what one call over all of them gives.
+  ProcessGroup* group = shards.group().get();
+  const size_t piece = static_cast<size_t>(2 * parallel::num_threads() * (group ? group->size() : 1));
   double total = 0;
-  for (double loss : shards.losses(batches, rng)) total += loss;  // in batch order
+  for (size_t b0 = 0; b0 < batches.size(); b0 += piece) {
+    stop_point(group, "the evaluation");
+    const std::vector<Batch> some(batches.begin() + static_cast<std::ptrdiff_t>(b0),
+                                  batches.begin() + static_cast<std::ptrdiff_t>(std::min(batches.size(), b0 + piece)));
+    for (double loss : shards.losses(some, rng)) total += loss;  // in batch order
+  }
   return total / static_cast<double>(batches.size());
 }
 
@@ -82,7 +95,10 @@ double Evaluator::stream_loss(DataParallel& shards, BatchSource& source, int64_t
   memory.limit = mem_limit;
   double total = 0;
   NoGradGuard no_grad;
-  for (int64_t i = 0; i < n; ++i) total += shards.train_batch(val->next(), 1.0f, rng, &memory);
+  for (int64_t i = 0; i < n; ++i) {
+    stop_point(shards.group().get(), "the evaluation");
+    total += shards.train_batch(val->next(), 1.0f, rng, &memory);
+  }
   return total / static_cast<double>(n);
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "tapeformer/core/files.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/evaluator.h"
+#include "tapeformer/train/run_directory.h"
 #include "tapeformer/train/trainer.h"
 
 namespace tapeformer {
@@ -225,6 +227,10 @@ Datastore build_knn_store(const KnnBuildArgs& args, const std::function<void(int
   TAPEFORMER_CHECK(!args.out.empty(), "knn build: --out is required");
   TAPEFORMER_CHECK(args.context >= 0, "knn build: context must be >= 0 (0: the block size), got ", args.context);
   args.index.validate();
+  const std::string checkpoint =
+      std::filesystem::is_directory(args.checkpoint) ? args.checkpoint + "/checkpoint.bin" : args.checkpoint;
+  RunDirectory::check_output("knn build", args.out, {checkpoint, args.weights, args.data});
+  remove_stale_temp_files(args.out);  // what a killed build left beside it
   Loaded l = load_model(args.checkpoint, args.weights);
   const int64_t limit = l.model->max_positions();
   const int64_t T = args.context > 0 ? args.context : l.cfg.model.block_size;

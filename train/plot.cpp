@@ -10,6 +10,7 @@
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/train/metrics.h"
+#include "tapeformer/train/run_directory.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
@@ -30,6 +31,9 @@ bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") 
 int run_plot(const PlotArgs& args) {
   TAPEFORMER_CHECK(!args.runs.empty(), "plot: name at least one run directory");
   TAPEFORMER_CHECK(!args.output.empty(), "plot: name the PNG to write with -o FILE.png");
+  std::vector<std::string> inputs;
+  for (const std::string& run : args.runs) inputs.push_back((fs::path(run) / "metrics.jsonl").string());
+  RunDirectory::check_output("plot", args.output, inputs);
   TAPEFORMER_CHECK(have_gnuplot(), "plot: gnuplot is not installed (bash scripts/setup.sh gnuplot-nox)");
   const fs::path work = fs::temp_directory_path() / ("tapeformer-plot-" + std::to_string(::getpid()));
   fs::create_directories(work);

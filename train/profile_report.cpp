@@ -66,6 +66,8 @@ StepProfile StepProfiler::finish(int threads, int shards) {
 }
 
 std::string StepProfile::table() const {
+  if (steps == 0 || step_seconds <= 0)  // only the warm-up step ran: there is nothing to divide by
+    return "profile: no step after the warm-up step was timed (profiling needs at least 2 steps)\n";
   const double n = static_cast<double>(std::max<int64_t>(1, steps));
   const double step_ms = step_seconds / n * 1e3;
   std::string out;

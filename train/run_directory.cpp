@@ -35,8 +35,13 @@ void RunDirectory::remove_stale_temp_files(const std::vector<std::string>& kept)
   for (const std::string& f : kept) tapeformer::remove_stale_temp_files(f);
 }
 
+void RunDirectory::check_held() const {
+  if (lock_) lock_->check_held();
+}
+
 void RunDirectory::save(const Checkpoint& c, int64_t step) {
   if (!writes_) return;
+  check_held();
   try {
     save_checkpoint(checkpoint_path(), c);
   } catch (const std::runtime_error& e) {  // Error, or a library's own; not bad_alloc
@@ -64,8 +69,55 @@ double RunDirectory::trim_metrics_after(int64_t last_step) const {
     if (r->step == last_step && std::isnan(loss)) loss = r->train_loss;
     kept += line + "\n";
   }
-  if (writes_) write_file_atomic(metrics_path(), kept);
+  if (writes_) {
+    check_held();
+    write_file_atomic(metrics_path(), kept);
+  }
   return loss;
+}
+
+bool RunDirectory::is_run_file_name(const std::string& name) {
+  static const char* const kFiles[] = {"checkpoint.bin", "metrics.jsonl", RunLock::file_name(), "profile.json"};
+  for (const char* f : kFiles)
+    if (name == f) return true;
+  const std::string table = ".table";
+  return name.size() > table.size() && name.compare(name.size() - table.size(), table.size(), table) == 0;
+}
+
+bool RunDirectory::is_run_directory(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) &&
+         (fs::exists(fs::path(dir) / RunLock::file_name(), ec) || fs::exists(fs::path(dir) / "checkpoint.bin", ec));
+}
+
+namespace {
+// The path with symbolic links and "."/".." resolved as far as it exists.
+fs::path resolved(const std::string& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  return ec ? fs::path(p).lexically_normal() : r;
+}
+}  // namespace
+
+void RunDirectory::check_not_input(const std::string& who, const std::string& output,
+                                   const std::vector<std::string>& inputs) {
+  const fs::path out = resolved(output);
+  for (const std::string& in : inputs) {
+    if (in.empty()) continue;
+    std::error_code ec;
+    const bool same = resolved(in) == out || (fs::exists(output, ec) && fs::equivalent(in, output, ec));
+    TAPEFORMER_CHECK(!same, who, ": the output '", output, "' is the input '", in,
+                     "': writing it would destroy what is being read; choose another output file");
+  }
+}
+
+void RunDirectory::check_output(const std::string& who, const std::string& output,
+                                const std::vector<std::string>& inputs) {
+  check_not_input(who, output, inputs);
+  const fs::path out = resolved(output), parent = out.parent_path();
+  TAPEFORMER_CHECK(!(is_run_file_name(out.filename().string()) && is_run_directory(parent.string())), who,
+                   ": the output '", output, "' is the ", out.filename().string(), " of the run directory '",
+                   parent.string(), "': writing it would break that run; choose another output file");
 }
 
 }  // namespace tapeformer

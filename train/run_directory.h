@@ -7,6 +7,7 @@
 //   RunDirectory dir(out, /*writes=*/true);
 //   dir.claim({"OUT/spalm_train.table"});         // a fresh run: create, lock, clear leftovers
 //   dir.save(checkpoint, step);                  // atomic; Error naming the step and what is kept
+//   RunDirectory::check_output("export", out, {checkpoint});   // never over an input or a run's file
 //   dir.trim_metrics_after(step);                // a resumed run's metrics end at its checkpoint
 #pragma once
 
@@ -41,14 +42,31 @@ class RunDirectory {
   // Leftovers of atomic writes (the checkpoint's, the metrics', `kept`'s).
   void remove_stale_temp_files(const std::vector<std::string>& kept) const;
 
-  // Writes the checkpoint atomically (rank 0); an Error names the step and
-  // the checkpoint that is kept.
+  // Error when the path no longer names the directory this process locked
+  // (removed, or removed and made again by another run): called before
+  // every write, so an old run never writes over a new one's files.
+  void check_held() const;
+
+  // Writes the checkpoint atomically (rank 0) after check_held(); an Error
+  // names the step and the checkpoint that is kept.
   void save(const Checkpoint& c, int64_t step);
   // The step of the checkpoint on disk (-1: none yet).
   int64_t saved_step() const { return saved_step_; }
   void set_saved_step(int64_t step) { saved_step_ = step; }
   // For divergence errors: what the user still has.
   std::string checkpoint_note() const;
+
+  // The files a run directory keeps: checkpoint.bin, metrics.jsonl,
+  // train.lock, profile.json and the tables a model kind keeps there (*.table).
+  static bool is_run_file_name(const std::string& name);
+  // A directory holding a run lock or a checkpoint.
+  static bool is_run_directory(const std::string& dir);
+  // Refuses, with an Error naming both, to write `output` when it is one of
+  // the command's own `inputs` (the same file by any path: links, "..") or
+  // a file a run directory keeps. `who` names the command ("export").
+  static void check_output(const std::string& who, const std::string& output, const std::vector<std::string>& inputs);
+  // Only the first rule: for a run's own files (train's checkpoint against its --data).
+  static void check_not_input(const std::string& who, const std::string& output, const std::vector<std::string>& inputs);
 
   // On resume, metrics written after the checkpoint by the interrupted run
   // are dropped (and so is a half-written last line), so metrics.jsonl

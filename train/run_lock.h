@@ -1,14 +1,22 @@
-// RunLock: one writer per run directory.
+// RunLock: one writer per run directory, for as long as the directory is
+// the one it locked.
 //
 //   RunLock lock(out_dir);   // Error when another process trains there, naming its PID
+//   lock.check_held();       // before each write: Error when out_dir was removed or replaced
 //
-// An exclusive flock(2) on OUT/train.lock, held while the object lives. The
-// kernel releases it when the process ends, however it ends (kill -9
-// included), so a dead run never leaves a stale lock; the file itself stays
-// and is reused. The holder writes its PID into the file for the message a
-// second writer gets. Readers (`sample`, `eval`) take no lock: they read the
-// atomically written checkpoint.
+// Two exclusive flock(2)s, held while the object lives: on the directory
+// itself, so deleting OUT/train.lock does not free the run, and on
+// OUT/train.lock, where the holder writes its PID for the message a second
+// writer gets. The kernel releases both when the process ends, however it
+// ends (kill -9 included), so a dead run never leaves a stale lock. A
+// directory removed and made again under the same name is another
+// directory: its new run locks it, and check_held() tells the old one that
+// the path is no longer its own, so it never writes over the new run.
+// Readers (`sample`, `eval`) take no lock: they read the atomically written
+// checkpoint.
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 
@@ -22,8 +30,15 @@ class RunLock {
   RunLock& operator=(const RunLock&) = delete;
   static const char* file_name() { return "train.lock"; }
 
+  // Error naming the directory unless the path still names the directory
+  // this lock holds.
+  void check_held() const;
+
  private:
-  int fd_ = -1;
+  std::string dir_;
+  int dir_fd_ = -1, fd_ = -1;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
 };
 
 }  // namespace tapeformer

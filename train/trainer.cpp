@@ -13,6 +13,7 @@
 
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/serialize.h"
 #include "tapeformer/data/corpus.h"
@@ -117,6 +118,19 @@ struct StreamState {
 }  // namespace
 
 namespace {
+// FNV-1a of a file's bytes, for ranks comparing the checkpoints they resume.
+uint64_t checkpoint_file_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TAPEFORMER_CHECK(in.good(), "cannot read the checkpoint '", path, "'");
+  std::vector<char> buf(size_t{1} << 20);
+  uint64_t h = kFnvOffset;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h = fnv1a64(buf.data(), static_cast<size_t>(in.gcount()), h);
+  }
+  return h;
+}
+
 std::string& program_name_storage() {
   static std::string name = "tapeformer";
   return name;
@@ -128,7 +142,6 @@ void set_program_name(const std::string& name) {
   if (!name.empty()) program_name_storage() = name;
 }
 
-Interrupted::Interrupted(const std::string& message, int signal) : Error(message), signal_(signal) {}
 Diverged::Diverged(const std::string& message, int64_t step, double train_seconds)
     : Error(message), step_(step), train_seconds_(train_seconds) {}
 
@@ -272,6 +285,42 @@ struct Trainer::State {
     shards->total_shards(cfg.train.batch_size);  // refuses more shards than rows, naming both
   }
 
+  // Every rank must start from the same state: the same step, the same
+  // checkpoint (a hash of its file; 0 for a fresh run) and the same data (a
+  // hash of the token ids each read, so another text behind the same path is
+  // caught). A rank that differs is refused by every rank, before the first
+  // step, instead of the ranks training apart until a collective never meets.
+  void check_same_state_on_every_rank(int64_t start_step, uint64_t checkpoint_hash) {
+    if (!group) return;
+    uint64_t data_hash = kFnvOffset;
+    std::vector<int32_t> ids;
+    for (const TokenSource* split : {train_tokens.get(), val_tokens.get()}) {
+      if (split == nullptr) continue;
+      for (int64_t i = 0; i < split->size(); i += int64_t{1} << 20) {
+        ids.resize(static_cast<size_t>(std::min<int64_t>(int64_t{1} << 20, split->size() - i)));
+        split->read(i, static_cast<int64_t>(ids.size()), ids.data());
+        data_hash = fnv1a64(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t), data_hash);
+      }
+    }
+    const std::vector<uint64_t> mine{static_cast<uint64_t>(start_step), checkpoint_hash, data_hash};
+    const std::vector<uint64_t> all = allgather_equal(*group, mine);
+    const auto of = [&](size_t r, size_t field) { return all[r * mine.size() + field]; };
+    for (size_t r = 1; r < all.size() / mine.size(); ++r) {
+      TAPEFORMER_CHECK(of(r, 2) == of(0, 2), "rank ", r, " of ", group->size(), " reads other data than rank 0 ",
+                       "(the token ids of '", cfg.data.path, "' differ: another file behind the same path?); every "
+                       "process of an mpirun job must read the same data");
+      const auto start = [&](size_t q) {
+        return of(q, 0) == 0 && of(q, 1) == 0 ? std::string("starts a fresh run") : "resumes step " + std::to_string(of(q, 0));
+      };
+      TAPEFORMER_CHECK(of(r, 0) == of(0, 0), "rank ", r, " of ", group->size(), " ", start(r), " but rank 0 ", start(0),
+                       "; every process of an mpirun job must resume the same checkpoint (the same --out, or copies "
+                       "of one file)");
+      TAPEFORMER_CHECK(of(r, 1) == of(0, 1), "rank ", r, " of ", group->size(), " resumes another checkpoint of step ",
+                       of(0, 0), " than rank 0 (the files differ); every process of an mpirun job must resume the "
+                       "same checkpoint (the same --out, or copies of one file)");
+    }
+  }
+
   // Mean loss of the first `segments` segments of the val split's streams (at
   // most one pass), read in order with a fresh memory of eval.mem_len
   // (default model.mem_len) positions.
@@ -398,6 +447,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   s_->build(nullptr);
   s_->hooks->initialise(*s_->model);  // a fresh run's starting weights, where the model kind's hooks give them
   s_->shards->sync_buffers();
+  s_->check_same_state_on_every_rank(0, 0);
   s_->dir = std::make_unique<RunDirectory>(s_->out_dir, s_->writes());
   s_->claim_run_directory();
 }
@@ -459,6 +509,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
     SourcePosition position{&s.train_source()};
     from_bytes(c.sampler, position, what);
   }
+  s.check_same_state_on_every_rank(c.step, s.group ? checkpoint_file_hash(s.dir->checkpoint_path()) : 0);
   s.dropout_rng = c.rng;
   s.last_train_loss = c.train_loss;
   s.dir->set_saved_step(c.step);
@@ -514,6 +565,7 @@ TrainResult Trainer::run() {
     s.train_seconds += step_seconds;
 
     const bool last = s.step == c.train.max_iters;
+    int eval_signal = 0;  // a signal that stopped this step's evaluation (every rank agreed)
     const bool eval_now = s.step % c.eval.interval == 0 || last;
     if (s.step % c.log.interval == 0 || eval_now) {
       MetricsRecord r;
@@ -524,13 +576,21 @@ TrainResult Trainer::run() {
       r.tokens_per_s = static_cast<double>(tokens_per_step) * s.step / s.train_seconds;
       r.elapsed_s = s.train_seconds;
       if (eval_now) {
-        TaskEvaluation e = s.evaluate_periodic();
-        r.val_loss = e.loss;
-        if (!s.is_task()) r.val_bpc = e.loss / std::log(2.0) * s.val_tokens_per_char;
-        r.layers = s.model->layer_metrics();
-        r.extra = std::move(e.fields);
+        try {
+          TaskEvaluation e = s.evaluate_periodic();
+          r.val_loss = e.loss;
+          if (!s.is_task()) r.val_bpc = e.loss / std::log(2.0) * s.val_tokens_per_char;
+          r.layers = s.model->layer_metrics();
+          r.extra = std::move(e.fields);
+        } catch (const Interrupted& stopped) {  // the step is trained: its line has no val loss, its checkpoint is saved
+          s.model->train();
+          eval_signal = stopped.signal();
+        }
       }
-      if (metrics) metrics->write(r);
+      if (metrics) {
+        s.dir->check_held();  // the directory is still this run's
+        metrics->write(r);
+      }
       progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);
       if (r.val_loss) {
         char buf[128];
@@ -541,7 +601,8 @@ TrainResult Trainer::run() {
     }
     // A signal stops every rank after the same step (each may have seen it
     // after a different one).
-    const int signal = s.group ? static_cast<int>(s.group->max(stop.received())) : stop.received();
+    int signal = s.group ? static_cast<int>(s.group->max(stop.received())) : stop.received();
+    if (signal == 0) signal = eval_signal;
     if (s.step % c.checkpoint.interval == 0 || last) {
       s.save(last_loss);
     } else if (signal != 0) {
@@ -560,14 +621,23 @@ TrainResult Trainer::run() {
     const StepProfile p = profiler->finish(parallel::num_threads(), s.shards->shards());
     if (s.writes()) {
       std::fprintf(stderr, "%s", p.table().c_str());
-      write_file_atomic(s.out_dir + "/profile.json", p.json());
+      // A run that timed nothing (resumed at its end, or one step) keeps the profile it has.
+      if (p.steps > 0) write_file_atomic(s.out_dir + "/profile.json", p.json());
     }
   }
 
   TrainResult result;
   result.steps = s.step;
   result.train_loss = last_loss;
-  TaskEvaluation final_eval = s.evaluate_final();
+  TaskEvaluation final_eval;
+  try {
+    final_eval = s.evaluate_final();
+  } catch (const Interrupted& stopped) {  // the last step's checkpoint is saved: only the evaluation is left
+    throw Interrupted(std::string(stopped.what()) + " after step " + std::to_string(s.step) +
+                          (s.dir->saved_step() >= 0 ? ": checkpoint saved to '" + s.dir->checkpoint_path() + "'" : "") +
+                          "; evaluate it with: " + program_name() + " train --out " + s.out_dir + " --resume",
+                      stopped.signal());
+  }
   result.val_loss = final_eval.loss;
   result.val_fields = std::move(final_eval.fields);
   result.val_tokens_per_char = s.val_tokens_per_char;

@@ -38,6 +38,7 @@
 #include "tapeformer/data/sampler.h"
 #include "tapeformer/layers/language_model.h"
 #include "tapeformer/train/config.h"
+#include "tapeformer/train/signals.h"
 
 namespace tapeformer {
 
@@ -109,16 +110,6 @@ class Diverged : public Error {
  private:
   int64_t step_;
   double train_seconds_;
-};
-
-// What Trainer::run throws after SIGINT or SIGTERM, once the checkpoint is saved.
-class Interrupted : public Error {
- public:
-  Interrupted(const std::string& message, int signal);
-  int signal() const { return signal_; }
-
- private:
-  int signal_;
 };
 
 class Trainer {
