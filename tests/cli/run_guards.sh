@@ -9,8 +9,8 @@
 #      made again by a new run, the old process stops at its next write
 #      instead of replacing the new run's checkpoint or metrics;
 #   3. SIGINT, SIGTERM and SIGHUP stop the final evaluation, a periodic one
-#      (the step's checkpoint saved, the run resumes), eval and knn build
-#      within 2 s;
+#      (the step's checkpoint saved, the run resumes), eval, knn build and
+#      sample within 2 s;
 #   4. smaller: a killed knn build's temp file is removed by the next build;
 #      --profile with one step prints no "nan" and a --resume --profile that
 #      times nothing keeps profile.json; a truncated tokenizer.bin is named
@@ -157,6 +157,9 @@ kill -0 "$pid" 2>/dev/null && stops_within eval HUP "$pid" 129
 pid=$!; pids+=($pid); sleep 1
 kill -0 "$pid" 2>/dev/null && stops_within knn_build INT "$pid" 130
 
+"$bin" sample --checkpoint "$work/final" --tokens 100000000 > /dev/null 2>&1 &
+pid=$!; pids+=($pid); sleep 1
+kill -0 "$pid" 2>/dev/null && stops_within sample TERM "$pid" 143
 set +m
 
 # ---- 4. smaller ------------------------------------------------------------------------------
