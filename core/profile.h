@@ -85,6 +85,15 @@ class ChunkOfScope {
   bool owned_;
 };
 
+// Bytes this process sent to the other processes of a distributed run (the
+// ProcessGroup's collectives add them), counted while profiling is enabled.
+inline std::atomic<int64_t> g_bytes_sent{0};
+inline void add_bytes_sent(int64_t bytes) {
+  if (enabled()) g_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+}
+// The count since the last call, then zero.
+inline int64_t take_bytes_sent() { return g_bytes_sent.exchange(0); }
+
 struct Entry {
   std::string name;
   Kind kind = Kind::Family;

@@ -10,6 +10,7 @@
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/profile.h"
 #include "tapeformer/core/storage.h"
+#include "tapeformer/train/shard_tree.h"
 
 namespace tapeformer {
 
@@ -213,40 +214,62 @@ Tensor DataParallel::gather_rows(const Tensor& mine, const std::vector<int64_t>&
   return all;
 }
 
-// The gradient of every shard of every rank, summed per element in shard
-// order as reduce_gradients sums a single process's (the first shard that
-// has a gradient is taken, the later ones added), so N ranks x S shards give
-// the bits of one process with N * S shards.
+namespace {
+
+// Per-thread scratch of shard_tree::sum for one block.
+float* tree_scratch(int64_t K, int64_t n) {
+  thread_local std::vector<float> scratch;
+  const auto need = static_cast<size_t>(shard_tree::scratch_floats(K, n));
+  if (scratch.size() < need) scratch.resize(need);
+  return scratch.data();
+}
+
+bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+// The gradient of every shard of every rank, summed per element in the
+// shard tree's order (train/shard_tree.h), so N ranks x S shards give the
+// bits of one process with N * S shards.
 //
-// The parameters, flattened, are cut into one chunk per rank. Each rank sends
-// its shards' values of chunk q to rank q (one alltoall); rank q sums its
-// chunk over all shards; an allgather gives every rank the sums. Per step a
-// rank sends and receives S * P * (N - 1) / N floats, then P * (N - 1) / N:
-// with one shard per rank, what a ring all-reduce moves.
+// The parameters, flattened, are cut into one chunk per rank. With S a power
+// of two a rank's shards are a subtree: it sums them itself (as
+// reduce_gradients does), sends its partial's chunk q to rank q (one
+// alltoall), rank q combines the N partials of its chunk in the top of the
+// tree, and an allgather gives every rank the sums. Per step a rank sends
+// P * (N - 1) / N floats twice, whatever S is: what a ring all-reduce moves.
+// With another S the shards of a rank are not a subtree, and every shard's
+// chunk is sent instead (S times the floats).
 void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& models) {
   {  // every rank here first, so the exchange's time is the exchange's, not the slowest rank's
     const profile::Scope timed("waiting for ranks", profile::Kind::Phase);
     group_->max(0);
   }
+  const bool subtree = is_power_of_two(static_cast<int64_t>(models.size()));
+  if (subtree) reduce_gradients();  // this rank's partial, in the model's gradients
   const profile::Scope timed("all-reduce", profile::Kind::Phase);
   const NamedVars params = model_.named_parameters();
-  const size_t n_params = params.size(), S = models.size();
+  const size_t n_params = params.size(), S = subtree ? 1 : models.size();
   const int N = group_->size(), me = group_->rank();
   std::vector<NamedVars> theirs;
-  for (LanguageModel* m : models) theirs.push_back(m->named_parameters());
+  if (subtree) {
+    theirs.push_back(params);
+  } else {
+    for (LanguageModel* m : models) theirs.push_back(m->named_parameters());
+  }
   std::vector<int64_t> offset(n_params + 1, 0);
   for (size_t i = 0; i < n_params; ++i) offset[i + 1] = offset[i] + params[i].second.numel();
   const int64_t P = offset[n_params];
   const auto chunk = [&](int q) { return P * q / N; };  // chunk q = [chunk(q), chunk(q + 1))
 
-  // Which shards have a gradient for which parameter, every rank's in shard order.
+  // Which leaves (a rank's partial, or each shard) have a gradient for which parameter, in shard order.
   std::vector<uint8_t> has(S * n_params);
   for (size_t j = 0; j < S; ++j)
     for (size_t i = 0; i < n_params; ++i) has[j * n_params + i] = theirs[j][i].second.has_grad() ? 1 : 0;
   const std::vector<uint8_t> has_all = allgather_equal(*group_, has);
   const size_t K = has_all.size() / n_params;
 
-  // Send: for each rank q, each local shard's values of chunk q (zeros where absent).
+  // Send: for each rank q, each leaf's values of chunk q (zeros where absent).
   std::vector<Scalar> send(static_cast<size_t>(P) * S);
   std::vector<int64_t> send_bytes(static_cast<size_t>(N)), recv_bytes(static_cast<size_t>(N));
   Scalar* out = send.data();
@@ -270,10 +293,10 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   }
   const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
   for (int r = 0; r < N; ++r) recv_bytes[static_cast<size_t>(r)] = static_cast<int64_t>(S) * mine_n * sizeof(Scalar);
-  std::vector<Scalar> recv(static_cast<size_t>(mine_n) * K);  // shard k's values of my chunk at k * mine_n
+  std::vector<Scalar> recv(static_cast<size_t>(mine_n) * K);  // leaf k's values of my chunk at k * mine_n
   group_->alltoall(send.data(), send_bytes, recv.data(), recv_bytes);
 
-  // Sum my chunk over the shards in order, parameter by parameter (their presence differs).
+  // Sum my chunk over the leaves in the tree's order, parameter by parameter (their presence differs).
   std::vector<Scalar> sums(static_cast<size_t>(mine_n), 0.0f);
   std::vector<int64_t> segments;
   std::vector<size_t> segment_param;
@@ -288,18 +311,11 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   parallel::for_each_block(segments, kReduceBlock, [&](size_t s, int64_t b, int64_t e) {
     const size_t i = segment_param[s];
     const int64_t at = segment_at[s];
-    auto acc = eigen::array(sums.data() + at + b, e - b);
-    bool first = true;
-    for (size_t k = 0; k < K; ++k) {
-      if (!has_all[k * n_params + i]) continue;
-      const auto g = eigen::array(recv.data() + static_cast<int64_t>(k) * mine_n + at + b, e - b);
-      if (first) {
-        acc = g;
-      } else {
-        acc += g;
-      }
-      first = false;
-    }
+    const auto leaf = [&](int64_t k) -> const Scalar* {
+      return has_all[static_cast<size_t>(k) * n_params + i] ? recv.data() + k * mine_n + at + b : nullptr;
+    };
+    shard_tree::sum(0, static_cast<int64_t>(K), leaf, sums.data() + at + b, e - b,
+                    tree_scratch(static_cast<int64_t>(K), e - b));
   });
 
   // Every rank's sums, into the model's gradients.
@@ -316,9 +332,10 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
     Tensor& g = p.dense_grad();
     std::copy(total.data() + offset[i], total.data() + offset[i + 1], g.data());
   }
-  for (size_t j = 0; j < S; ++j)
-    if (models[j] != &model_)
-      for (const auto& named : theirs[j]) named.second.zero_grad();
+  if (!subtree)
+    for (size_t j = 0; j < S; ++j)
+      if (models[j] != &model_)
+        for (const auto& named : theirs[j]) named.second.zero_grad();
 }
 
 // Layers' auxiliary losses (adaptive span's penalty) once per batch, on the
@@ -340,35 +357,36 @@ Var DataParallel::with_batch_losses(const Var& scaled_loss, const LanguageModel&
   return add(scaled_loss, mul_scalar(aux, scale));
 }
 
-// Replica gradients into the model's, in shard order, in one parallel pass
-// over fixed blocks: the same sums for any thread count.
+// Replica gradients into the model's, in the shard tree's order
+// (train/shard_tree.h), in one parallel pass over fixed blocks: the same
+// sums for any thread count.
 void DataParallel::reduce_gradients() {
   const profile::Scope timed("gradient reduction", profile::Kind::Phase);
+  if (replicas_.empty()) return;
   const NamedVars params = model_.named_parameters();
   std::vector<NamedVars> theirs;
   for (const auto& replica : replicas_) theirs.push_back(replica->named_parameters());
-  std::vector<Scalar*> dst(params.size(), nullptr);
-  std::vector<std::vector<const Scalar*>> src(params.size());
+  const int64_t K = static_cast<int64_t>(theirs.size()) + 1;
+  std::vector<std::vector<const Scalar*>> leaves(params.size());  // shard k's gradient (null: none)
   std::vector<int64_t> sizes(params.size(), 0);
   for (size_t i = 0; i < params.size(); ++i) {
     const Var& p = params[i].second;
-    for (const NamedVars& r : theirs) {
-      const Var& rv = r[i].second;
-      if (!rv.has_grad()) continue;
-      if (!p.has_grad()) {
-        p.node()->grad = rv.grad().contiguous();  // the first gradient is taken as is
-      } else {
-        src[i].push_back(rv.dense_grad().data());
-      }
-    }
-    if (src[i].empty()) continue;
-    Tensor& g = p.dense_grad();
-    dst[i] = g.data();
-    sizes[i] = g.numel();
+    bool any = false;
+    for (const NamedVars& r : theirs) any = any || r[i].second.has_grad();
+    if (!any) continue;
+    const bool own = p.has_grad();
+    if (!own) p.node()->grad = Tensor::empty(p.shape());
+    leaves[i].push_back(own ? p.dense_grad().data() : nullptr);
+    for (const NamedVars& r : theirs) leaves[i].push_back(r[i].second.has_grad() ? r[i].second.dense_grad().data() : nullptr);
+    sizes[i] = p.numel();
   }
   parallel::for_each_block(sizes, kReduceBlock, [&](size_t i, int64_t b, int64_t e) {
-    auto out = eigen::array(dst[i] + b, e - b);
-    for (const Scalar* s : src[i]) out += eigen::array(s + b, e - b);
+    Scalar* out = params[i].second.dense_grad().data() + b;
+    const auto leaf = [&](int64_t k) -> const Scalar* {
+      const Scalar* g = leaves[i][static_cast<size_t>(k)];
+      return g == nullptr ? nullptr : g + b;
+    };
+    shard_tree::sum(0, K, leaf, out, e - b, tree_scratch(K, e - b));
   });
   for (const NamedVars& r : theirs)
     for (const auto& named : r) named.second.zero_grad();

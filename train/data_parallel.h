@@ -19,10 +19,11 @@
 // - Each shard backpropagates (its mean loss) * scale * (its counted targets /
 //   all counted targets; targets equal to kIgnoreTarget do not count), so the
 //   model receives the gradient of scale * (mean loss of the whole batch), as
-//   without sharding. Replica gradients are added into the
-//   model's in shard order after all shards finish: for a given shard count
-//   the result is the same bit for bit on any number of threads (ops inside a
-//   shard run serially). Different shard counts differ only by rounding.
+//   without sharding. Replica gradients are added into the model's in a
+//   fixed binary tree over the shard index (train/shard_tree.h) after all
+//   shards finish: for a given shard count the result is the same bit for
+//   bit on any number of threads (ops inside a shard run serially).
+//   Different shard counts differ only by rounding.
 // - Dropout: with one shard the caller's Rng is used directly; with several,
 //   each shard gets an Rng seeded by the next draws of the caller's Rng (in
 //   shard order), so runs are reproducible and resumable.
@@ -31,9 +32,11 @@
 // - Several processes (a ProcessGroup of N ranks, `mpirun -np N`): the batch
 //   is cut into N * shards shards, rank r runs shards [r * shards, (r + 1) *
 //   shards) and every rank draws every shard's dropout seed. Gradients are
-//   summed across the ranks element by element in shard order, as a single
-//   process sums its shards, and every rank ends with the sum in its model:
-//   N ranks x S shards give the bits of one process with N * S shards. Every
+//   summed across the ranks element by element in the same tree, as a
+//   single process sums its shards, and every rank ends with the sum in its
+//   model: N ranks x S shards give the bits of one process with N * S
+//   shards. With S a power of two a rank's shards are a subtree: it sends
+//   one partial sum, so the bytes on the wire do not grow with S. Every
 //   rank is given the whole batch (each uses its rows) and calls every
 //   method in the same order; evaluation batches are shared out among the
 //   ranks; a segment memory is gathered whole on every rank after each batch.

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/profile.h"
 
 #ifdef TAPEFORMER_HAVE_MPI
 #include <mpi.h>
@@ -84,6 +85,7 @@ class MpiGroup : public ProcessGroup {
     const std::vector<int> at = displacements(counts, "allgather");
     check(MPI_Allgatherv(send, counts[rank_], MPI_BYTE, recv, counts.data(), at.data(), MPI_BYTE, MPI_COMM_WORLD),
           "allgather");
+    profile::add_bytes_sent(send_bytes * (size_ - 1));
   }
 
   void alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -94,6 +96,10 @@ class MpiGroup : public ProcessGroup {
     const std::vector<int> sd = displacements(sc, "alltoall"), rd = displacements(rc, "alltoall");
     check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, MPI_COMM_WORLD),
           "alltoall");
+    int64_t sent = 0;
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_) sent += send_bytes[static_cast<size_t>(q)];
+    profile::add_bytes_sent(sent);
   }
 
   int64_t max(int64_t value) override {

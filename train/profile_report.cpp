@@ -40,6 +40,7 @@ void StepProfiler::end_step(double seconds) {
   const int64_t system = Storage::system_bytes() - system_at_;
   if (!warmed_up_) {
     profile::take();
+    profile::take_bytes_sent();
     warmup_new_ = system;
     warmed_up_ = true;
     return;
@@ -48,6 +49,7 @@ void StepProfiler::end_step(double seconds) {
   seconds_ += seconds;
   requested_ += Storage::requested_bytes() - requested_at_;
   new_ += system;
+  sent_ += profile::take_bytes_sent();
 }
 
 StepProfile StepProfiler::finish(int threads, int shards) {
@@ -62,6 +64,7 @@ StepProfile StepProfiler::finish(int threads, int shards) {
   p.new_bytes = new_;
   p.warmup_new_bytes = warmup_new_;
   p.peak_rss_bytes = peak_rss();
+  p.bytes_sent_per_step = static_cast<double>(sent_) / steps;
   return p;
 }
 
@@ -107,6 +110,12 @@ std::string StepProfile::table() const {
                 static_cast<double>(new_bytes) / 1e6, static_cast<long long>(steps),
                 static_cast<double>(peak_rss_bytes) / 1e6);
   out += mem;
+  if (bytes_sent_per_step > 0) {
+    char net[160];
+    std::snprintf(net, sizeof net, "  network: %.3f MB sent per step by this rank to the others\n",
+                  bytes_sent_per_step / 1e6);
+    out += net;
+  }
   return out;
 }
 
@@ -133,7 +142,8 @@ std::string StepProfile::json() const {
                   {"tensor_bytes_per_step", requested_bytes_per_step},
                   {"new_bytes_warmup_step", warmup_new_bytes},
                   {"new_bytes_after_warmup", new_bytes},
-                  {"peak_rss_bytes", peak_rss_bytes}};
+                  {"peak_rss_bytes", peak_rss_bytes},
+                  {"bytes_sent_per_step", bytes_sent_per_step}};
   return j.dump(1) + "\n";
 }
 

@@ -33,6 +33,7 @@ struct StepProfile {
   int64_t new_bytes = 0;                // taken from the system allocator during the measured steps
   int64_t warmup_new_bytes = 0;         // ... during the warm-up step
   int64_t peak_rss_bytes = 0;           // of the process, at the end
+  double bytes_sent_per_step = 0;       // to the other ranks of a distributed run (0: one process)
 
   std::string table() const;  // for people: one row per phase and family
   std::string json() const;   // one object
@@ -58,7 +59,7 @@ class StepProfiler {
   int64_t steps_ = 0;
   double seconds_ = 0;
   int64_t requested_at_ = 0, system_at_ = 0;  // at the current step's start
-  int64_t requested_ = 0, new_ = 0, warmup_new_ = 0;
+  int64_t requested_ = 0, new_ = 0, warmup_new_ = 0, sent_ = 0;
 };
 
 }  // namespace tapeformer

@@ -9,6 +9,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/train/data_parallel.h"
+#include "tapeformer/train/shard_tree.h"
 #include "memory_models.h"
 
 using namespace tapeformer;
@@ -252,4 +253,46 @@ TEST_CASE("DataParallel: a layer's buffer change after an optimizer step reaches
   const auto [sharded2, whole2] = losses();
   CHECK(whole2 != whole0);  // the redraw moved the loss, so the check below can fail
   CHECK(sharded2 == doctest::Approx(whole2).epsilon(1e-6));
+}
+
+// The order itself, on values where association decides the result.
+TEST_CASE("shard_tree: a fixed binary tree, absent leaves left out, rank blocks of 2^j shards are subtrees") {
+  CHECK(shard_tree::split(2) == 1);
+  CHECK(shard_tree::split(3) == 2);
+  CHECK(shard_tree::split(4) == 2);
+  CHECK(shard_tree::split(5) == 4);
+  CHECK(shard_tree::split(8) == 4);
+  // 1e8 + 1 rounds to 1e8 in float; the groupings below differ in their result.
+  std::vector<float> g = {1e8f, 1.0f, -1e8f, 1.0f, 3.0f};
+  const auto leaf_of = [&](const std::vector<bool>& present) {
+    return [&g, present](int64_t k) -> const float* { return present[static_cast<size_t>(k)] ? &g[static_cast<size_t>(k)] : nullptr; };
+  };
+  std::vector<float> scratch(static_cast<size_t>(shard_tree::scratch_floats(5, 1)) + 1);
+  const auto tree = [&](int64_t K, const std::vector<bool>& present, float start = 0.0f) {
+    float out = start;
+    const bool any = shard_tree::sum(0, K, leaf_of(present), &out, 1, scratch.data());
+    return std::make_pair(any, out);
+  };
+  volatile float a = g[0], b = g[1], c = g[2], d = g[3], e = g[4];
+  const float four = (a + b) + (c + d), three = (a + b) + c, five = ((a + b) + (c + d)) + e;
+  const float sequential = ((a + b) + c) + d;
+  REQUIRE(four != sequential);  // the test can tell the orders apart
+  CHECK(tree(4, {true, true, true, true}).second == four);
+  CHECK(tree(3, {true, true, true}).second == three);
+  CHECK(tree(5, {true, true, true, true, true}).second == five);
+  // Absent leaves are skipped, not added as zeros; none at all leaves out untouched.
+  CHECK(tree(4, {false, true, true, true}).second == b + (c + d));
+  CHECK(tree(4, {true, true, false, false}).second == a + b);
+  const auto none = tree(4, {false, false, false, false}, 7.0f);
+  CHECK_FALSE(none.first);
+  CHECK(none.second == 7.0f);
+  // Two ranks of two shards: each rank's partial, then the partials, give the four-shard tree.
+  float r0 = 0, r1 = 0;
+  shard_tree::sum(0, 2, leaf_of({true, true, true, true}), &r0, 1, scratch.data());
+  shard_tree::sum(2, 4, leaf_of({true, true, true, true}), &r1, 1, scratch.data());
+  std::vector<float> partials = {r0, r1};
+  float top = 0;
+  shard_tree::sum(0, 2, [&](int64_t k) -> const float* { return &partials[static_cast<size_t>(k)]; }, &top, 1,
+                  scratch.data());
+  CHECK(top == four);
 }
