@@ -270,7 +270,8 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   const size_t K = has_all.size() / n_params;
 
   // Send: for each rank q, each leaf's values of chunk q (zeros where absent).
-  std::vector<Scalar> send(static_cast<size_t>(P) * S);
+  std::vector<Scalar>& send = exchange_.send;  // kept between steps: fresh pages would fault in every step
+  send.resize(static_cast<size_t>(P) * S);
   std::vector<int64_t> send_bytes(static_cast<size_t>(N)), recv_bytes(static_cast<size_t>(N));
   Scalar* out = send.data();
   for (int q = 0; q < N; ++q) {
@@ -293,11 +294,13 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   }
   const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
   for (int r = 0; r < N; ++r) recv_bytes[static_cast<size_t>(r)] = static_cast<int64_t>(S) * mine_n * sizeof(Scalar);
-  std::vector<Scalar> recv(static_cast<size_t>(mine_n) * K);  // leaf k's values of my chunk at k * mine_n
+  std::vector<Scalar>& recv = exchange_.recv;  // leaf k's values of my chunk at k * mine_n
+  recv.resize(static_cast<size_t>(mine_n) * K);
   group_->alltoall(send.data(), send_bytes, recv.data(), recv_bytes);
 
   // Sum my chunk over the leaves in the tree's order, parameter by parameter (their presence differs).
-  std::vector<Scalar> sums(static_cast<size_t>(mine_n), 0.0f);
+  std::vector<Scalar>& sums = exchange_.sums;
+  sums.assign(static_cast<size_t>(mine_n), 0.0f);
   std::vector<int64_t> segments;
   std::vector<size_t> segment_param;
   for (size_t i = 0; i < n_params; ++i) {
@@ -321,7 +324,8 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   // Every rank's sums, into the model's gradients.
   std::vector<int64_t> chunk_bytes(static_cast<size_t>(N));
   for (int q = 0; q < N; ++q) chunk_bytes[static_cast<size_t>(q)] = (chunk(q + 1) - chunk(q)) * sizeof(Scalar);
-  std::vector<Scalar> total(static_cast<size_t>(P));
+  std::vector<Scalar>& total = exchange_.total;
+  total.resize(static_cast<size_t>(P));
   group_->allgather(sums.data(), mine_n * static_cast<int64_t>(sizeof(Scalar)), total.data(), chunk_bytes);
   for (size_t i = 0; i < n_params; ++i) {
     bool any = false;

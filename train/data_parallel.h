@@ -99,6 +99,9 @@ class DataParallel {
   LanguageModel& model_;
   std::shared_ptr<ProcessGroup> group_;  // null: one process
   std::vector<std::unique_ptr<LanguageModel>> replicas_;
+  struct Exchange {  // reduce_across_processes' buffers, reused from step to step
+    std::vector<Scalar> send, recv, sums, total;
+  } exchange_;
 };
 
 // Rows [begin, end) of a batch.
