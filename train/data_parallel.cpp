@@ -127,6 +127,12 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     row += n;
   }
   const bool grad = grad_enabled();
+  // Gradients already in the model (earlier micro-batches of the step, the
+  // same sum on every rank) belong to shard 0, as in one process where shard
+  // 0 runs on the model: the other ranks drop their copy, or the exchange
+  // would count it once per rank.
+  if (grad && group_ && group_->rank() != 0)
+    for (const Var& p : model_.parameters()) p.zero_grad();
   parallel::parallel_for(static_cast<int64_t>(work.size()), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       Shard& w = work[static_cast<size_t>(k)];

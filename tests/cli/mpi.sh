@@ -2,7 +2,8 @@
 # Distributed training over MPI, through the real binary and mpirun:
 # - 2 ranks x 1 shard give metrics.jsonl and a final line bit-identical to one
 #   process with 2 shards (timing fields aside), with dropout on; so do 2 x 2
-#   and 1 x 4 with a Transformer-XL memory and uneven rows per rank;
+#   and 1 x 4 with a Transformer-XL memory and uneven rows per rank, and
+#   2 x 1 with gradient accumulation;
 # - a rank killed with SIGKILL takes the job down (mpirun exits non-zero and
 #   names the rank) without a hang, the last checkpoint stays intact, and a
 #   resume with 1 process x 2 shards continues the uninterrupted curve;
@@ -51,6 +52,16 @@ mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "
   --set train.shards=2 > /dev/null 2> "$work/xl2.log" || { echo "FAIL: mpirun with a memory failed:"; tail -5 "$work/xl2.log"; exit 1; }
 if ! diff <(strip "$work/xl1/metrics.jsonl") <(strip "$work/xl2/metrics.jsonl") > "$work/diff"; then
   echo "FAIL: with a segment memory, 2 ranks x 2 shards differ from 1 process x 4:"; head -4 "$work/diff"; fails=1
+fi
+
+# Gradient accumulation: the micro-batches' sum is counted once, not once per rank: 2 x 1 equals 1 x 2.
+ga=(--set train.max_iters=40 --set train.grad_accum=3)
+"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/ga1" "${ga[@]}" --set train.shards=2 \
+  > /dev/null 2>&1 || { echo "FAIL: the one-process accumulation run failed"; exit 1; }
+mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/ga2" "${ga[@]}" \
+  --set train.shards=1 > /dev/null 2> "$work/ga2.log" || { echo "FAIL: mpirun with grad_accum failed:"; tail -5 "$work/ga2.log"; exit 1; }
+if ! diff <(strip "$work/ga1/metrics.jsonl") <(strip "$work/ga2/metrics.jsonl") > "$work/diff"; then
+  echo "FAIL: with train.grad_accum=3, 2 ranks x 1 shard differ from 1 process x 2:"; head -4 "$work/diff"; fails=1
 fi
 
 # Kill rank 1 after the step-100 checkpoint.
