@@ -42,10 +42,18 @@ void RunDirectory::check_held() const {
 void RunDirectory::save(const Checkpoint& c, int64_t step) {
   if (!writes_) return;
   check_held();
+  // Through the locked directory itself: a directory removed and made again
+  // meanwhile under the same path is never written.
+  const std::string target = lock_ ? lock_->path_in("checkpoint.bin") : checkpoint_path();
   try {
-    save_checkpoint(checkpoint_path(), c);
+    save_checkpoint(target, c);
   } catch (const std::runtime_error& e) {  // Error, or a library's own; not bad_alloc
-    fail("cannot save the checkpoint of step ", step, ": ", e.what(),
+    check_held();  // the directory went while writing: say so
+    std::string what = e.what();
+    const std::string dir_of_target = target.substr(0, target.size() - std::string("checkpoint.bin").size());
+    for (size_t at = what.find(dir_of_target); at != std::string::npos; at = what.find(dir_of_target, at))
+      what.replace(at, dir_of_target.size(), dir_ + "/");  // the user's path in the message, not /proc's
+    fail("cannot save the checkpoint of step ", step, ": ", what,
          saved_step_ >= 0 ? "; the checkpoint of step " + std::to_string(saved_step_) + " is untouched"
                           : std::string("; no checkpoint was written"));
   }
@@ -71,7 +79,7 @@ double RunDirectory::trim_metrics_after(int64_t last_step) const {
   }
   if (writes_) {
     check_held();
-    write_file_atomic(metrics_path(), kept);
+    write_file_atomic(lock_ ? lock_->path_in("metrics.jsonl") : metrics_path(), kept);
   }
   return loss;
 }

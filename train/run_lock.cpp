@@ -67,10 +67,20 @@ RunLock::~RunLock() {
   if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
-void RunLock::check_held() const {
+bool RunLock::held() const {
   struct stat st {};
-  const bool same = ::stat(dir_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
-  TAPEFORMER_CHECK(same, "the run directory '", dir_, "' was ", ::access(dir_.c_str(), F_OK) == 0 ? "replaced" : "removed",
+  return ::stat(dir_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+}
+
+std::string RunLock::path_in(const std::string& name) const {
+  const std::string fd_dir = "/proc/self/fd/" + std::to_string(dir_fd_);
+  struct stat st {};
+  const bool through_fd = ::stat(fd_dir.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  return (through_fd ? fd_dir : dir_) + "/" + name;
+}
+
+void RunLock::check_held() const {
+  TAPEFORMER_CHECK(held(), "the run directory '", dir_, "' was ", ::access(dir_.c_str(), F_OK) == 0 ? "replaced" : "removed",
                    " while this process (", ::getpid(), ") was training into it: it stops without writing there, so "
                    "that nothing another run keeps at that path is overwritten");
 }

@@ -30,9 +30,14 @@ class RunLock {
   RunLock& operator=(const RunLock&) = delete;
   static const char* file_name() { return "train.lock"; }
 
-  // Error naming the directory unless the path still names the directory
-  // this lock holds.
+  // Whether the path still names the directory this lock holds.
+  bool held() const;
+  // Error naming the directory unless held().
   void check_held() const;
+  // A path to `name` inside the locked directory itself, whatever its path
+  // names now (/proc/self/fd/N/name): a write there can never land in a
+  // directory made again under the same path, and fails if it was removed.
+  std::string path_in(const std::string& name) const;
 
  private:
   std::string dir_;
