@@ -252,7 +252,11 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
     group_->max(0);
   }
   const bool subtree = is_power_of_two(static_cast<int64_t>(models.size()));
-  if (subtree) reduce_gradients();  // this rank's partial, in the model's gradients
+  if (subtree) {
+    reduce_gradients();  // this rank's partial, in the model's gradients
+    exchange_partials();
+    return;
+  }
   const profile::Scope timed("all-reduce", profile::Kind::Phase);
   const NamedVars params = model_.named_parameters();
   const size_t n_params = params.size(), S = subtree ? 1 : models.size();
@@ -346,6 +350,93 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
     for (size_t j = 0; j < S; ++j)
       if (models[j] != &model_)
         for (const auto& named : theirs[j]) named.second.zero_grad();
+}
+
+// Each rank's partial sum (its shards' subtree) combined over the ranks in
+// the top of the shard tree. The partials are packed into one flat buffer
+// that the exchange works in place on: rank q's chunk goes to rank q, rank
+// q combines the N partials of its chunk,
+// and the allgather writes every chunk's sum back into the buffer, whose
+// pieces then become the parameters' gradients (views, not copies) until
+// the optimizer drops them.
+void DataParallel::exchange_partials() {
+  const profile::Scope timed("all-reduce", profile::Kind::Phase);
+  const NamedVars params = model_.named_parameters();
+  const size_t n_params = params.size();
+  const int N = group_->size(), me = group_->rank();
+  std::vector<int64_t> offset(n_params + 1, 0);
+  for (size_t i = 0; i < n_params; ++i) offset[i + 1] = offset[i] + params[i].second.numel();
+  const int64_t P = offset[n_params];
+  const auto chunk = [&](int q) { return P * q / N; };  // chunk q = [chunk(q), chunk(q + 1))
+
+  // Which ranks have a partial for which parameter.
+  std::vector<uint8_t> has(n_params);
+  for (size_t i = 0; i < n_params; ++i) has[i] = params[i].second.has_grad() ? 1 : 0;
+  const std::vector<uint8_t> has_all = allgather_equal(*group_, has);
+
+  // Pack (a gradient already in the buffer, an earlier micro-batch's view, stays put).
+  Tensor& flat = exchange_.flat;
+  if (!flat.defined() || flat.numel() != P) flat = Tensor::empty({P});
+  Scalar* base = flat.data();
+  parallel::parallel_for(static_cast<int64_t>(n_params), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Var& v = params[static_cast<size_t>(i)].second;
+      Scalar* to = base + offset[static_cast<size_t>(i)];
+      if (!v.has_grad()) {
+        std::fill(to, to + v.numel(), 0.0f);
+      } else if (v.dense_grad().data() != to) {
+        const Scalar* g = v.dense_grad().data();
+        std::copy(g, g + v.numel(), to);
+      }
+    }
+  });
+
+  // Chunk q of every other rank's partial to rank q.
+  const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
+  std::vector<int64_t> send_bytes(static_cast<size_t>(N)), recv_bytes(static_cast<size_t>(N));
+  for (int q = 0; q < N; ++q) {
+    send_bytes[static_cast<size_t>(q)] = (chunk(q + 1) - chunk(q)) * static_cast<int64_t>(sizeof(Scalar));
+    recv_bytes[static_cast<size_t>(q)] = mine_n * static_cast<int64_t>(sizeof(Scalar));
+  }
+  std::vector<Scalar>& recv = exchange_.recv;  // rank r's values of my chunk at r * mine_n
+  recv.resize(static_cast<size_t>(mine_n) * static_cast<size_t>(N));
+  group_->alltoall(base, send_bytes, recv.data(), recv_bytes);
+  const auto from_rank = [&](int r) -> const Scalar* { return recv.data() + static_cast<int64_t>(r) * mine_n; };
+
+  // My chunk's sums over the ranks in the tree's order, parameter by parameter (their presence differs).
+  std::vector<Scalar>& sums = exchange_.sums;
+  sums.assign(static_cast<size_t>(mine_n), 0.0f);
+  std::vector<int64_t> segments;
+  std::vector<size_t> segment_param;
+  for (size_t i = 0; i < n_params; ++i) {
+    const int64_t lo = std::max(mine_b, offset[i]), hi = std::min(mine_b + mine_n, offset[i + 1]);
+    if (lo >= hi) continue;
+    segments.push_back(hi - lo);
+    segment_param.push_back(i);
+  }
+  std::vector<int64_t> segment_at(segments.size(), 0);
+  for (size_t s = 1; s < segments.size(); ++s) segment_at[s] = segment_at[s - 1] + segments[s - 1];
+  parallel::for_each_block(segments, kReduceBlock, [&](size_t s, int64_t b, int64_t e) {
+    const size_t i = segment_param[s];
+    const int64_t at = segment_at[s];
+    const auto leaf = [&](int64_t r) -> const Scalar* {
+      return has_all[static_cast<size_t>(r) * n_params + i] ? from_rank(static_cast<int>(r)) + at + b : nullptr;
+    };
+    shard_tree::sum(0, N, leaf, sums.data() + at + b, e - b, tree_scratch(N, e - b));
+  });
+
+  // Every rank's sums into the buffer, whose pieces become the gradients.
+  std::vector<int64_t> chunk_bytes(static_cast<size_t>(N));
+  for (int q = 0; q < N; ++q) chunk_bytes[static_cast<size_t>(q)] = (chunk(q + 1) - chunk(q)) * sizeof(Scalar);
+  group_->allgather(sums.data(), mine_n * static_cast<int64_t>(sizeof(Scalar)), base, chunk_bytes);
+  for (size_t i = 0; i < n_params; ++i) {
+    bool any = false;
+    for (int r = 0; r < N; ++r) any = any || has_all[static_cast<size_t>(r) * n_params + i];
+    if (!any) continue;
+    const Var& p = params[i].second;
+    if (p.has_grad() && p.dense_grad().data() == base + offset[i]) continue;  // already a view of it
+    p.node()->grad = flat.slice(0, offset[i], offset[i + 1]).reshape(p.shape());
+  }
 }
 
 // Layers' auxiliary losses (adaptive span's penalty) once per batch, on the

@@ -99,8 +99,10 @@ class DataParallel {
   LanguageModel& model_;
   std::shared_ptr<ProcessGroup> group_;  // null: one process
   std::vector<std::unique_ptr<LanguageModel>> replicas_;
-  struct Exchange {  // reduce_across_processes' buffers, reused from step to step
+  void exchange_partials();  // this rank's partial (in the model's gradients) with the other ranks'
+  struct Exchange {  // the exchanges' buffers, reused from step to step
     std::vector<Scalar> send, recv, sums, total;
+    Tensor flat;  // exchange_partials: every parameter's gradient, in parameter order (P)
   } exchange_;
 };
 
