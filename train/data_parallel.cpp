@@ -240,12 +240,12 @@ bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 //
 // The parameters, flattened, are cut into one chunk per rank. With S a power
 // of two a rank's shards are a subtree: it sums them itself (as
-// reduce_gradients does), sends its partial's chunk q to rank q (one
-// alltoall), rank q combines the N partials of its chunk in the top of the
-// tree, and an allgather gives every rank the sums. Per step a rank sends
-// P * (N - 1) / N floats twice, whatever S is: what a ring all-reduce moves.
-// With another S the shards of a rank are not a subtree, and every shard's
-// chunk is sent instead (S times the floats).
+// reduce_gradients does) and exchange_partials combines the ranks' partials:
+// per step a rank sends P * (N - 1) / N floats twice, whatever S is, what a
+// ring all-reduce moves. With another S the shards of a rank are not a
+// subtree: each shard's chunk q goes to rank q (one alltoall, S times the
+// floats), rank q sums its chunk over all N * S shards in the tree's order,
+// and an allgather gives every rank the sums.
 void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& models) {
   {  // every rank here first, so the exchange's time is the exchange's, not the slowest rank's
     const profile::Scope timed("waiting for ranks", profile::Kind::Phase);
@@ -259,27 +259,23 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   }
   const profile::Scope timed("all-reduce", profile::Kind::Phase);
   const NamedVars params = model_.named_parameters();
-  const size_t n_params = params.size(), S = subtree ? 1 : models.size();
+  const size_t n_params = params.size(), S = models.size();
   const int N = group_->size(), me = group_->rank();
   std::vector<NamedVars> theirs;
-  if (subtree) {
-    theirs.push_back(params);
-  } else {
-    for (LanguageModel* m : models) theirs.push_back(m->named_parameters());
-  }
+  for (LanguageModel* m : models) theirs.push_back(m->named_parameters());
   std::vector<int64_t> offset(n_params + 1, 0);
   for (size_t i = 0; i < n_params; ++i) offset[i + 1] = offset[i] + params[i].second.numel();
   const int64_t P = offset[n_params];
   const auto chunk = [&](int q) { return P * q / N; };  // chunk q = [chunk(q), chunk(q + 1))
 
-  // Which leaves (a rank's partial, or each shard) have a gradient for which parameter, in shard order.
+  // Which shards have a gradient for which parameter, every rank's in shard order.
   std::vector<uint8_t> has(S * n_params);
   for (size_t j = 0; j < S; ++j)
     for (size_t i = 0; i < n_params; ++i) has[j * n_params + i] = theirs[j][i].second.has_grad() ? 1 : 0;
   const std::vector<uint8_t> has_all = allgather_equal(*group_, has);
   const size_t K = has_all.size() / n_params;
 
-  // Send: for each rank q, each leaf's values of chunk q (zeros where absent).
+  // Send: for each rank q, each shard's values of chunk q (zeros where absent).
   std::vector<Scalar>& send = exchange_.send;  // kept between steps: fresh pages would fault in every step
   send.resize(static_cast<size_t>(P) * S);
   std::vector<int64_t> send_bytes(static_cast<size_t>(N)), recv_bytes(static_cast<size_t>(N));
@@ -304,7 +300,7 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   }
   const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
   for (int r = 0; r < N; ++r) recv_bytes[static_cast<size_t>(r)] = static_cast<int64_t>(S) * mine_n * sizeof(Scalar);
-  std::vector<Scalar>& recv = exchange_.recv;  // leaf k's values of my chunk at k * mine_n
+  std::vector<Scalar>& recv = exchange_.recv;  // shard k's values of my chunk at k * mine_n
   recv.resize(static_cast<size_t>(mine_n) * K);
   group_->alltoall(send.data(), send_bytes, recv.data(), recv_bytes);
 
@@ -346,10 +342,9 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
     Tensor& g = p.dense_grad();
     std::copy(total.data() + offset[i], total.data() + offset[i + 1], g.data());
   }
-  if (!subtree)
-    for (size_t j = 0; j < S; ++j)
-      if (models[j] != &model_)
-        for (const auto& named : theirs[j]) named.second.zero_grad();
+  for (size_t j = 0; j < S; ++j)
+    if (models[j] != &model_)
+      for (const auto& named : theirs[j]) named.second.zero_grad();
 }
 
 // Each rank's partial sum (its shards' subtree) combined over the ranks in

@@ -3,7 +3,7 @@
 # - 2 ranks x 1 shard give metrics.jsonl and a final line bit-identical to one
 #   process with 2 shards (timing fields aside), with dropout on; so do 2 x 2
 #   and 1 x 4 with a Transformer-XL memory and uneven rows per rank, and
-#   2 x 1 with gradient accumulation;
+#   2 x 1 with gradient accumulation, and 2 x 3 (not a power of two) and 1 x 6;
 # - a rank killed with SIGKILL takes the job down (mpirun exits non-zero and
 #   names the rank) without a hang, the last checkpoint stays intact, and a
 #   resume with 1 process x 2 shards continues the uninterrupted curve;
@@ -62,6 +62,16 @@ mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "
   --set train.shards=1 > /dev/null 2> "$work/ga2.log" || { echo "FAIL: mpirun with grad_accum failed:"; tail -5 "$work/ga2.log"; exit 1; }
 if ! diff <(strip "$work/ga1/metrics.jsonl") <(strip "$work/ga2/metrics.jsonl") > "$work/diff"; then
   echo "FAIL: with train.grad_accum=3, 2 ranks x 1 shard differ from 1 process x 2:"; head -4 "$work/diff"; fails=1
+fi
+
+# 3 shards per rank are not a subtree of the shard tree (every shard's gradient is sent): 2 x 3 equals 1 x 6.
+odd=(--set train.max_iters=30)
+"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/odd1" "${odd[@]}" --set train.shards=6 \
+  > /dev/null 2>&1 || { echo "FAIL: the one-process 6-shard run failed"; exit 1; }
+mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/odd2" "${odd[@]}" \
+  --set train.shards=3 > /dev/null 2> "$work/odd2.log" || { echo "FAIL: mpirun with 3 shards failed:"; tail -5 "$work/odd2.log"; exit 1; }
+if ! diff <(strip "$work/odd1/metrics.jsonl") <(strip "$work/odd2/metrics.jsonl") > "$work/diff"; then
+  echo "FAIL: 2 ranks x 3 shards differ from 1 process x 6:"; head -4 "$work/diff"; fails=1
 fi
 
 # Kill rank 1 after the step-100 checkpoint.
