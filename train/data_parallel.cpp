@@ -369,6 +369,19 @@ void DataParallel::exchange_partials() {
   for (size_t i = 0; i < n_params; ++i) has[i] = params[i].second.has_grad() ? 1 : 0;
   const std::vector<uint8_t> has_all = allgather_equal(*group_, has);
 
+  // All ranks on one machine: through memory they share, with no copy by MPI.
+  if (exchange_.shared_floats != P) {  // (collective: every rank gets here in the same step)
+    exchange_.partials = group_->share_floats(std::vector<int64_t>(static_cast<size_t>(N), P));
+    std::vector<int64_t> chunks;
+    for (int q = 0; q < N; ++q) chunks.push_back(chunk(q + 1) - chunk(q));
+    exchange_.totals = exchange_.partials ? group_->share_floats(chunks) : nullptr;
+    exchange_.shared_floats = P;
+  }
+  if (exchange_.partials && exchange_.totals) {
+    exchange_shared(params, offset, has_all);
+    return;
+  }
+
   // Pack (a gradient already in the buffer, an earlier micro-batch's view, stays put).
   Tensor& flat = exchange_.flat;
   if (!flat.defined() || flat.numel() != P) flat = Tensor::empty({P});
@@ -424,6 +437,72 @@ void DataParallel::exchange_partials() {
   std::vector<int64_t> chunk_bytes(static_cast<size_t>(N));
   for (int q = 0; q < N; ++q) chunk_bytes[static_cast<size_t>(q)] = (chunk(q + 1) - chunk(q)) * sizeof(Scalar);
   group_->allgather(sums.data(), mine_n * static_cast<int64_t>(sizeof(Scalar)), base, chunk_bytes);
+  for (size_t i = 0; i < n_params; ++i) {
+    bool any = false;
+    for (int r = 0; r < N; ++r) any = any || has_all[static_cast<size_t>(r) * n_params + i];
+    if (!any) continue;
+    const Var& p = params[i].second;
+    if (p.has_grad() && p.dense_grad().data() == base + offset[i]) continue;  // already a view of it
+    p.node()->grad = flat.slice(0, offset[i], offset[i + 1]).reshape(p.shape());
+  }
+}
+
+// exchange_partials through shared memory: each rank writes its partial
+// into its segment, sums its chunk over every rank's segment in the tree's
+// order into its segment of the totals, and copies all the totals back.
+// Two barriers; nothing goes through MPI's buffers.
+void DataParallel::exchange_shared(const NamedVars& params, const std::vector<int64_t>& offset,
+                                   const std::vector<uint8_t>& has_all) {
+  const size_t n_params = params.size();
+  const int N = group_->size(), me = group_->rank();
+  const int64_t P = offset[n_params];
+  const auto chunk = [&](int q) { return P * q / N; };
+  ProcessGroup::SharedFloats& partials = *exchange_.partials;
+  ProcessGroup::SharedFloats& totals = *exchange_.totals;
+  Scalar* mine = partials.segment(me);
+  parallel::parallel_for(static_cast<int64_t>(n_params), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Var& v = params[static_cast<size_t>(i)].second;
+      Scalar* to = mine + offset[static_cast<size_t>(i)];
+      if (v.has_grad()) {
+        const Scalar* g = v.dense_grad().data();
+        std::copy(g, g + v.numel(), to);
+      } else {
+        std::fill(to, to + v.numel(), 0.0f);
+      }
+    }
+  });
+  profile::add_bytes_sent(2 * (P - (chunk(me + 1) - chunk(me))) * static_cast<int64_t>(sizeof(Scalar)));
+  partials.sync();  // every partial written
+
+  const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
+  std::vector<int64_t> segments, segment_at;
+  std::vector<size_t> segment_param;
+  for (size_t i = 0, at = 0; i < n_params; ++i) {
+    const int64_t lo = std::max(mine_b, offset[i]), hi = std::min(mine_b + mine_n, offset[i + 1]);
+    if (lo >= hi) continue;
+    segments.push_back(hi - lo);
+    segment_at.push_back(static_cast<int64_t>(at));
+    segment_param.push_back(i);
+    at += static_cast<size_t>(hi - lo);
+  }
+  Scalar* sums = totals.segment(me);  // my chunk of the totals
+  parallel::for_each_block(segments, kReduceBlock, [&](size_t s, int64_t b, int64_t e) {
+    const size_t i = segment_param[s];
+    const int64_t at = mine_b + segment_at[s] + b;  // in the flattened parameters
+    const auto leaf = [&](int64_t r) -> const Scalar* {
+      return has_all[static_cast<size_t>(r) * n_params + i] ? partials.segment(static_cast<int>(r)) + at : nullptr;
+    };
+    Scalar* out = sums + (at - mine_b);
+    std::fill(out, out + (e - b), 0.0f);  // (a chunk of a parameter no rank has stays zero, never read)
+    shard_tree::sum(0, N, leaf, out, e - b, tree_scratch(N, e - b));
+  });
+  totals.sync();  // every chunk summed
+
+  Tensor& flat = exchange_.flat;
+  if (!flat.defined() || flat.numel() != P) flat = Tensor::empty({P});
+  Scalar* base = flat.data();
+  for (int q = 0; q < N; ++q) std::copy(totals.segment(q), totals.segment(q) + (chunk(q + 1) - chunk(q)), base + chunk(q));
   for (size_t i = 0; i < n_params; ++i) {
     bool any = false;
     for (int r = 0; r < N; ++r) any = any || has_all[static_cast<size_t>(r) * n_params + i];

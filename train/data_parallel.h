@@ -100,9 +100,13 @@ class DataParallel {
   std::shared_ptr<ProcessGroup> group_;  // null: one process
   std::vector<std::unique_ptr<LanguageModel>> replicas_;
   void exchange_partials();  // this rank's partial (in the model's gradients) with the other ranks'
+  void exchange_shared(const NamedVars& params, const std::vector<int64_t>& offset,
+                       const std::vector<uint8_t>& has_all);
   struct Exchange {  // the exchanges' buffers, reused from step to step
     std::vector<Scalar> send, recv, sums, total;
     Tensor flat;  // exchange_partials: every parameter's gradient, in parameter order (P)
+    int64_t shared_floats = -1;  // P the shared segments were made for (-1: not tried yet)
+    std::unique_ptr<ProcessGroup::SharedFloats> partials, totals;  // null: ranks on several machines
   } exchange_;
 };
 

@@ -53,6 +53,45 @@ std::vector<int> displacements(const std::vector<int>& counts, const char* what)
   return d;
 }
 
+// One MPI-3 shared window over the ranks of a machine, locked for passive
+// access for its lifetime; sync() = MPI_Win_sync, barrier, MPI_Win_sync.
+class MpiSharedFloats : public ProcessGroup::SharedFloats {
+ public:
+  MpiSharedFloats(MPI_Comm node, int64_t floats, int ranks) : node_(node) {
+    float* base = nullptr;
+    check(MPI_Win_allocate_shared(static_cast<MPI_Aint>(floats * static_cast<int64_t>(sizeof(float))),
+                                  static_cast<int>(sizeof(float)), MPI_INFO_NULL, node_, &base, &win_),
+          "shared window");
+    check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "shared window lock");
+    for (int r = 0; r < ranks; ++r) {
+      MPI_Aint bytes = 0;
+      int unit = 0;
+      float* p = nullptr;
+      check(MPI_Win_shared_query(win_, r, &bytes, &unit, &p), "shared window query");
+      segments_.push_back(p);
+    }
+  }
+  ~MpiSharedFloats() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+    MPI_Comm_free(&node_);
+  }
+  float* segment(int rank) override { return segments_[static_cast<size_t>(rank)]; }
+  void sync() override {
+    MPI_Win_sync(win_);
+    check(MPI_Barrier(node_), "barrier");
+    MPI_Win_sync(win_);
+  }
+
+ private:
+  MPI_Comm node_;
+  MPI_Win win_ = MPI_WIN_NULL;
+  std::vector<float*> segments_;
+};
+
 class MpiGroup : public ProcessGroup {
  public:
   MpiGroup() {
@@ -106,6 +145,21 @@ class MpiGroup : public ProcessGroup {
     int64_t out = 0;
     check(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD), "allreduce");
     return out;
+  }
+
+  std::unique_ptr<SharedFloats> share_floats(const std::vector<int64_t>& floats) override {
+    TAPEFORMER_CHECK(static_cast<int>(floats.size()) == size_, "share_floats: a count per rank is needed");
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "split_type");
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    if (std::getenv("TAPEFORMER_NO_SHARED_MEMORY") != nullptr) node_size = 0;  // the collectives, for comparison
+    if (MPI_Allreduce(MPI_IN_PLACE, &node_size, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS ||
+        node_size != size_) {  // ranks on several machines: no memory they all share
+      MPI_Comm_free(&node);
+      return nullptr;
+    }
+    return std::make_unique<MpiSharedFloats>(node, floats[static_cast<size_t>(rank_)], size_);
   }
 
  private:

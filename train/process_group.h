@@ -46,6 +46,23 @@ class ProcessGroup {
   // The largest of every rank's value.
   virtual int64_t max(int64_t value) = 0;
 
+  // Memory every rank reads and writes directly, when all ranks run on one
+  // machine (MPI-3 shared windows): rank r's segment holds floats[r] floats,
+  // the segments consecutive in rank order. sync() is a barrier that also
+  // orders memory: what any rank wrote before it, every rank sees after it.
+  class SharedFloats {
+   public:
+    virtual ~SharedFloats() = default;
+    virtual float* segment(int rank) = 0;
+    virtual void sync() = 0;
+  };
+  // Collective (every rank calls it with the same counts); null when the
+  // ranks span machines or memory cannot be shared: use the collectives.
+  virtual std::unique_ptr<SharedFloats> share_floats(const std::vector<int64_t>& floats) {
+    (void)floats;
+    return nullptr;
+  }
+
   // The running job's group: null when it is one process (no mpirun, or
   // mpirun -np 1). The first call initialises MPI; it is finalised at exit.
   static std::shared_ptr<ProcessGroup> world();
