@@ -9,8 +9,8 @@ Each layout trains nanoGPT's CPU recipe and the 10.7M shakespeare_char model
 with `tapeformer train --profile` (one shard per thread, so every layout runs
 the same total shard count and gives the same losses), under `mpirun -np
 RANKS --oversubscribe`, and reports tokens/s, the all-reduce's milliseconds
-per step (rank 0's profile: the alltoall + allgather of the gradients) and
-its share of the step. The table goes to docs/results.md (section "ranks").
+per step (rank 0's profile: the exchange of the ranks' partial gradient
+sums) and its share of the step. The table goes to docs/results.md (section "ranks").
 """
 import argparse
 import json
@@ -89,10 +89,11 @@ def main():
         f"The two recipes ({args.small_steps} and {args.large_steps} steps) trained as one process on every core and "
         "as MPI ranks (Open MPI, `mpirun -np RANKS`) splitting the cores, one shard per thread, so every layout "
         "has the same total shard count: the val losses are the same bits. The all-reduce is the gradient "
-        "exchange (an alltoall of each rank's shards' gradients by chunk, the sums in shard order, an allgather), "
-        "timed by rank 0's `--profile` after a barrier, whose time (ranks finishing their shards at different "
-        "moments) is the column beside it; between ranks on one machine it goes through shared memory, between "
-        "machines through the network Open MPI picks.")
+        "exchange (each rank sums its shards, then the ranks' partial sums are combined by chunk in the same "
+        "fixed tree over the shards a single process uses), timed by rank 0's `--profile` after a barrier, "
+        "whose time (ranks finishing their shards at different moments) is the column beside it. Ranks on one "
+        "machine exchange through MPI-3 shared memory windows, ranks on several machines through MPI's "
+        "collectives over the network Open MPI picks.")
     benchlib.write_section(args.results, "ranks", "Processes x threads: training over MPI ranks on one machine",
                            intro, cmd, [table])
 

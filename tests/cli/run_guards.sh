@@ -109,7 +109,8 @@ if kill -0 "$old" 2>/dev/null; then
 else
   wait "$old"; status=$?
   [ "$status" = 1 ] || fail "2b: the old process ended with $status"
-  grep -q "was removed\|was replaced" "$work/b.err" || { fail "2b: the old process's message:"; cat "$work/b.err"; }
+  # (rm -rf may delete the old run's temp file before the directory: then its rename fails, also named)
+  grep -q "was removed\|was replaced\|cannot save the checkpoint" "$work/b.err" || { fail "2b: the old process's message:"; cat "$work/b.err"; }
 fi
 python3 - "$work/b/metrics.jsonl" <<'PY' || fail "2b: the new run's metrics.jsonl was written by another process"
 import json, sys
