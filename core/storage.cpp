@@ -126,7 +126,17 @@ Storage::Storage(int64_t n) : size_(n), arena_(t_arena) {
   if (g_tracking_peak.load(std::memory_order_relaxed)) raise_to(g_peak_bytes, live);
 }
 
+std::shared_ptr<Storage> Storage::borrow(Scalar* data, int64_t n) {
+  TAPEFORMER_CHECK(data != nullptr || n == 0, "Storage::borrow: no memory for ", n, " floats");
+  std::shared_ptr<Storage> s(new Storage());
+  s->data_ = data;
+  s->size_ = n;
+  s->owned_ = false;
+  return s;
+}
+
 Storage::~Storage() {
+  if (!owned_) return;
   cache().give(data_, padded_bytes(size_), arena_);
   g_live_count.fetch_sub(1, std::memory_order_relaxed);
   g_live_bytes.fetch_sub(size_ * static_cast<int64_t>(sizeof(Scalar)), std::memory_order_relaxed);

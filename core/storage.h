@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace tapeformer {
 
@@ -22,6 +23,10 @@ class Storage {
 
   // Uninitialised buffer of n floats (n may be 0).
   explicit Storage(int64_t n);
+  // n floats of memory this Storage does not own (memory the ranks of a
+  // distributed run share): never freed, cached or counted here; it must
+  // outlive every tensor over it.
+  static std::shared_ptr<Storage> borrow(Scalar* data, int64_t n);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -76,9 +81,12 @@ class Storage {
   static void keep_freed_memory_mapped();
 
  private:
+  Storage() = default;  // borrow()'s
+
   Scalar* data_ = nullptr;
   int64_t size_ = 0;
   int arena_ = 0;
+  bool owned_ = true;
 };
 
 }  // namespace tapeformer

@@ -21,6 +21,12 @@ Tensor Tensor::empty(const Shape& shape) {
   return Tensor(std::make_shared<Storage>(shape.numel()), shape, contiguous_strides(shape), 0);
 }
 
+Tensor Tensor::over(std::shared_ptr<Storage> storage, const Shape& shape, int64_t offset) {
+  TAPEFORMER_CHECK(storage && offset >= 0 && offset + shape.numel() <= storage->size(), "Tensor::over: ", shape,
+                   " at ", offset, " does not fit a storage of ", storage ? storage->size() : 0, " floats");
+  return Tensor(std::move(storage), shape, contiguous_strides(shape), offset);
+}
+
 Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
 

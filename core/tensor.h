@@ -26,6 +26,9 @@ class Tensor {
 
   // ---- factories ----
   static Tensor empty(const Shape& shape);  // uninitialised, contiguous
+  // A contiguous tensor of `shape` over storage's floats from `offset` (a
+  // Storage::borrow of shared memory); Error when they do not fit.
+  static Tensor over(std::shared_ptr<Storage> storage, const Shape& shape, int64_t offset = 0);
   static Tensor zeros(const Shape& shape);
   static Tensor ones(const Shape& shape);
   static Tensor full(const Shape& shape, Scalar value);

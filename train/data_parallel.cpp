@@ -50,6 +50,14 @@ DataParallel::DataParallel(LanguageModel& model, int shards, std::shared_ptr<Pro
   }
 }
 
+DataParallel::~DataParallel() {
+  if (!exchange_.shared_totals) return;
+  const Scalar* lo = exchange_.shared_totals->data();
+  const Scalar* hi = lo + exchange_.shared_totals->size();
+  for (const Var& p : model_.parameters())
+    if (p.has_grad() && p.grad().data() >= lo && p.grad().data() < hi) p.zero_grad();
+}
+
 void DataParallel::optimizer_stepped(int64_t step) {
   if (model_.optimizer_stepped(step)) sync_buffers();
 }
@@ -498,6 +506,28 @@ void DataParallel::exchange_shared(const NamedVars& params, const std::vector<in
     shard_tree::sum(0, N, leaf, out, e - b, tree_scratch(N, e - b));
   });
   totals.sync();  // every chunk summed
+
+  // The gradients become views of the shared totals, which are one array of
+  // P floats when the window's segments lie end to end (MPI's default). Every
+  // rank only reads them until the next exchange's first barrier. A model
+  // with an auxiliary loss of its parameters adds it into its gradients
+  // after the exchange, on every rank: it gets a private copy instead.
+  if (!exchange_.model_has_auxiliary) exchange_.model_has_auxiliary = model_.auxiliary_loss(false).defined();
+  bool contiguous = true;
+  for (int q = 0; q < N; ++q) contiguous = contiguous && totals.segment(q) == totals.segment(0) + chunk(q);
+  if (contiguous && !*exchange_.model_has_auxiliary) {
+    if (!exchange_.shared_totals) exchange_.shared_totals = Storage::borrow(totals.segment(0), P);
+    const Scalar* base = totals.segment(0);
+    for (size_t i = 0; i < n_params; ++i) {
+      bool any = false;
+      for (int r = 0; r < N; ++r) any = any || has_all[static_cast<size_t>(r) * n_params + i];
+      if (!any) continue;
+      const Var& p = params[i].second;
+      if (p.has_grad() && p.dense_grad().data() == base + offset[i]) continue;  // already a view of it
+      p.node()->grad = Tensor::over(exchange_.shared_totals, p.shape(), offset[i]);
+    }
+    return;
+  }
 
   Tensor& flat = exchange_.flat;
   if (!flat.defined() || flat.numel() != P) flat = Tensor::empty({P});

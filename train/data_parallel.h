@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tapeformer/core/rng.h"
@@ -59,6 +60,10 @@ class DataParallel {
   // must outlive this). With a group of several processes, every rank builds
   // one with the same shard count.
   DataParallel(LanguageModel& model, int shards, std::shared_ptr<ProcessGroup> group = nullptr);
+  // Drops gradients that are views of memory shared with the other ranks (freed with this).
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
 
   int shards() const { return static_cast<int>(replicas_.size()) + 1; }
   // Shards of a batch of that many rows over all processes (one process: at
@@ -107,6 +112,8 @@ class DataParallel {
     Tensor flat;  // exchange_partials: every parameter's gradient, in parameter order (P)
     int64_t shared_floats = -1;  // P the shared segments were made for (-1: not tried yet)
     std::unique_ptr<ProcessGroup::SharedFloats> partials, totals;  // null: ranks on several machines
+    std::shared_ptr<Storage> shared_totals;    // totals' P floats, for gradient views of them
+    std::optional<bool> model_has_auxiliary;  // an auxiliary loss of the parameters (Module::auxiliary_loss)
   } exchange_;
 };
 
