@@ -124,3 +124,20 @@ TEST_CASE("reshape views strided tensors when their strides allow it") {
   Tensor c2 = c.reshape({2, 2, 1});
   CHECK(c2.at({1, 1, 0}) == 20);
 }
+
+TEST_CASE("Tensor::over a borrowed storage: a view of memory the storage does not own") {
+  std::vector<float> memory = {1, 2, 3, 4, 5, 6, 7};
+  const int64_t live = Storage::live_count();
+  std::shared_ptr<Storage> s = Storage::borrow(memory.data(), 7);
+  CHECK(Storage::live_count() == live);  // not counted: nothing of it is this process's to free
+  Tensor t = Tensor::over(s, Shape{2, 2}, 2);
+  CHECK(t.data() == memory.data() + 2);
+  CHECK(t.is_contiguous());
+  CHECK(t.at({1, 1}) == 6.0f);
+  memory[5] = -1;
+  CHECK(t.at({1, 1}) == -1.0f);  // the memory itself, not a copy
+  CHECK_THROWS_WITH_AS(Tensor::over(s, Shape{2, 3}, 2), doctest::Contains("does not fit a storage of 7 floats"), Error);
+  t = Tensor();
+  s.reset();  // frees nothing: the vector still owns its memory
+  CHECK(memory[0] == 1.0f);
+}
