@@ -70,7 +70,7 @@ TEST_CASE("sentencepiece: a learnt BPE / unigram vocabulary has the size asked f
     CHECK(tok->decode(ids) == text);
     // Whatever the training text lacked: leading and repeated spaces, blank
     // lines, unseen characters (as UTF-8 bytes), a text without a final newline.
-    for (const std::string s : {std::string(" the  king\n\n\nqueen "), std::string("héllo ☃ — 世界\tok"),
+    for (const std::string& s : {std::string(" the  king\n\n\nqueen "), std::string("héllo ☃ — 世界\tok"),
                                 std::string("\n"), std::string("zebra")}) {
       CAPTURE(s);
       CHECK(tok->decode(tok->encode(s)) == s);
