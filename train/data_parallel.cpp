@@ -240,6 +240,70 @@ float* tree_scratch(int64_t K, int64_t n) {
 
 bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
+// Whether any leaf of a (leaves, n_params) presence table has parameter i.
+bool any_leaf_has(const std::vector<uint8_t>& has, size_t n_params, size_t i) {
+  for (size_t k = i; k < has.size(); k += n_params)
+    if (has[k]) return true;
+  return false;
+}
+
+// out[0, n) = the shard tree's sum over K leaves of the flattened parameters'
+// range [b, b + n), parameter by parameter (their presence differs), in
+// blocks of `block` on the threads. leaf(k, i): leaf k's values of the range
+// (from its start), or null when it has no gradient for parameter i.
+template <class Leaf>
+void sum_range(const std::vector<int64_t>& offset, int64_t b, int64_t n, int64_t K, int64_t block, const Leaf& leaf,
+               Scalar* out) {
+  std::vector<int64_t> length, at;  // each piece of a parameter inside the range, and where it starts in it
+  std::vector<size_t> param;
+  for (size_t i = 0; i + 1 < offset.size(); ++i) {
+    const int64_t lo = std::max(b, offset[i]), hi = std::min(b + n, offset[i + 1]);
+    if (lo >= hi) continue;
+    length.push_back(hi - lo);
+    at.push_back(lo - b);
+    param.push_back(i);
+  }
+  parallel::for_each_block(length, block, [&](size_t s, int64_t b0, int64_t e0) {
+    const size_t i = param[s];
+    const int64_t from = at[s] + b0;
+    Scalar* to = out + from;
+    std::fill(to, to + (e0 - b0), 0.0f);  // (a parameter no leaf has stays zero, never read)
+    shard_tree::sum(0, K, [&](int64_t k) -> const Scalar* {
+      const Scalar* values = leaf(k, i);
+      return values == nullptr ? nullptr : values + from;
+    }, to, e0 - b0, tree_scratch(K, e0 - b0));
+  });
+}
+
+// Every parameter's gradient (zeros where it has none) into `to`, at its
+// offset in the flattened parameters; a gradient already there stays put.
+void pack_gradients(const NamedVars& params, const std::vector<int64_t>& offset, Scalar* to) {
+  parallel::parallel_for(static_cast<int64_t>(params.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Var& v = params[static_cast<size_t>(i)].second;
+      Scalar* at = to + offset[static_cast<size_t>(i)];
+      if (!v.has_grad()) {
+        std::fill(at, at + v.numel(), 0.0f);
+      } else if (v.dense_grad().data() != at) {
+        const Scalar* g = v.dense_grad().data();
+        std::copy(g, g + v.numel(), at);
+      }
+    }
+  });
+}
+
+// Each parameter some leaf has a gradient for gets the view of `sums` (the
+// flattened parameters' summed gradients) at its offset as its gradient.
+void gradients_as_views(const NamedVars& params, const std::vector<int64_t>& offset, const std::vector<uint8_t>& has,
+                        const std::shared_ptr<Storage>& sums) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!any_leaf_has(has, params.size(), i)) continue;
+    const Var& p = params[i].second;
+    if (p.has_grad() && p.dense_grad().data() == sums->data() + offset[i]) continue;  // already a view of it
+    p.node()->grad = Tensor::over(sums, p.shape(), offset[i]);
+  }
+}
+
 }  // namespace
 
 // The gradient of every shard of every rank, summed per element in the
@@ -312,28 +376,12 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   recv.resize(static_cast<size_t>(mine_n) * K);
   group_->alltoall(send.data(), send_bytes, recv.data(), recv_bytes);
 
-  // Sum my chunk over the leaves in the tree's order, parameter by parameter (their presence differs).
+  // Sum my chunk over the leaves in the tree's order.
   std::vector<Scalar>& sums = exchange_.sums;
-  sums.assign(static_cast<size_t>(mine_n), 0.0f);
-  std::vector<int64_t> segments;
-  std::vector<size_t> segment_param;
-  for (size_t i = 0; i < n_params; ++i) {
-    const int64_t lo = std::max(mine_b, offset[i]), hi = std::min(mine_b + mine_n, offset[i + 1]);
-    if (lo >= hi) continue;
-    segments.push_back(hi - lo);
-    segment_param.push_back(i);
-  }
-  std::vector<int64_t> segment_at(segments.size(), 0);
-  for (size_t s = 1; s < segments.size(); ++s) segment_at[s] = segment_at[s - 1] + segments[s - 1];
-  parallel::for_each_block(segments, kReduceBlock, [&](size_t s, int64_t b, int64_t e) {
-    const size_t i = segment_param[s];
-    const int64_t at = segment_at[s];
-    const auto leaf = [&](int64_t k) -> const Scalar* {
-      return has_all[static_cast<size_t>(k) * n_params + i] ? recv.data() + k * mine_n + at + b : nullptr;
-    };
-    shard_tree::sum(0, static_cast<int64_t>(K), leaf, sums.data() + at + b, e - b,
-                    tree_scratch(static_cast<int64_t>(K), e - b));
-  });
+  sums.resize(static_cast<size_t>(mine_n));
+  sum_range(offset, mine_b, mine_n, static_cast<int64_t>(K), kReduceBlock, [&](int64_t k, size_t i) -> const Scalar* {
+    return has_all[static_cast<size_t>(k) * n_params + i] ? recv.data() + k * mine_n : nullptr;
+  }, sums.data());
 
   // Every rank's sums, into the model's gradients.
   std::vector<int64_t> chunk_bytes(static_cast<size_t>(N));
@@ -342,10 +390,8 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   total.resize(static_cast<size_t>(P));
   group_->allgather(sums.data(), mine_n * static_cast<int64_t>(sizeof(Scalar)), total.data(), chunk_bytes);
   for (size_t i = 0; i < n_params; ++i) {
-    bool any = false;
-    for (size_t k = 0; k < K; ++k) any = any || has_all[k * n_params + i];
     const Var& p = params[i].second;
-    if (!any) continue;
+    if (!any_leaf_has(has_all, n_params, i)) continue;
     if (!p.has_grad()) p.node()->grad = Tensor::empty(p.shape());
     Tensor& g = p.dense_grad();
     std::copy(total.data() + offset[i], total.data() + offset[i + 1], g.data());
@@ -394,18 +440,7 @@ void DataParallel::exchange_partials() {
   Tensor& flat = exchange_.flat;
   if (!flat.defined() || flat.numel() != P) flat = Tensor::empty({P});
   Scalar* base = flat.data();
-  parallel::parallel_for(static_cast<int64_t>(n_params), 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Var& v = params[static_cast<size_t>(i)].second;
-      Scalar* to = base + offset[static_cast<size_t>(i)];
-      if (!v.has_grad()) {
-        std::fill(to, to + v.numel(), 0.0f);
-      } else if (v.dense_grad().data() != to) {
-        const Scalar* g = v.dense_grad().data();
-        std::copy(g, g + v.numel(), to);
-      }
-    }
-  });
+  pack_gradients(params, offset, base);
 
   // Chunk q of every other rank's partial to rank q.
   const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
@@ -417,48 +452,25 @@ void DataParallel::exchange_partials() {
   std::vector<Scalar>& recv = exchange_.recv;  // rank r's values of my chunk at r * mine_n
   recv.resize(static_cast<size_t>(mine_n) * static_cast<size_t>(N));
   group_->alltoall(base, send_bytes, recv.data(), recv_bytes);
-  const auto from_rank = [&](int r) -> const Scalar* { return recv.data() + static_cast<int64_t>(r) * mine_n; };
 
-  // My chunk's sums over the ranks in the tree's order, parameter by parameter (their presence differs).
+  // My chunk's sums over the ranks in the tree's order.
   std::vector<Scalar>& sums = exchange_.sums;
-  sums.assign(static_cast<size_t>(mine_n), 0.0f);
-  std::vector<int64_t> segments;
-  std::vector<size_t> segment_param;
-  for (size_t i = 0; i < n_params; ++i) {
-    const int64_t lo = std::max(mine_b, offset[i]), hi = std::min(mine_b + mine_n, offset[i + 1]);
-    if (lo >= hi) continue;
-    segments.push_back(hi - lo);
-    segment_param.push_back(i);
-  }
-  std::vector<int64_t> segment_at(segments.size(), 0);
-  for (size_t s = 1; s < segments.size(); ++s) segment_at[s] = segment_at[s - 1] + segments[s - 1];
-  parallel::for_each_block(segments, kReduceBlock, [&](size_t s, int64_t b, int64_t e) {
-    const size_t i = segment_param[s];
-    const int64_t at = segment_at[s];
-    const auto leaf = [&](int64_t r) -> const Scalar* {
-      return has_all[static_cast<size_t>(r) * n_params + i] ? from_rank(static_cast<int>(r)) + at + b : nullptr;
-    };
-    shard_tree::sum(0, N, leaf, sums.data() + at + b, e - b, tree_scratch(N, e - b));
-  });
+  sums.resize(static_cast<size_t>(mine_n));
+  sum_range(offset, mine_b, mine_n, N, kReduceBlock, [&](int64_t r, size_t i) -> const Scalar* {
+    return has_all[static_cast<size_t>(r) * n_params + i] ? recv.data() + r * mine_n : nullptr;
+  }, sums.data());
 
   // Every rank's sums into the buffer, whose pieces become the gradients.
   std::vector<int64_t> chunk_bytes(static_cast<size_t>(N));
   for (int q = 0; q < N; ++q) chunk_bytes[static_cast<size_t>(q)] = (chunk(q + 1) - chunk(q)) * sizeof(Scalar);
   group_->allgather(sums.data(), mine_n * static_cast<int64_t>(sizeof(Scalar)), base, chunk_bytes);
-  for (size_t i = 0; i < n_params; ++i) {
-    bool any = false;
-    for (int r = 0; r < N; ++r) any = any || has_all[static_cast<size_t>(r) * n_params + i];
-    if (!any) continue;
-    const Var& p = params[i].second;
-    if (p.has_grad() && p.dense_grad().data() == base + offset[i]) continue;  // already a view of it
-    p.node()->grad = flat.slice(0, offset[i], offset[i + 1]).reshape(p.shape());
-  }
+  gradients_as_views(params, offset, has_all, flat.storage());
 }
 
 // exchange_partials through shared memory: each rank writes its partial
-// into its segment, sums its chunk over every rank's segment in the tree's
-// order into its segment of the totals, and copies all the totals back.
-// Two barriers; nothing goes through MPI's buffers.
+// into its segment and sums its chunk over every rank's segment in the
+// tree's order into its segment of the totals, which the gradients then
+// read in place. Two barriers; nothing goes through MPI's buffers.
 void DataParallel::exchange_shared(const NamedVars& params, const std::vector<int64_t>& offset,
                                    const std::vector<uint8_t>& has_all) {
   const size_t n_params = params.size();
@@ -467,44 +479,14 @@ void DataParallel::exchange_shared(const NamedVars& params, const std::vector<in
   const auto chunk = [&](int q) { return P * q / N; };
   ProcessGroup::SharedFloats& partials = *exchange_.partials;
   ProcessGroup::SharedFloats& totals = *exchange_.totals;
-  Scalar* mine = partials.segment(me);
-  parallel::parallel_for(static_cast<int64_t>(n_params), 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Var& v = params[static_cast<size_t>(i)].second;
-      Scalar* to = mine + offset[static_cast<size_t>(i)];
-      if (v.has_grad()) {
-        const Scalar* g = v.dense_grad().data();
-        std::copy(g, g + v.numel(), to);
-      } else {
-        std::fill(to, to + v.numel(), 0.0f);
-      }
-    }
-  });
+  pack_gradients(params, offset, partials.segment(me));
   profile::add_bytes_sent(2 * (P - (chunk(me + 1) - chunk(me))) * static_cast<int64_t>(sizeof(Scalar)));
   partials.sync();  // every partial written
 
   const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
-  std::vector<int64_t> segments, segment_at;
-  std::vector<size_t> segment_param;
-  for (size_t i = 0, at = 0; i < n_params; ++i) {
-    const int64_t lo = std::max(mine_b, offset[i]), hi = std::min(mine_b + mine_n, offset[i + 1]);
-    if (lo >= hi) continue;
-    segments.push_back(hi - lo);
-    segment_at.push_back(static_cast<int64_t>(at));
-    segment_param.push_back(i);
-    at += static_cast<size_t>(hi - lo);
-  }
-  Scalar* sums = totals.segment(me);  // my chunk of the totals
-  parallel::for_each_block(segments, kReduceBlock, [&](size_t s, int64_t b, int64_t e) {
-    const size_t i = segment_param[s];
-    const int64_t at = mine_b + segment_at[s] + b;  // in the flattened parameters
-    const auto leaf = [&](int64_t r) -> const Scalar* {
-      return has_all[static_cast<size_t>(r) * n_params + i] ? partials.segment(static_cast<int>(r)) + at : nullptr;
-    };
-    Scalar* out = sums + (at - mine_b);
-    std::fill(out, out + (e - b), 0.0f);  // (a chunk of a parameter no rank has stays zero, never read)
-    shard_tree::sum(0, N, leaf, out, e - b, tree_scratch(N, e - b));
-  });
+  sum_range(offset, mine_b, mine_n, N, kReduceBlock, [&](int64_t r, size_t i) -> const Scalar* {
+    return has_all[static_cast<size_t>(r) * n_params + i] ? partials.segment(static_cast<int>(r)) + mine_b : nullptr;
+  }, totals.segment(me));  // my chunk of the totals
   totals.sync();  // every chunk summed
 
   // The gradients become views of the shared totals, which are one array of
@@ -517,30 +499,15 @@ void DataParallel::exchange_shared(const NamedVars& params, const std::vector<in
   for (int q = 0; q < N; ++q) contiguous = contiguous && totals.segment(q) == totals.segment(0) + chunk(q);
   if (contiguous && !*exchange_.model_has_auxiliary) {
     if (!exchange_.shared_totals) exchange_.shared_totals = Storage::borrow(totals.segment(0), P);
-    const Scalar* base = totals.segment(0);
-    for (size_t i = 0; i < n_params; ++i) {
-      bool any = false;
-      for (int r = 0; r < N; ++r) any = any || has_all[static_cast<size_t>(r) * n_params + i];
-      if (!any) continue;
-      const Var& p = params[i].second;
-      if (p.has_grad() && p.dense_grad().data() == base + offset[i]) continue;  // already a view of it
-      p.node()->grad = Tensor::over(exchange_.shared_totals, p.shape(), offset[i]);
-    }
+    gradients_as_views(params, offset, has_all, exchange_.shared_totals);
     return;
   }
 
   Tensor& flat = exchange_.flat;
   if (!flat.defined() || flat.numel() != P) flat = Tensor::empty({P});
-  Scalar* base = flat.data();
-  for (int q = 0; q < N; ++q) std::copy(totals.segment(q), totals.segment(q) + (chunk(q + 1) - chunk(q)), base + chunk(q));
-  for (size_t i = 0; i < n_params; ++i) {
-    bool any = false;
-    for (int r = 0; r < N; ++r) any = any || has_all[static_cast<size_t>(r) * n_params + i];
-    if (!any) continue;
-    const Var& p = params[i].second;
-    if (p.has_grad() && p.dense_grad().data() == base + offset[i]) continue;  // already a view of it
-    p.node()->grad = flat.slice(0, offset[i], offset[i + 1]).reshape(p.shape());
-  }
+  for (int q = 0; q < N; ++q)
+    std::copy(totals.segment(q), totals.segment(q) + (chunk(q + 1) - chunk(q)), flat.data() + chunk(q));
+  gradients_as_views(params, offset, has_all, flat.storage());
 }
 
 // Layers' auxiliary losses (adaptive span's penalty) once per batch, on the
