@@ -1,5 +1,5 @@
 // kNN-LM's val bits per character over a grid of lambda x k from one
-// reading of the text and one search (train/knn.h), for issue 23's sweeps.
+// reading of the text and one search (train/knn.h), for the kNN-LM sweeps.
 //
 //   build/bench/knn_sweep --checkpoint RUN --data FILE --store S.knn [--store-data FILE]
 //       [--lambdas 0,0.05,0.1,0.25,0.4,0.6] [--ks 1,4,16,64] [--index ivf --nlist 4096 --nprobe 1]
