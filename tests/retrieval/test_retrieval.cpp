@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "expect_error.h"
+#include "file_size_limit.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/core/rng.h"
 #include "tapeformer/retrieval/datastore.h"
@@ -343,23 +344,6 @@ ForgeSites forge_sites(const std::string& payload, int64_t dim) {
   return s;
 }
 
-// A file size limit (RLIMIT_FSIZE) with SIGXFSZ ignored, undone on leaving the scope.
-struct FileSizeLimit {
-  struct rlimit saved {};
-  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
-  explicit FileSizeLimit(rlim_t bytes) {
-    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
-    struct rlimit small = saved;
-    small.rlim_cur = bytes;
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved);
-    std::signal(SIGXFSZ, old_handler);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-};
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "tapeformer/core/error.h"
+#include "file_size_limit.h"
 #include "temp_dir.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/metrics.h"
@@ -181,21 +182,7 @@ TEST_CASE("checkpoint: a write cut short (disk full) throws, removes its temp fi
   const auto size = static_cast<rlim_t>(fs::file_size(path));
   // A file size limit below the checkpoint's size makes write() fail part way
   // (EFBIG), as a full disk would. Only save_checkpoint runs under the limit.
-  // The limit and the ignored SIGXFSZ are undone on leaving the block, however.
-  struct FileSizeLimit {
-    struct rlimit saved {};
-    void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
-    explicit FileSizeLimit(rlim_t bytes) {
-      REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
-      struct rlimit small = saved;
-      small.rlim_cur = bytes;
-      REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
-    }
-    ~FileSizeLimit() {
-      ::setrlimit(RLIMIT_FSIZE, &saved);
-      std::signal(SIGXFSZ, old_handler);
-    }
-  };
+  // The limit and the ignored SIGXFSZ are undone on leaving the block.
   c.step = 44;
   std::string error;
   {
