@@ -37,8 +37,9 @@ void Evaluator::read_text(const EvalText& text, int64_t T, int64_t mem_limit, bo
   SegmentMemory memory;
   memory.limit = mem_limit;
   ModelInputs inputs;
+  const std::string phase = "the reading of '" + text.path + "'";
   for_each_window(text.ids, T, use.carried() ? use.ext_len : 0, [&](const Window& w) {
-    stop_point(nullptr, "the reading of '" + text.path + "'");  // one process: eval, knn build, a kind's tables
+    stop_point(nullptr, phase);  // one process: eval, knn build, a kind's tables
     inputs.clear();
     for (const ModelHooks* h : hooks_) h->window_inputs(w, inputs);
     ModelContext ctx;
