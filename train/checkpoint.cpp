@@ -203,6 +203,7 @@ Checkpoint load_checkpoint(const std::string& path) {
 
   Checkpoint c;
   c.version = version;
+  c.checksum = checksum;
   std::vector<TensorRecord> model, optimizer;
   try {  // the order of save_checkpoint's ar(...)
     PayloadReader r(payload);

@@ -37,6 +37,7 @@ struct Checkpoint {
   std::string sampler;         // the train batch sampler's state, serialised
   double train_loss = NAN;     // mean loss of the step `step` (NaN: a version 1 file, or no step yet)
   uint32_t version = kCheckpointVersion;  // the file's format (load_checkpoint sets it)
+  uint64_t checksum = 0;                  // FNV-1a 64 of the file's payload (load_checkpoint sets it)
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);

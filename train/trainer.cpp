@@ -118,19 +118,6 @@ struct StreamState {
 }  // namespace
 
 namespace {
-// FNV-1a of a file's bytes, for ranks comparing the checkpoints they resume.
-uint64_t checkpoint_file_hash(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TAPEFORMER_CHECK(in.good(), "cannot read the checkpoint '", path, "'");
-  std::vector<char> buf(size_t{1} << 20);
-  uint64_t h = kFnvOffset;
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    h = fnv1a64(buf.data(), static_cast<size_t>(in.gcount()), h);
-  }
-  return h;
-}
-
 std::string& program_name_storage() {
   static std::string name = "tapeformer";
   return name;
@@ -286,7 +273,7 @@ struct Trainer::State {
   }
 
   // Every rank must start from the same state: the same step, the same
-  // checkpoint (a hash of its file; 0 for a fresh run) and the same data (a
+  // checkpoint (its payload's checksum; 0 for a fresh run) and the same data (a
   // hash of the token ids each read, so another text behind the same path is
   // caught). A rank that differs is refused by every rank, before the first
   // step, instead of the ranks training apart until a collective never meets.
@@ -509,7 +496,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
     SourcePosition position{&s.train_source()};
     from_bytes(c.sampler, position, what);
   }
-  s.check_same_state_on_every_rank(c.step, s.group ? checkpoint_file_hash(s.dir->checkpoint_path()) : 0);
+  s.check_same_state_on_every_rank(c.step, c.checksum);
   s.dropout_rng = c.rng;
   s.last_train_loss = c.train_loss;
   s.dir->set_saved_step(c.step);
