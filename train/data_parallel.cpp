@@ -249,8 +249,9 @@ bool any_leaf_has(const std::vector<uint8_t>& has, size_t n_params, size_t i) {
 
 // out[0, n) = the shard tree's sum over K leaves of the flattened parameters'
 // range [b, b + n), parameter by parameter (their presence differs), in
-// blocks of `block` on the threads. leaf(k, i): leaf k's values of the range
-// (from its start), or null when it has no gradient for parameter i.
+// blocks of `block` on the threads. leaf(k, i, at): leaf k's values from
+// flattened position `at` (inside parameter i) on, or null when it has no
+// gradient for parameter i.
 template <class Leaf>
 void sum_range(const std::vector<int64_t>& offset, int64_t b, int64_t n, int64_t K, int64_t block, const Leaf& leaf,
                Scalar* out) {
@@ -268,26 +269,24 @@ void sum_range(const std::vector<int64_t>& offset, int64_t b, int64_t n, int64_t
     const int64_t from = at[s] + b0;
     Scalar* to = out + from;
     std::fill(to, to + (e0 - b0), 0.0f);  // (a parameter no leaf has stays zero, never read)
-    shard_tree::sum(0, K, [&](int64_t k) -> const Scalar* {
-      const Scalar* values = leaf(k, i);
-      return values == nullptr ? nullptr : values + from;
-    }, to, e0 - b0, tree_scratch(K, e0 - b0));
+    shard_tree::sum(0, K, [&](int64_t k) { return leaf(k, i, b + from); }, to, e0 - b0, tree_scratch(K, e0 - b0));
   });
 }
 
-// Every parameter's gradient (zeros where it has none) into `to`, at its
-// offset in the flattened parameters; a gradient already there stays put.
-void pack_gradients(const NamedVars& params, const std::vector<int64_t>& offset, Scalar* to) {
+// The flattened range [b, e) of the parameters' gradients (zeros where one
+// has none) into to[b, e); a gradient already there stays put.
+void pack_gradients(const NamedVars& params, const std::vector<int64_t>& offset, int64_t b, int64_t e, Scalar* to) {
   parallel::parallel_for(static_cast<int64_t>(params.size()), 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Var& v = params[static_cast<size_t>(i)].second;
-      Scalar* at = to + offset[static_cast<size_t>(i)];
+    for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
+      const int64_t lo = std::max(b, offset[i]), hi = std::min(e, offset[i + 1]);
+      if (lo >= hi) continue;
+      const Var& v = params[i].second;
       if (!v.has_grad()) {
-        std::fill(at, at + v.numel(), 0.0f);
-      } else if (v.dense_grad().data() != at) {
-        const Scalar* g = v.dense_grad().data();
-        std::copy(g, g + v.numel(), at);
+        std::fill(to + lo, to + hi, 0.0f);
+        continue;
       }
+      const Scalar* g = v.dense_grad().data() + (lo - offset[i]);
+      if (g != to + lo) std::copy(g, g + (hi - lo), to + lo);
     }
   });
 }
@@ -379,8 +378,9 @@ void DataParallel::reduce_across_processes(const std::vector<LanguageModel*>& mo
   // Sum my chunk over the leaves in the tree's order.
   std::vector<Scalar>& sums = exchange_.sums;
   sums.resize(static_cast<size_t>(mine_n));
-  sum_range(offset, mine_b, mine_n, static_cast<int64_t>(K), kReduceBlock, [&](int64_t k, size_t i) -> const Scalar* {
-    return has_all[static_cast<size_t>(k) * n_params + i] ? recv.data() + k * mine_n : nullptr;
+  sum_range(offset, mine_b, mine_n, static_cast<int64_t>(K), kReduceBlock,
+            [&](int64_t k, size_t i, int64_t at) -> const Scalar* {
+    return has_all[static_cast<size_t>(k) * n_params + i] ? recv.data() + k * mine_n + (at - mine_b) : nullptr;
   }, sums.data());
 
   // Every rank's sums, into the model's gradients.
@@ -418,29 +418,32 @@ void DataParallel::exchange_partials() {
   const int64_t P = offset[n_params];
   const auto chunk = [&](int q) { return P * q / N; };  // chunk q = [chunk(q), chunk(q + 1))
 
-  // Which ranks have a partial for which parameter.
-  std::vector<uint8_t> has(n_params);
-  for (size_t i = 0; i < n_params; ++i) has[i] = params[i].second.has_grad() ? 1 : 0;
-  const std::vector<uint8_t> has_all = allgather_equal(*group_, has);
-
   // All ranks on one machine: through memory they share, with no copy by MPI.
+  // A rank's segment of the partials: its partial (P), then which parameters
+  // it has a gradient for (n_params floats, 0 or 1).
   if (exchange_.shared_floats != P) {  // (collective: every rank gets here in the same step)
-    exchange_.partials = group_->share_floats(std::vector<int64_t>(static_cast<size_t>(N), P));
+    const auto segment = P + static_cast<int64_t>(n_params);
+    exchange_.partials = group_->share_floats(std::vector<int64_t>(static_cast<size_t>(N), segment));
     std::vector<int64_t> chunks;
     for (int q = 0; q < N; ++q) chunks.push_back(chunk(q + 1) - chunk(q));
     exchange_.totals = exchange_.partials ? group_->share_floats(chunks) : nullptr;
     exchange_.shared_floats = P;
   }
   if (exchange_.partials && exchange_.totals) {
-    exchange_shared(params, offset, has_all);
+    exchange_shared(params, offset);
     return;
   }
+
+  // Which ranks have a partial for which parameter.
+  std::vector<uint8_t> has(n_params);
+  for (size_t i = 0; i < n_params; ++i) has[i] = params[i].second.has_grad() ? 1 : 0;
+  const std::vector<uint8_t> has_all = allgather_equal(*group_, has);
 
   // Pack (a gradient already in the buffer, an earlier micro-batch's view, stays put).
   Tensor& flat = exchange_.flat;
   if (!flat.defined() || flat.numel() != P) flat = Tensor::empty({P});
   Scalar* base = flat.data();
-  pack_gradients(params, offset, base);
+  pack_gradients(params, offset, 0, P, base);
 
   // Chunk q of every other rank's partial to rank q.
   const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
@@ -456,8 +459,8 @@ void DataParallel::exchange_partials() {
   // My chunk's sums over the ranks in the tree's order.
   std::vector<Scalar>& sums = exchange_.sums;
   sums.resize(static_cast<size_t>(mine_n));
-  sum_range(offset, mine_b, mine_n, N, kReduceBlock, [&](int64_t r, size_t i) -> const Scalar* {
-    return has_all[static_cast<size_t>(r) * n_params + i] ? recv.data() + r * mine_n : nullptr;
+  sum_range(offset, mine_b, mine_n, N, kReduceBlock, [&](int64_t r, size_t i, int64_t at) -> const Scalar* {
+    return has_all[static_cast<size_t>(r) * n_params + i] ? recv.data() + r * mine_n + (at - mine_b) : nullptr;
   }, sums.data());
 
   // Every rank's sums into the buffer, whose pieces become the gradients.
@@ -467,25 +470,43 @@ void DataParallel::exchange_partials() {
   gradients_as_views(params, offset, has_all, flat.storage());
 }
 
-// exchange_partials through shared memory: each rank writes its partial
-// into its segment and sums its chunk over every rank's segment in the
-// tree's order into its segment of the totals, which the gradients then
-// read in place. Two barriers; nothing goes through MPI's buffers.
-void DataParallel::exchange_shared(const NamedVars& params, const std::vector<int64_t>& offset,
-                                   const std::vector<uint8_t>& has_all) {
+// exchange_partials through shared memory: each rank writes the chunks of
+// its partial the other ranks sum into its segment, then sums its own chunk
+// over every rank's partial in the tree's order (its own read from its
+// gradients) into its segment of the totals, which the gradients then read
+// in place. Two barriers; nothing goes through MPI's buffers.
+void DataParallel::exchange_shared(const NamedVars& params, const std::vector<int64_t>& offset) {
   const size_t n_params = params.size();
   const int N = group_->size(), me = group_->rank();
   const int64_t P = offset[n_params];
   const auto chunk = [&](int q) { return P * q / N; };
+  const int64_t mine_b = chunk(me), mine_e = chunk(me + 1);
   ProcessGroup::SharedFloats& partials = *exchange_.partials;
   ProcessGroup::SharedFloats& totals = *exchange_.totals;
-  pack_gradients(params, offset, partials.segment(me));
-  profile::add_bytes_sent(2 * (P - (chunk(me + 1) - chunk(me))) * static_cast<int64_t>(sizeof(Scalar)));
+  // My gradients still views of the last step's totals (an earlier
+  // micro-batch's, on rank 0) would be overwritten by the sum they feed: the
+  // whole partial goes to my segment then.
+  bool in_totals = false;
+  if (exchange_.shared_totals)
+    for (const auto& [name, p] : params)
+      in_totals = in_totals || (p.has_grad() && p.grad().storage() == exchange_.shared_totals);
+  Scalar* segment = partials.segment(me);
+  pack_gradients(params, offset, 0, mine_b, segment);
+  pack_gradients(params, offset, mine_e, P, segment);
+  if (in_totals) pack_gradients(params, offset, mine_b, mine_e, segment);
+  for (size_t i = 0; i < n_params; ++i) segment[P + static_cast<int64_t>(i)] = params[i].second.has_grad() ? 1.0f : 0.0f;
+  profile::add_bytes_sent(2 * (P - (mine_e - mine_b)) * static_cast<int64_t>(sizeof(Scalar)));
   partials.sync();  // every partial written
 
-  const int64_t mine_b = chunk(me), mine_n = chunk(me + 1) - mine_b;
-  sum_range(offset, mine_b, mine_n, N, kReduceBlock, [&](int64_t r, size_t i) -> const Scalar* {
-    return has_all[static_cast<size_t>(r) * n_params + i] ? partials.segment(static_cast<int>(r)) + mine_b : nullptr;
+  std::vector<uint8_t> has_all(static_cast<size_t>(N) * n_params);  // (ranks, n_params)
+  for (int r = 0; r < N; ++r)
+    for (size_t i = 0; i < n_params; ++i)
+      has_all[static_cast<size_t>(r) * n_params + i] = partials.segment(r)[P + static_cast<int64_t>(i)] != 0.0f;
+
+  sum_range(offset, mine_b, mine_e - mine_b, N, kReduceBlock, [&](int64_t r, size_t i, int64_t at) -> const Scalar* {
+    if (!has_all[static_cast<size_t>(r) * n_params + i]) return nullptr;
+    if (r == me && !in_totals) return params[i].second.dense_grad().data() + (at - offset[i]);
+    return partials.segment(static_cast<int>(r)) + at;
   }, totals.segment(me));  // my chunk of the totals
   totals.sync();  // every chunk summed
 

@@ -105,8 +105,7 @@ class DataParallel {
   std::shared_ptr<ProcessGroup> group_;  // null: one process
   std::vector<std::unique_ptr<LanguageModel>> replicas_;
   void exchange_partials();  // this rank's partial (in the model's gradients) with the other ranks'
-  void exchange_shared(const NamedVars& params, const std::vector<int64_t>& offset,
-                       const std::vector<uint8_t>& has_all);
+  void exchange_shared(const NamedVars& params, const std::vector<int64_t>& offset);
   struct Exchange {  // the exchanges' buffers, reused from step to step
     std::vector<Scalar> send, recv, sums, total;
     Tensor flat;  // exchange_partials: every parameter's gradient, in parameter order (P)

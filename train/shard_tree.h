@@ -56,6 +56,13 @@ bool sum(int64_t lo, int64_t hi, const Leaf& leaf, float* out, int64_t n, float*
     into(p, false);
     return true;
   }
+  if (hi - lo == 2) {  // out = a + b in one pass: the same adds as a copy and then +=
+    const float *a = leaf(lo), *b = leaf(lo + 1);
+    if (a != nullptr && b != nullptr && b != out) {
+      eigen::array(out, n) = eigen::array(a, n) + eigen::array(b, n);
+      return true;
+    }
+  }
   const int64_t mid = lo + split(hi - lo);
   const bool left = sum(lo, mid, leaf, out, n, scratch);
   if (hi - mid == 1) {  // a single right leaf adds straight from its values

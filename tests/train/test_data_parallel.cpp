@@ -295,4 +295,14 @@ TEST_CASE("shard_tree: a fixed binary tree, absent leaves left out, rank blocks 
   shard_tree::sum(0, 2, [&](int64_t k) -> const float* { return &partials[static_cast<size_t>(k)]; }, &top, 1,
                   scratch.data());
   CHECK(top == four);
+  // Leaf 0 may be `out` itself (shard 0's gradient, summed in place), over
+  // many values as well as one.
+  float own = g[0];
+  shard_tree::sum(0, 2, [&](int64_t k) -> const float* { return k == 0 ? &own : &g[1]; }, &own, 1, scratch.data());
+  CHECK(own == a + b);
+  std::vector<float> x(37), y(37), sum(37);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1e8f * static_cast<float>(i % 3), y[i] = 1.0f + static_cast<float>(i);
+  std::vector<float> wide(static_cast<size_t>(shard_tree::scratch_floats(2, 37)));
+  shard_tree::sum(0, 2, [&](int64_t k) { return k == 0 ? x.data() : y.data(); }, sum.data(), 37, wide.data());
+  for (size_t i = 0; i < x.size(); ++i) CHECK(sum[i] == x[i] + y[i]);
 }
