@@ -13,9 +13,12 @@ line of a refused combination), as SHA-256 digests beside the final losses.
 
     python3 scripts/kind_runs.py build/cli/tapeformer --check tests/fixtures/kind_runs
     python3 scripts/kind_runs.py OLD/cli/tapeformer --plan-from build/cli/tapeformer --write tests/fixtures/kind_runs
+    python3 scripts/kind_runs.py build/cli/tapeformer --only 'attention=mine(,|$)' --write tests/fixtures/kind_runs
 
 References are written by the build before a change (the second line: the
-runs a new build plans, run by the old one), never by the build under test.
+runs a new build plans, run by the old one), never by the build under test;
+a new kind has no build before it, so its own runs are added by the build
+that brings it (the third line: with --only, --write adds to the stored runs).
 
 The bits depend on the seed, the shard count and the vector width the
 library was compiled for (`tapeformer --version`), so references are kept
@@ -234,6 +237,9 @@ def main():
 
     if a.write:
         os.makedirs(a.write, exist_ok=True)
+        if a.only and os.path.exists(ref_path):  # a new kind's runs join the stored ones
+            with open(ref_path) as f:
+                results = {**json.load(f), **results}
         with open(ref_path, "w") as f:
             json.dump(results, f, indent=1, sort_keys=True)
             f.write("\n")
