@@ -80,7 +80,9 @@ class ScoreMap : public LearnedModifier {
   // s[x] = f(s[x]) for x in [0, r.n).
   virtual void apply(const ScoreRow& r, Scalar* s) const = 0;
   // ds[x] = dL/d f(s_x) -> dL/d s_x = ds[x] f'(in[x]), in place, where in[x]
-  // is the score apply() received; a learned map adds dL/dtheta to part.
+  // is the score apply() received; a learned map adds dL/dtheta to part,
+  // which is null in the kernel's passes that do not collect it (the
+  // key-tile pass of rows longer than one tile).
   // Entries whose input was -inf are zeroed by the kernel afterwards.
   virtual void backward(const ScoreRow& r, const Scalar* in, Scalar* ds, Scalar* part) const = 0;
 };

@@ -53,8 +53,10 @@ void DistanceWeight::backward(const kernels::ScoreRow& r, const Scalar* in, Scal
     const Scalar sig = sigmoid(alpha * R - beta), f = c * sig;
     const Scalar s = relu_ ? std::max(in[x], 0.0f) : in[x];
     const Scalar g = ds[x];
-    part[0] += g * s * f * (1.0f - sig) * R;          // df/dalpha = f (1 - sigma) R
-    part[1] += g * s * sig * (e_beta - c * (1.0f - sig));  // df/dbeta
+    if (part != nullptr) {  // (null in the kernel's pass that does not collect the parameters' gradient)
+      part[0] += g * s * f * (1.0f - sig) * R;               // df/dalpha = f (1 - sigma) R
+      part[1] += g * s * sig * (e_beta - c * (1.0f - sig));  // df/dbeta
+    }
     ds[x] = relu_ && in[x] <= 0 ? 0.0f : g * f;
   }
 }

@@ -133,3 +133,37 @@ TEST_CASE("da: beta clamped at 20 after a step; alpha and beta logged; generatio
     check_close(step, whole.slice(1, t, t + 1).contiguous(), "position " + std::to_string(t), 1e-5);
   }
 }
+
+TEST_CASE("da: rows longer than one kernel tile equal the formula composed from ops (values and gradients)") {
+  // 130 queries and keys: three query tiles and three key tiles, so the kernel's tile passes of the
+  // backward (the key-tile pass gets no partial for the parameters) all run the map.
+  const int64_t H = 2, T = 130, D = 4;
+  for (const bool relu_on : {true, false}) {
+    INFO("relu " << relu_on);
+    const Tensor q = normal({1, H, T, D}, 21), k = normal({1, H, T, D}, 22), v = normal({1, H, T, D}, 23);
+    const Tensor w = Tensor::from({2, H}, {-0.05f, 0.02f, 0.3f, -0.4f});
+    const Tensor seed = normal({1, H, T, D}, 24);
+    const auto run = [&](bool kernel) {
+      Var qv(q, true), kv(k, true), vv(v, true), wv(w, true);
+      Var y;
+      if (kernel) {
+        y = distance_aware_attention(qv, kv, vv, wv, relu_on);
+      } else {
+        std::vector<Scalar> dist(static_cast<size_t>(T * T));
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t j = 0; j < T; ++j) dist[static_cast<size_t>(i * T + j)] = static_cast<Scalar>(std::abs(i - j));
+        const Var R(Tensor::from({1, T, T}, dist));
+        const Var alpha = reshape(slice(wv, 0, 0, 1), {H, 1, 1}), beta = reshape(slice(wv, 0, 1, 2), {H, 1, 1});
+        const Var f = div(add_scalar(exp(beta), 1.0f), add_scalar(exp(sub(beta, mul(alpha, R))), 1.0f));  // (H, T, T)
+        Var s = mul_scalar(matmul(qv, transpose(kv, 2, 3)), 0.5f);  // / sqrt(D)
+        if (relu_on) s = relu(s);
+        y = matmul(softmax(add(mul(s, f), Var(causal_bias(T)))), vv);
+      }
+      backward(y, seed);
+      return std::vector<Tensor>{y.value(), qv.grad(), kv.grad(), vv.grad(), wv.grad()};
+    };
+    const std::vector<Tensor> fast = run(true), composed = run(false);
+    const char* names[] = {"y", "dq", "dk", "dv", "dweighting"};
+    for (size_t i = 0; i < fast.size(); ++i) check_close(fast[i], composed[i], names[i], 1e-4);
+  }
+}
