@@ -9,6 +9,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/matmul.h"
 #include "tapeformer/core/parallel.h"
+#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/sparse.h"
 
 namespace tapeformer {
@@ -25,30 +26,6 @@ class ChunkLocal : public SparsePattern {
 
  private:
   int64_t m_;
-};
-
-// Generation state: the layer's inputs of the last `window` positions.
-class InputWindow : public InferenceState {
- public:
-  explicit InputWindow(int64_t window) : window_(window) {}
-  std::string name() const override { return "InputWindow"; }
-  int64_t length() const override { return seen_; }
-  void reset() override {
-    x_ = Tensor();
-    seen_ = 0;
-  }
-  // x (B, T, C) appended; the window's inputs (B, held, C).
-  Tensor append(const Tensor& x) {
-    x_ = x_.defined() ? concat({Var(x_), Var(x)}, 1).value() : x.contiguous();
-    seen_ += x.dim(1);
-    if (window_ > 0 && x_.dim(1) > window_) x_ = x_.slice(1, x_.dim(1) - window_, x_.dim(1)).contiguous();
-    return x_;
-  }
-
- private:
-  int64_t window_;
-  Tensor x_;
-  int64_t seen_ = 0;
 };
 
 }  // namespace
