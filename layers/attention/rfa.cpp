@@ -243,7 +243,7 @@ void RfaState::reset() {
 
 RandomFeatureAttention::RandomFeatureAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
     : ProjectedAttention("RandomFeatureAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
-      n_features(cfg.option_int("rfa_features") > 0 ? cfg.option_int("rfa_features") : cfg.n_embd / cfg.n_head),
+      n_features(cfg.option_int("rfa_features")),
       gated(cfg.option_bool("rfa_gate")),
       redraw(cfg.option_bool("rfa_redraw")) {
   init_projections(cfg.bias, residual_init_std(cfg), rng);
@@ -328,8 +328,7 @@ AttentionKind rfa_attention_kind() {
                  "learned per-head sigma and, gated, a learned forget gate on the running sums (a recency bias); "
                  "trained as a scan, an RNN when generating";
   // Whole-model tests use 64 features: with few, d_t = phi(q) . z can sit near 0 and amplify rounding.
-  kind.options = {{"rfa_features", int64_t{0}, "rfa: F, random features per head (2F feature values; 0: the head size)",
-                   int64_t{64}},
+  kind.options = {{"rfa_features", int64_t{128}, "rfa: F, random features per head (2F feature values)", int64_t{64}},
                   {"rfa_gate", true, "rfa: the gated variant, S_t = g_t S_(t-1) + (1 - g_t) phi(k_t) v_t^T"},
                   {"rfa_redraw", true, "rfa: a fresh random draw after every optimizer step in training (false: the fixed eval draw)"}};
   kind.make = [](const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng) {
@@ -344,7 +343,7 @@ AttentionKind rfa_attention_kind() {
     TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
                      "\" does not combine with model.attention \"rfa\": it adds terms to the T x T attention scores, "
                      "which random feature attention never forms");
-    TAPEFORMER_CHECK(cfg.option_int("rfa_features") >= 0, "model.rfa_features must be >= 0, got ",
+    TAPEFORMER_CHECK(cfg.option_int("rfa_features") >= 1, "model.rfa_features must be >= 1, got ",
                      cfg.option_int("rfa_features"));
   };
   return kind;

@@ -23,7 +23,7 @@
 // every forward of a step (every shard, every finite difference) sees the
 // same one and checkpoints hold it; in eval and generation the fixed draw
 // the layer makes at init, a buffer too. model.rfa_features = F
-// (0: D), model.rfa_gate (true). sigma is learned as log sigma (0 at init,
+// (128), model.rfa_gate (true). sigma is learned as log sigma (0 at init,
 // sigma = 1), which keeps it positive: a sigma near 0 would make the
 // frequencies w = eps / sigma, and the features' rounding, explode.
 // w_g ~ N(0, 0.02) and b_g = 2 (g ~ 0.88, close to the ungated sums).
