@@ -7,13 +7,14 @@
 #include <cmath>
 #include <limits>
 
-#include "golden.h"
+#include "kind_tests.h"
 #include "tapeformer/autograd/gradcheck.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/attention/distance_aware.h"
 #include "tapeformer/layers/attention/softmax.h"
 
 using namespace tapeformer;
+using namespace kind_tests;
 
 namespace {
 
@@ -27,30 +28,12 @@ ModelConfig da_config(bool relu) {
   return c;
 }
 
-std::string fixture_path(const std::string& name) {
-  return std::string(TAPEFORMER_FIXTURE_DIR) + "/golden_" + name + ".txt";
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0;
-  const std::vector<Scalar> x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-  return worst;
-}
-
 // (T, T): 0 on and below the diagonal, -inf above it.
 Tensor causal_bias(int64_t T) {
   Tensor m = Tensor::zeros({T, T});
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = i + 1; j < T; ++j) m.at({i, j}) = -std::numeric_limits<Scalar>::infinity();
   return m;
-}
-
-Tensor normal(const Shape& shape, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  Tensor t = Tensor::empty(shape);
-  rng.fill_normal(t, 0.0f, scale);
-  return t;
 }
 
 }  // namespace
@@ -83,7 +66,7 @@ TEST_CASE("da: alpha = 0 without the ReLU is softmax attention; with it, attenti
 TEST_CASE("da: values and gradients equal PyTorch's paper formula (ReLU on and off)") {
   for (const char* name : {"da_attention", "da_attention_norelu"}) {
     INFO(name);
-    const Golden g = load_golden_file(fixture_path(name));
+    const Golden g = reference(name);
     const bool relu = std::string(name) == "da_attention";
     Var q(g.tensor("q"), true), k(g.tensor("k"), true), v(g.tensor("v"), true), w(g.tensor("weighting"), true);
     const Var out = distance_aware_attention(q, k, v, w, relu);

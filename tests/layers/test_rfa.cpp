@@ -8,33 +8,15 @@
 #include <cmath>
 #include <limits>
 
-#include "golden.h"
+#include "kind_tests.h"
 #include "tapeformer/autograd/gradcheck.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/attention/rfa.h"
 
 using namespace tapeformer;
+using namespace kind_tests;
 
 namespace {
-
-std::string fixture_path(const std::string& name) {
-  return std::string(TAPEFORMER_FIXTURE_DIR) + "/golden_" + name + ".txt";
-}
-
-Tensor normal(const Shape& shape, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  Tensor t = Tensor::empty(shape);
-  rng.fill_normal(t, 0.0f, scale);
-  return t;
-}
-
-// Values in [lo, hi): positive features keep the scan's denominators away from 0 for gradcheck.
-Tensor uniform(const Shape& shape, uint64_t seed, float lo, float hi) {
-  Rng rng(seed);
-  Tensor t = Tensor::empty(shape);
-  rng.fill_uniform(t, lo, hi);
-  return t;
-}
 
 ModelConfig rfa_config(bool gate) {
   ModelConfig c;
@@ -46,13 +28,6 @@ ModelConfig rfa_config(bool gate) {
   c.options["rfa_gate"] = gate;
   c.options["rfa_redraw"] = true;
   return c;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0;
-  const std::vector<Scalar> x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-  return worst;
 }
 
 }  // namespace
@@ -80,7 +55,7 @@ TEST_CASE("rfa: gradcheck of the sin/cos features, the features of q, and the sc
 TEST_CASE("rfa: values and gradients equal PyTorch's paper formula (ungated and gated)") {
   for (const char* name : {"rfa", "rfa_gated"}) {
     INFO(name);
-    const Golden g = load_golden_file(fixture_path(name));
+    const Golden g = reference(name);
     const bool gated = std::string(name) == "rfa_gated";
     Var q(g.tensor("q"), true), k(g.tensor("k"), true), v(g.tensor("v"), true), sigma(g.tensor("sigma"), true);
     Var gate = gated ? Var(g.tensor("g"), true) : Var();

@@ -6,32 +6,15 @@
 
 #include <cmath>
 
-#include "golden.h"
+#include "kind_tests.h"
 #include "tapeformer/autograd/gradcheck.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/attention/sinkhorn.h"
 
 using namespace tapeformer;
+using namespace kind_tests;
 
 namespace {
-
-std::string fixture_path(const std::string& name) {
-  return std::string(TAPEFORMER_FIXTURE_DIR) + "/golden_" + name + ".txt";
-}
-
-Tensor normal(const Shape& shape, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  Tensor t = Tensor::empty(shape);
-  rng.fill_normal(t, 0.0f, scale);
-  return t;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double worst = 0;
-  const std::vector<Scalar> x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-  return worst;
-}
 
 ModelConfig sinkhorn_config() {
   ModelConfig c;
@@ -66,7 +49,7 @@ TEST_CASE("sinkhorn: one block covering the sequence is full attention, causal a
 TEST_CASE("sinkhorn: values and gradients equal PyTorch's formula (causal, and bidirectional with 3 iterations)") {
   for (const char* name : {"sinkhorn_causal", "sinkhorn"}) {
     INFO(name);
-    const Golden g = load_golden_file(fixture_path(name));
+    const Golden g = reference(name);
     SinkhornOptions o;
     o.block = 4;
     o.iters = 3;
