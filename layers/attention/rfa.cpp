@@ -18,6 +18,7 @@ using RowMatrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 using MatrixMap = Eigen::Map<RowMatrix>;
 using VectorMap = Eigen::Map<Eigen::Matrix<Scalar, Eigen::Dynamic, 1>>;
 using ConstVectorMap = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, 1>>;
+using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
 
 constexpr int64_t kScanChunk = 32;  // the scan keeps its state every this many steps for the backward
 
@@ -60,7 +61,39 @@ void scan_row(Scalar* S, Scalar* z, const Scalar* a, const Scalar* b, const Scal
   }
 }
 
-// The scan as an op: inputs a, b (BH, T, C), v (BH, T, M) and, gated, g (BH, T).
+// One chunk's gates, t, i in [0, n): P_t = prod_{k<=t} g_k (what the state entering the chunk keeps by
+// step t), E_ti = prod_{i<k<=t} g_k and W_ti = (1 - g_i) E_ti for i <= t (what step i's b_i v_i^T weighs
+// at step t), 0 above the diagonal; ungated (g null): P = 1 and E = W = 1 on and below the diagonal.
+struct ChunkGates {
+  Vector P;
+  RowMatrix E, W;
+  void make(const Scalar* g, int64_t n) {
+    E = RowMatrix::Zero(n, n);
+    if (g == nullptr) {
+      P = Vector::Ones(n);
+      for (int64_t t = 0; t < n; ++t) E.row(t).head(t + 1).setOnes();
+      W = E;
+      return;
+    }
+    Vector lp(n);  // log P
+    for (int64_t t = 0; t < n; ++t) lp[t] = (t > 0 ? lp[t - 1] : 0.0f) + std::log(g[t]);
+    P = lp.array().exp();
+    W = RowMatrix::Zero(n, n);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i <= t; ++i) {
+        E(t, i) = std::exp(lp[t] - lp[i]);
+        W(t, i) = (1.0f - g[i]) * E(t, i);
+      }
+  }
+};
+
+using ConstRowMap = Eigen::Map<const RowMatrix>;
+
+// The scan as an op: inputs a, b (BH, T, C), v (BH, T, M) and, gated, g (BH, T). It runs chunk by
+// chunk of kScanChunk steps in matrix form: with the state (S0, z0) entering a chunk,
+//   NUM = diag(P) A S0 + (W o A B^T) V,   DEN = diag(P) A z0 + (W o A B^T) 1,   Y = NUM / d~(DEN)
+//   S_end = P_(n-1) S0 + B^T diag(W_(n-1,.)) V,   z_end = P_(n-1) z0 + B^T W_(n-1,.)
+// (the same sums as the step-by-step recurrence, in another order), keeping each chunk's S0, z0.
 struct RfaScan : Function {
   const char* name() const override { return "rfa_scan"; }
 
@@ -70,16 +103,30 @@ struct RfaScan : Function {
     const ScanShape s = shape_of(a, v);
     const int64_t chunks = (s.T + kScanChunk - 1) / kScanChunk, state = s.C * s.M + s.C;
     Tensor y = Tensor::empty(v.shape()), den = Tensor::empty({s.BH, s.T});
-    Tensor saved = Tensor::empty({s.BH, chunks, state});  // the state before each chunk's first step
+    Tensor saved = Tensor::empty({s.BH, chunks, state});  // the state entering each chunk
     parallel::parallel_for(s.BH, 1, [&](int64_t r0, int64_t r1) {
       std::vector<Scalar> Sz(static_cast<size_t>(state));
+      ChunkGates gates;
       for (int64_t r = r0; r < r1; ++r) {
         std::fill(Sz.begin(), Sz.end(), 0.0f);
+        MatrixMap S0(Sz.data(), s.C, s.M);
+        VectorMap z0(Sz.data() + s.C * s.M, s.C);
         for (int64_t c = 0; c < chunks; ++c) {
           std::copy(Sz.begin(), Sz.end(), saved.data() + (r * chunks + c) * state);
-          scan_row(Sz.data(), Sz.data() + s.C * s.M, a.data() + r * s.T * s.C, b.data() + r * s.T * s.C,
-                   v.data() + r * s.T * s.M, g.defined() ? g.data() + r * s.T : nullptr, y.data() + r * s.T * s.M,
-                   den.data() + r * s.T, c * kScanChunk, std::min(s.T, (c + 1) * kScanChunk), s);
+          const int64_t t0 = c * kScanChunk, n = std::min(s.T, t0 + kScanChunk) - t0;
+          const ConstRowMap A(a.data() + (r * s.T + t0) * s.C, n, s.C), B(b.data() + (r * s.T + t0) * s.C, n, s.C);
+          const ConstRowMap V(v.data() + (r * s.T + t0) * s.M, n, s.M);
+          gates.make(g.defined() ? g.data() + r * s.T + t0 : nullptr, n);
+          const RowMatrix Wm = gates.W.cwiseProduct(A * B.transpose());  // (n, n)
+          const RowMatrix num = gates.P.asDiagonal() * (A * S0) + Wm * V;  // (n, M)
+          const Vector d = gates.P.cwiseProduct(A * z0) + Wm.rowwise().sum();
+          for (int64_t t = 0; t < n; ++t) {
+            den.data()[r * s.T + t0 + t] = d[t];
+            VectorMap(y.data() + (r * s.T + t0 + t) * s.M, s.M) = num.row(t).transpose() / clamped(d[t]);
+          }
+          const Vector e = gates.W.row(n - 1).transpose();
+          S0 = gates.P[n - 1] * S0 + B.transpose() * (e.asDiagonal() * V);
+          z0 = gates.P[n - 1] * z0 + B.transpose() * e;
         }
       }
     });
@@ -87,59 +134,75 @@ struct RfaScan : Function {
     return {y};
   }
 
+  // The chunks in reverse, with dS, dz the gradient of the state leaving the chunk (G = dY / d~,
+  // h = dd, 0 where clamped; K = A B^T, Wm = W o K):
+  //   dWm = G V^T + h 1^T,  dA = diag(P)(G S0^T + h z0^T) + (dWm o W) B,  dB = (dWm o W)^T A + diag(e)(V dS^T + 1 dz^T)
+  //   dV = Wm^T G + diag(e) B dS,  dS0 = A^T diag(P) G + P_(n-1) dS,  dz0 = A^T (P o h) + P_(n-1) dz
+  // and, gated, the gates through log P: dlogP_t = dP_t P_t + sum_i (W o dW)_ti - sum_t' (W o dW)_t't,
+  // dlog g_k = sum_{t>=k} dlogP_t, dg = dlog g / g - du, du_i = sum_t (E o dW)_ti.
   std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
     const std::vector<Tensor>& sv = ctx.saved();
     const Tensor &a = sv[0], &b = sv[1], &v = sv[2], &g = sv[3], &saved = sv[4], &den = sv[5];
     const Tensor dy = dout[0].contiguous();
     const ScanShape s = shape_of(a, v);
     const int64_t chunks = (s.T + kScanChunk - 1) / kScanChunk, state = s.C * s.M + s.C;
-    Tensor da = Tensor::zeros(a.shape()), db = Tensor::zeros(b.shape()), dv = Tensor::zeros(v.shape());
-    Tensor dg = g.defined() ? Tensor::zeros(g.shape()) : Tensor();
+    Tensor da = Tensor::empty(a.shape()), db = Tensor::empty(b.shape()), dv = Tensor::empty(v.shape());
+    Tensor dg = g.defined() ? Tensor::empty(g.shape()) : Tensor();
     parallel::parallel_for(s.BH, 1, [&](int64_t r0, int64_t r1) {
-      std::vector<Scalar> states(static_cast<size_t>((kScanChunk + 1) * state));  // S, z before and after each step
-      std::vector<Scalar> dSz(static_cast<size_t>(state)), num(static_cast<size_t>(s.M));
+      RowMatrix dS(s.C, s.M);
+      Vector dz(s.C);
+      ChunkGates gates;
       for (int64_t r = r0; r < r1; ++r) {
-        const Scalar *ar = a.data() + r * s.T * s.C, *br = b.data() + r * s.T * s.C, *vr = v.data() + r * s.T * s.M;
-        const Scalar* gr = g.defined() ? g.data() + r * s.T : nullptr;
-        std::fill(dSz.begin(), dSz.end(), 0.0f);
-        MatrixMap dS(dSz.data(), s.C, s.M);
-        VectorMap dz(dSz.data() + s.C * s.M, s.C);
+        dS.setZero();
+        dz.setZero();
         for (int64_t c = chunks - 1; c >= 0; --c) {
-          const int64_t t0 = c * kScanChunk, t1 = std::min(s.T, t0 + kScanChunk);
+          const int64_t t0 = c * kScanChunk, n = std::min(s.T, t0 + kScanChunk) - t0, at = r * s.T + t0;
           const Scalar* start = saved.data() + (r * chunks + c) * state;
-          std::copy(start, start + state, states.data());
-          for (int64_t t = t0; t < t1; ++t) {  // states[i + 1]: after step t0 + i
-            Scalar* next = states.data() + (t - t0 + 1) * state;
-            std::copy(next - state, next, next);
-            step(next, next + s.C * s.M, br + t * s.C, vr + t * s.M, gr == nullptr ? nullptr : gr + t, s);
+          const ConstRowMap S0(start, s.C, s.M);
+          const ConstVectorMap z0(start + s.C * s.M, s.C);
+          const ConstRowMap A(a.data() + at * s.C, n, s.C), B(b.data() + at * s.C, n, s.C);
+          const ConstRowMap V(v.data() + at * s.M, n, s.M), dY(dy.data() + at * s.M, n, s.M);
+          const Scalar* gc = g.defined() ? g.data() + at : nullptr;
+          gates.make(gc, n);
+          const RowMatrix K = A * B.transpose(), Wm = gates.W.cwiseProduct(K);
+          const RowMatrix AS0 = A * S0;
+          const Vector Az0 = A * z0;
+          const RowMatrix num = gates.P.asDiagonal() * AS0 + Wm * V;
+          RowMatrix G(n, s.M);
+          Vector h(n);
+          for (int64_t t = 0; t < n; ++t) {
+            const Scalar d = den.data()[at + t], dd = clamped(d);
+            G.row(t) = dY.row(t) / dd;
+            h[t] = dd == d ? -dY.row(t).dot(num.row(t)) / (dd * dd) : 0.0f;  // no gradient where clamped
           }
-          for (int64_t t = t1 - 1; t >= t0; --t) {
-            Scalar* now = states.data() + (t - t0 + 1) * state;
-            const Scalar* before = now - state;
-            const MatrixMap St(now, s.C, s.M);
-            const VectorMap zt(now + s.C * s.M, s.C);
-            const ConstVectorMap at(ar + t * s.C, s.C), bt(br + t * s.C, s.C), vt(vr + t * s.M, s.M);
-            const ConstVectorMap dyt(dy.data() + (r * s.T + t) * s.M, s.M);
-            const Scalar d = den.data()[r * s.T + t], dd = clamped(d);
-            VectorMap numt(num.data(), s.M);
-            numt.noalias() = St.transpose() * at;
-            const Eigen::Matrix<Scalar, Eigen::Dynamic, 1> dnum = dyt / dd;
-            const Scalar dden = dd == d ? -dyt.dot(numt) / (dd * dd) : 0.0f;  // no gradient where clamped
-            VectorMap(da.data() + (r * s.T + t) * s.C, s.C).noalias() = St * dnum + zt * dden;
-            dS.noalias() += at * dnum.transpose();
-            dz += at * dden;
-            const Scalar take = gr == nullptr ? 1.0f : 1.0f - gr[t];
-            VectorMap(dv.data() + (r * s.T + t) * s.M, s.M).noalias() = take * (dS.transpose() * bt);
-            VectorMap(db.data() + (r * s.T + t) * s.C, s.C).noalias() = take * (dS * vt + dz);
-            if (gr != nullptr) {
-              // dg_t = <dS_t, S_(t-1) - b_t v_t^T> + <dz_t, z_(t-1) - b_t>
-              const Eigen::Map<const RowMatrix> Sp(before, s.C, s.M);
-              const ConstVectorMap zp(before + s.C * s.M, s.C);
-              dg.data()[r * s.T + t] = (dS.cwiseProduct(Sp)).sum() - bt.dot(dS * vt) + dz.dot(zp - bt);
-              dS *= gr[t];
-              dz *= gr[t];
+          const RowMatrix dWm = ((G * V.transpose()).colwise() + h).triangularView<Eigen::Lower>();
+          const RowMatrix dK = dWm.cwiseProduct(gates.W);
+          const RowMatrix PG = gates.P.asDiagonal() * G;
+          const Vector Ph = gates.P.cwiseProduct(h);
+          const Vector e = gates.W.row(n - 1).transpose();
+          const RowMatrix BdS = B * dS;  // (n, M): b_i^T dS
+          RowMatrix::MapType(da.data() + at * s.C, n, s.C) =
+              PG * S0.transpose() + Ph * z0.transpose() + dK * B;
+          RowMatrix::MapType(db.data() + at * s.C, n, s.C) =
+              dK.transpose() * A + e.asDiagonal() * ((V * dS.transpose()).rowwise() + dz.transpose());
+          RowMatrix::MapType(dv.data() + at * s.M, n, s.M) = Wm.transpose() * G + e.asDiagonal() * BdS;
+          if (gc != nullptr) {
+            RowMatrix dW = dWm.cwiseProduct(K);
+            dW.row(n - 1) += (BdS.cwiseProduct(V).rowwise().sum() + B * dz).transpose();  // de_i
+            Vector dP = G.cwiseProduct(AS0).rowwise().sum() + h.cwiseProduct(Az0);
+            dP[n - 1] += dS.cwiseProduct(S0).sum() + dz.dot(z0);
+            const RowMatrix WdW = gates.W.cwiseProduct(dW);
+            const Vector dlp = dP.cwiseProduct(gates.P) + WdW.rowwise().sum() - WdW.colwise().sum().transpose();
+            const Vector du = gates.E.cwiseProduct(dW).colwise().sum().transpose();
+            Scalar dlog = 0;  // sum_{t >= k} dlp_t
+            for (int64_t k = n - 1; k >= 0; --k) {
+              dlog += dlp[k];
+              dg.data()[at + k] = dlog / gc[k] - du[k];
             }
           }
+          // The state entering the chunk: what the chunk's outputs and the state leaving it read of it.
+          dS = A.transpose() * PG + gates.P[n - 1] * dS;
+          dz = A.transpose() * Ph + gates.P[n - 1] * dz;
         }
       }
     });
@@ -153,7 +216,8 @@ struct RfaScan : Function {
   }
 };
 
-// sqrt(1 / F) [sin p, cos p] over the last axis.
+// sqrt(1 / F) [sin p, cos p] over the last axis, with Eigen's vectorised sin and cos; the backward
+// reads the output itself: dp = g_sin o (sqrt(1 / F) cos p) - g_cos o (sqrt(1 / F) sin p).
 struct RfaSinCos : Function {
   const char* name() const override { return "rfa_sincos"; }
 
@@ -164,31 +228,30 @@ struct RfaSinCos : Function {
     shape[-1] = 2 * F;
     Tensor out = Tensor::empty(shape);
     const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(F));
-    parallel::parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t f = 0; f < F; ++f) {
-          const Scalar x = p.data()[r * F + f];
-          out.data()[r * 2 * F + f] = scale * std::sin(x);
-          out.data()[r * 2 * F + F + f] = scale * std::cos(x);
-        }
+    parallel::parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const auto x = eigen::array(p.data() + r * F, F);
+        eigen::array(out.data() + r * 2 * F, F) = scale * x.sin();
+        eigen::array(out.data() + r * 2 * F + F, F) = scale * x.cos();
+      }
     });
-    ctx.save_for_backward({p});
+    ctx.save_for_backward({out});
     return {out};
   }
 
   std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
-    const Tensor& p = ctx.saved()[0];
+    const Tensor& out = ctx.saved()[0];
     const Tensor g = dout[0].contiguous();
-    const int64_t F = p.dim(-1), rows = p.numel() / std::max<int64_t>(F, 1);
-    Tensor dp = Tensor::empty(p.shape());
-    const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(F));
-    parallel::parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t f = 0; f < F; ++f) {
-          const Scalar x = p.data()[r * F + f];
-          dp.data()[r * F + f] =
-              scale * (g.data()[r * 2 * F + f] * std::cos(x) - g.data()[r * 2 * F + F + f] * std::sin(x));
-        }
+    const int64_t F = out.dim(-1) / 2, rows = out.numel() / std::max<int64_t>(2 * F, 1);
+    Shape shape = out.shape();
+    shape[-1] = F;
+    Tensor dp = Tensor::empty(shape);
+    parallel::parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const Scalar *o = out.data() + r * 2 * F, *gr = g.data() + r * 2 * F;
+        eigen::array(dp.data() + r * F, F) = eigen::array(gr, F) * eigen::array(o + F, F) -
+                                             eigen::array(gr + F, F) * eigen::array(o, F);
+      }
     });
     return {dp};
   }

@@ -12,10 +12,11 @@
 //   y_t = phi(q~_t)^T S_t / d~_t,   d~_t = sign(d_t) max(|d_t|, 1e-4),   d_t = phi(q~_t) . z_t
 //
 // The features are signed, so d_t may be near 0 or negative: it is clamped
-// away from 0 (no gradient where clamped). Training runs the recurrence as a
-// scan (rfa_scan: states kept every kScanChunk steps, the backward a reverse
-// scan that recomputes each chunk's states), O(T F D) per head; generation is
-// the same recurrence one token at a time (RfaState: S, z, O(1) in the length).
+// away from 0 (no gradient where clamped). Training runs the recurrence
+// chunk by chunk (rfa_scan: 32 steps at a time in matrix products, the state
+// kept between chunks, the backward the chunks in reverse), O(T F D) per head;
+// generation is the same recurrence one token at a time (RfaState: S, z, O(1)
+// in the length).
 //
 // The random draw eps (H, D, F): in training a fresh one after every
 // optimizer step, as the paper does (unless model.rfa_redraw is false), made
