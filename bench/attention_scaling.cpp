@@ -97,8 +97,13 @@ struct Sparse {
 // one head of d, x (B, N, d) -> (B, N, d). LSH gets Reformer's chunks of 64
 // with 2N / 64 buckets unless given; Linformer is not causal, so it is timed
 // as the bidirectional layer it is, beside the (causal) softmax layer: a
-// bidirectional softmax would do about twice the score work.
-bool layer_kind(const std::string& kind) { return kind == "lsh" || kind == "linformer" || kind == "adaptive_span"; }
+// bidirectional softmax would do about twice the score work. Every
+// registered attention kind but softmax, linear and the sparse patterns
+// (timed as ops above) is such a layer, so a new kind is timed by name.
+bool layer_kind(const std::string& kind) {
+  return attention_kinds().find(kind) != nullptr && kind != "softmax" && kind != "linear" &&
+         sparse_pattern_kinds().find(kind) == nullptr;
+}
 
 std::shared_ptr<Attention> make_layer(const std::string& kind, int64_t N, int64_t d, const ModelConfig& options) {
   ModelConfig cfg = options;
@@ -172,9 +177,8 @@ int run(int argc, char** argv) {
   const SparsePatternKind* sparse = sparse_pattern_kinds().find(kind);
   TAPEFORMER_CHECK(kind == "softmax" || kind == "softmax-fused" || kind == "linear" || kind == "favor" ||
                        sparse != nullptr || layer_kind(kind),
-                   "attention_scaling: --kind must be softmax, softmax-fused, linear, favor, lsh, linformer, "
-                   "adaptive_span or a sparse pattern (",
-                   sparse_pattern_kinds().names(), "), got ", kind);
+                   "attention_scaling: --kind must be softmax, softmax-fused, linear, favor or an attention kind (",
+                   attention_kinds().names(), "), got ", kind);
   ModelConfig cfg;
   for (const std::string& o : options) {
     const size_t eq = o.find('=');
