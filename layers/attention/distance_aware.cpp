@@ -22,42 +22,57 @@ Scalar sigmoid(Scalar z) {
 
 }  // namespace
 
-DistanceWeight::DistanceWeight(const Tensor& weighting, bool relu)
-    : weighting_(weighting.contiguous()), H_(weighting.rank() == 2 ? weighting.dim(1) : 0), relu_(relu) {
+DistanceWeight::DistanceWeight(const Tensor& weighting, bool relu, int64_t n)
+    : H_(weighting.rank() == 2 ? weighting.dim(1) : 0), n_(n), relu_(relu) {
   TAPEFORMER_CHECK(weighting.rank() == 2 && weighting.dim(0) == 2, "DistanceWeight: the weighting ",
                    weighting.shape(), " must be (2, H): alpha and beta per head");
+  const Tensor w = weighting.contiguous();
+  const auto size = static_cast<size_t>(H_ * n_);
+  f_.resize(size);
+  df_dalpha_.resize(size);
+  df_dbeta_.resize(size);
+  for (int64_t h = 0; h < H_; ++h) {
+    const Scalar alpha = w.data()[h], beta = std::min(w.data()[H_ + h], kMaxBeta);
+    const Scalar e_beta = std::exp(beta), c = 1.0f + e_beta;
+    for (int64_t d = 0; d < n_; ++d) {
+      const auto R = static_cast<Scalar>(d);
+      const Scalar sig = sigmoid(alpha * R - beta), f = c * sig;
+      const auto at = static_cast<size_t>(h * n_ + d);
+      f_[at] = f;
+      df_dalpha_[at] = f * (1.0f - sig) * R;
+      df_dbeta_[at] = sig * (e_beta - c * (1.0f - sig));
+    }
+  }
 }
 
-void DistanceWeight::check(int64_t, int64_t H, int64_t, int64_t) const {
+void DistanceWeight::check(int64_t, int64_t H, int64_t, int64_t Tk) const {
   TAPEFORMER_CHECK(H_ == H, "DistanceWeight: the weighting (2, ", H_, ") must have the ", H, " heads of q");
+  TAPEFORMER_CHECK(Tk <= n_, "DistanceWeight: its tables hold distances below ", n_, ", but ", Tk, " keys need ",
+                   Tk - 1);
 }
 
 void DistanceWeight::apply(const kernels::ScoreRow& r, Scalar* s) const {
-  const Scalar alpha = weighting_.data()[r.h], beta = std::min(weighting_.data()[H_ + r.h], kMaxBeta);
-  const Scalar c = 1.0f + std::exp(beta);
+  const Scalar* f = f_.data() + r.h * n_;
   const int64_t base = r.offset() + r.i - r.j0;  // the signed distance of key j0
   for (int64_t x = 0; x < r.n; ++x) {
-    const auto R = static_cast<Scalar>(std::llabs(base - x * r.step));
-    const Scalar f = c * sigmoid(alpha * R - beta);
-    s[x] = (relu_ ? std::max(s[x], 0.0f) : s[x]) * f;
+    const Scalar w = f[std::llabs(base - x * r.step)];
+    s[x] = (relu_ ? std::max(s[x], 0.0f) : s[x]) * w;
   }
 }
 
 void DistanceWeight::backward(const kernels::ScoreRow& r, const Scalar* in, Scalar* ds, Scalar* part) const {
-  const Scalar alpha = weighting_.data()[r.h], beta = std::min(weighting_.data()[H_ + r.h], kMaxBeta);
-  const Scalar e_beta = std::exp(beta), c = 1.0f + e_beta;
+  const Scalar *f = f_.data() + r.h * n_, *fa = df_dalpha_.data() + r.h * n_, *fb = df_dbeta_.data() + r.h * n_;
   const int64_t base = r.offset() + r.i - r.j0;
   for (int64_t x = 0; x < r.n; ++x) {
     if (!std::isfinite(in[x])) continue;  // a hidden pair: the kernel zeroes its ds
-    const auto R = static_cast<Scalar>(std::llabs(base - x * r.step));
-    const Scalar sig = sigmoid(alpha * R - beta), f = c * sig;
+    const int64_t R = std::llabs(base - x * r.step);
     const Scalar s = relu_ ? std::max(in[x], 0.0f) : in[x];
     const Scalar g = ds[x];
     if (part != nullptr) {  // (null in the kernel's pass that does not collect the parameters' gradient)
-      part[0] += g * s * f * (1.0f - sig) * R;               // df/dalpha = f (1 - sigma) R
-      part[1] += g * s * sig * (e_beta - c * (1.0f - sig));  // df/dbeta
+      part[0] += g * s * fa[R];
+      part[1] += g * s * fb[R];
     }
-    ds[x] = relu_ && in[x] <= 0 ? 0.0f : g * f;
+    ds[x] = relu_ && in[x] <= 0 ? 0.0f : g * f[R];
   }
 }
 
@@ -68,7 +83,8 @@ void DistanceWeight::fold_gradient(int64_t, int64_t h, const Scalar* part, Scala
 
 Var distance_aware_attention(const Var& q, const Var& k, const Var& v, const Var& weighting, bool relu,
                              AttentionSpec spec) {
-  spec.maps.push_back({std::make_shared<DistanceWeight>(weighting.value(), relu), weighting});
+  // Queries are the last Tq of Tk positions (or all Tk, bidirectionally): distances stay below Tk.
+  spec.maps.push_back({std::make_shared<DistanceWeight>(weighting.value(), relu, k.dim(2)), weighting});
   return softmax_attention(q, k, v, spec);  // (B, H, Tq, D)
 }
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/layers/attention/attention.h"
@@ -32,9 +33,13 @@ namespace tapeformer {
 // read from `weighting` (2, H): row 0 alpha_h, row 1 beta_h. Gradient:
 //   ds_in = ds_out f 1[s > 0],  dalpha_h += ds_out ReLU(s) f (1 - sigma) R,
 //   dbeta_h += ds_out ReLU(s) sigma (e^beta - c (1 - sigma)),  sigma = sigma(alpha R - beta).
+//
+// f and its two partial derivatives depend on (h, R) only: they are tables
+// of H x n built once per call (n = Tk, the farthest distance plus one), so
+// a score costs a lookup, not an exp.
 class DistanceWeight : public kernels::ScoreMap {
  public:
-  DistanceWeight(const Tensor& weighting, bool relu);  // (2, H)
+  DistanceWeight(const Tensor& weighting, bool relu, int64_t n);  // (2, H); distances 0 .. n - 1
   void check(int64_t B, int64_t H, int64_t Tq, int64_t Tk) const override;  // the table's H
   void apply(const kernels::ScoreRow& r, Scalar* s) const override;
   void backward(const kernels::ScoreRow& r, const Scalar* in, Scalar* ds, Scalar* part) const override;
@@ -42,9 +47,9 @@ class DistanceWeight : public kernels::ScoreMap {
   void fold_gradient(int64_t b, int64_t h, const Scalar* part, Scalar* grad) const override;
 
  private:
-  Tensor weighting_;  // (2, H), contiguous
-  int64_t H_;
+  int64_t H_, n_;
   bool relu_;
+  std::vector<Scalar> f_, df_dalpha_, df_dbeta_;  // (H, n): f_h(R), f (1 - sigma) R, sigma (e^beta - c (1 - sigma))
 };
 
 // Distance-aware attention of q (B, H, Tq, D) over k, v (B, H, Tk, D), the
