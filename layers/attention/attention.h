@@ -20,9 +20,9 @@
 // needs to continue a sequence (softmax: a KV cache of the last `window`
 // positions; linear: the running sums S, z, O(1) in the length).
 //
-// Kinds: the table in layers/attention/registry.cpp (`tapeformer kinds`
-// lists them): softmax, linear, the sparse patterns (sparse.h), adaptive
-// span, LSH, Linformer. Adding one: docs/adding-an-attention-kind.md.
+// Kinds: the table in layers/attention/registry.cpp, one file pair each
+// beside it (`tapeformer kinds` and docs/kinds.md list them). Adding one:
+// docs/adding-an-attention-kind.md.
 #pragma once
 
 #include <functional>
