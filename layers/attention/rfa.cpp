@@ -1,6 +1,7 @@
 #include "tapeformer/layers/attention/rfa.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -95,7 +96,9 @@ using ConstRowMap = Eigen::Map<const RowMatrix>;
 //   S_end = P_(n-1) S0 + B^T diag(W_(n-1,.)) V,   z_end = P_(n-1) z0 + B^T W_(n-1,.)
 // (the same sums as the step-by-step recurrence, in another order), keeping each chunk's S0, z0.
 struct RfaScan : Function {
+  explicit RfaScan(RfaClampCount* clamps) : clamps_(clamps) {}
   const char* name() const override { return "rfa_scan"; }
+  RfaClampCount* clamps_;
 
   std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
     const Tensor a = in[0].contiguous(), b = in[1].contiguous(), v = in[2].contiguous();
@@ -104,9 +107,11 @@ struct RfaScan : Function {
     const int64_t chunks = (s.T + kScanChunk - 1) / kScanChunk, state = s.C * s.M + s.C;
     Tensor y = Tensor::empty(v.shape()), den = Tensor::empty({s.BH, s.T});
     Tensor saved = Tensor::empty({s.BH, chunks, state});  // the state entering each chunk
+    std::atomic<int64_t> n_clamped{0};
     parallel::parallel_for(s.BH, 1, [&](int64_t r0, int64_t r1) {
       std::vector<Scalar> Sz(static_cast<size_t>(state));
       ChunkGates gates;
+      int64_t mine = 0;  // clamped denominators of these rows
       for (int64_t r = r0; r < r1; ++r) {
         std::fill(Sz.begin(), Sz.end(), 0.0f);
         MatrixMap S0(Sz.data(), s.C, s.M);
@@ -121,6 +126,7 @@ struct RfaScan : Function {
           const RowMatrix num = gates.P.asDiagonal() * (A * S0) + Wm * V;  // (n, M)
           const Vector d = gates.P.cwiseProduct(A * z0) + Wm.rowwise().sum();
           for (int64_t t = 0; t < n; ++t) {
+            mine += std::abs(d[t]) < kRfaMinDenominator ? 1 : 0;
             den.data()[r * s.T + t0 + t] = d[t];
             VectorMap(y.data() + (r * s.T + t0 + t) * s.M, s.M) = num.row(t).transpose() / clamped(d[t]);
           }
@@ -129,7 +135,12 @@ struct RfaScan : Function {
           z0 = gates.P[n - 1] * z0 + B.transpose() * e;
         }
       }
+      n_clamped += mine;
     });
+    if (clamps_ != nullptr) {
+      clamps_->seen += s.BH * s.T;
+      clamps_->clamped += n_clamped.load();
+    }
     ctx.save_for_backward({a, b, v, g, saved, den});
     return {y};
   }
@@ -274,7 +285,7 @@ Var rfa_features(const Var& x, const Var& sigma, const Tensor& eps) {
   return rfa_sincos(p);                                                              // (B, H, T, 2F)
 }
 
-Var rfa_scan(const Var& a, const Var& b, const Var& v, const Var& g) {
+Var rfa_scan(const Var& a, const Var& b, const Var& v, const Var& g, RfaClampCount* clamps) {
   TAPEFORMER_CHECK(a.rank() == 4 && b.shape() == a.shape() && v.rank() == 4 && v.dim(0) == a.dim(0) &&
                        v.dim(1) == a.dim(1) && v.dim(2) == a.dim(2),
                    "rfa_scan: features ", a.shape(), " and ", b.shape(), " must be (B, H, T, C) and values ", v.shape(),
@@ -287,7 +298,7 @@ Var rfa_scan(const Var& a, const Var& b, const Var& v, const Var& g) {
                      ", ", H, ", ", T, ")");
     in.push_back(reshape(contiguous(g), {B * H, T}));
   }
-  return reshape(Function::apply<RfaScan>(in)[0], {B, H, T, M});
+  return reshape(Function::apply<RfaScan>(in, clamps)[0], {B, H, T, M});
 }
 
 // ---- RfaState ------------------------------------------------------------------
@@ -353,7 +364,12 @@ Var RandomFeatureAttention::forward(const Var& x, Rng& rng) const {
                    " must be (B, T, ", n_embd, ")");
   const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const auto [a, b] = features(h[0], h[1], 0, is_training() && redraw ? train_draw : eval_draw);
-  return output(rfa_scan(a, b, h[2], gated ? gate(x) : Var()), rng);  // (B, T, C)
+  return output(rfa_scan(a, b, h[2], gated ? gate(x) : Var(), &clamps_), rng);  // (B, T, C)
+}
+
+std::vector<std::pair<std::string, std::vector<double>>> RandomFeatureAttention::own_metrics() const {
+  const int64_t seen = clamps_.seen.exchange(0), clamped = clamps_.clamped.exchange(0);
+  return {{"clamped", {seen > 0 ? static_cast<double>(clamped) / static_cast<double>(seen) : 0.0}}};
 }
 
 std::unique_ptr<InferenceState> RandomFeatureAttention::make_state(int64_t batch, int64_t /*window*/) const {

@@ -30,6 +30,7 @@
 // w_g ~ N(0, 0.02) and b_g = 2 (g ~ 0.88, close to the ungated sums).
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "tapeformer/layers/attention/attention.h"
@@ -48,7 +49,11 @@ Var rfa_sincos(const Var& p);
 // The causal scan above on features a = phi(q~), b = phi(k~) (B, H, T, C)
 // and values v (B, H, T, M) -> (B, H, T, M); g (B, H, T) in (0, 1) the gate
 // (undefined: ungated). Every input gets its gradient.
-Var rfa_scan(const Var& a, const Var& b, const Var& v, const Var& g = Var());
+// `clamps`, when given, counts the denominators seen and those clamped.
+struct RfaClampCount {
+  std::atomic<int64_t> seen{0}, clamped{0};
+};
+Var rfa_scan(const Var& a, const Var& b, const Var& v, const Var& g = Var(), RfaClampCount* clamps = nullptr);
 
 // Generation state: per (b, h) the running S (C, M) and z (C), and the positions seen.
 class RfaState : public InferenceState {
@@ -80,10 +85,14 @@ class RandomFeatureAttention : public ProjectedAttention {
 
  protected:
   bool after_optimizer_step(int64_t step) override;  // the next training draw (returns true: a buffer changed)
+  // "clamped": the share of denominators clamped in the forwards since the last call (training's
+  // batches and the evaluation's), the paper's sign of too few features.
+  std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const override;
 
  private:
   void redraw_features(int64_t step);
   uint64_t draw_seed_ = 0;
+  mutable RfaClampCount clamps_;
   Var gate(const Var& x) const;  // x (B, T, C) -> g (B, H, T)
   // q, k (B, H, T, D) at positions q0.. -> their features (B, H, T, 2F) under `draw`.
   std::pair<Var, Var> features(const Var& q, const Var& k, int64_t q0, const Tensor& draw) const;

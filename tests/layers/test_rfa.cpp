@@ -89,8 +89,15 @@ TEST_CASE("rfa: a constant gate c tends to ungated RFA as c -> 1 (the (1 - c) ca
 
   // Features whose dot product is 0: d = 0 is clamped to 1e-4, never divided by.
   const Tensor zero_q = Tensor::zeros({1, 1, 3, 4});
-  const Tensor y = rfa_scan(Var(zero_q), Var(b.slice(2, 0, 3).contiguous()), Var(v.slice(2, 0, 3).contiguous())).value();
+  RfaClampCount clamps;
+  const Tensor y = rfa_scan(Var(zero_q), Var(b.slice(2, 0, 3).contiguous()), Var(v.slice(2, 0, 3).contiguous()), Var(),
+                            &clamps).value();
   for (Scalar e : y.to_vector()) CHECK(e == 0.0f);
+  CHECK(clamps.seen == 3);
+  CHECK(clamps.clamped == 3);
+  rfa_scan(Var(a), Var(b), Var(v), Var(), &clamps);  // positive features: nothing clamped
+  CHECK(clamps.seen == 15);
+  CHECK(clamps.clamped == 3);
   Tensor signed_a = normal({1, 1, 12, 4}, 12), signed_b = normal({1, 1, 12, 4}, 13);
   for (Scalar e : rfa_scan(Var(signed_a), Var(signed_b), Var(v)).value().to_vector()) CHECK(std::isfinite(e));
 }
@@ -119,6 +126,12 @@ TEST_CASE("rfa: training draws new features each optimizer step, eval keeps its 
     const Tensor whole = rfa.forward(Var(x), r1).value();
     CHECK(max_abs_diff(rfa.forward(Var(x), r2).value(), whole) == 0.0);  // eval: the fixed draw
     auto state = rfa.make_state(1, -1);
+    const auto metrics = rfa.layer_metrics();  // the share of clamped denominators, then counting anew
+    REQUIRE(metrics.size() == 1);
+    CHECK(metrics[0].first == "clamped");
+    CHECK(metrics[0].second[0] >= 0.0);
+    CHECK(metrics[0].second[0] < 0.5);
+    CHECK(rfa.layer_metrics()[0].second[0] == 0.0);  // no forward since
     check_close(rfa.forward(Var(x.slice(1, 0, 20).contiguous()), *state).value(), whole.slice(1, 0, 20).contiguous(),
                 "prompt", 1e-5);
     for (int64_t t = 20; t < 37; ++t)
