@@ -45,7 +45,9 @@ Var elu(const Var& x, Scalar alpha = 1);    // x > 0 ? x : a (e^x - 1)   dx = g 
 Var where(const Tensor& cond, const Var& a, const Var& b);
 // mask != 0 ? value : x (mask broadcasts to x)       dx = g (1 - mask)
 Var masked_fill(const Var& x, const Tensor& mask, Scalar value);
-// x * m / (1 - p), m ~ Bernoulli(1 - p) drawn from rng   dx = g m / (1 - p); identity when p == 0
+// x * m / (1 - p), m ~ Bernoulli(1 - p)   dx = g m / (1 - p); identity when p == 0. m comes from one
+// draw of rng and each element's index (counter-based, core/rng.h hash_uniform): the backward
+// regenerates it, so no mask is stored.
 Var dropout(const Var& x, Scalar p, Rng& rng);
 // Broadcast view to `shape` (numpy rules)             dx = sum_to(g, x.shape)
 Var expand(const Var& x, const Shape& shape);

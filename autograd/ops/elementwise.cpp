@@ -10,6 +10,8 @@
 #include "tapeformer/core/kernels/elementwise.h"
 #include "tapeformer/core/kernels/reduce.h"
 #include "tapeformer/core/parallel.h"
+#include "tapeformer/core/profile.h"
+#include "tapeformer/core/rng.h"
 
 namespace tapeformer {
 namespace {
@@ -280,17 +282,48 @@ Var masked_fill(const Var& x, const Tensor& mask_in, Scalar value) {
   return out;
 }
 
+namespace {
+
+// y = x * m / (1 - p) over x's elements in row-major order, m_i = [h(i) < (1 - p) 2^32], h a 32-bit
+// hash (murmur3's finaliser) of the element's index and a key from `seed`: a counter-based mask, the
+// same on any thread and in any order, which the backward regenerates instead of storing (one draw
+// from the caller's Rng per call). 32-bit integer arithmetic, so the loop vectorises.
+Tensor apply_dropout_mask(const Tensor& x, Scalar p, uint64_t seed) {
+  const profile::Scope timed("elementwise");
+  const Tensor in = x.contiguous();
+  TAPEFORMER_CHECK(in.numel() <= (int64_t{1} << 32), "dropout: ", in.numel(), " elements, more than its mask's 2^32");
+  Tensor out = Tensor::empty(in.shape());
+  const Scalar scale = 1.0f / (1.0f - p);
+  const auto threshold = static_cast<uint32_t>(std::min(4294967295.0, std::ldexp(1.0 - static_cast<double>(p), 32)));
+  const auto key = static_cast<uint32_t>(seed ^ (seed >> 32));
+  const Scalar* a = in.data();
+  Scalar* o = out.data();
+  parallel::parallel_for(in.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+    const auto first = static_cast<uint32_t>(i0), n = static_cast<uint32_t>(i1 - i0);
+    const Scalar* ab = a + i0;
+    Scalar* ob = o + i0;
+    for (uint32_t j = 0; j < n; ++j) {  // (32-bit lanes: the loop vectorises)
+      uint32_t h = (first + j) * 0x9e3779b1u + key;
+      h ^= h >> 16;
+      h *= 0x85ebca6bu;
+      h ^= h >> 13;
+      h *= 0xc2b2ae35u;
+      h ^= h >> 16;
+      ob[j] = h < threshold ? ab[j] * scale : 0.0f;
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
 Var dropout(const Var& x, Scalar p, Rng& rng) {
   TAPEFORMER_CHECK(x.defined(), "dropout: undefined input");
   TAPEFORMER_CHECK(p >= 0.0f && p < 1.0f, "dropout: probability ", p, " is not in [0, 1)");
   if (p == 0.0f) return x;
-  Tensor mask = Tensor::empty(x.shape());  // m / (1 - p), so backward is one multiply
-  rng.fill_dropout_mask(mask, p);
-  const auto times = [](const Scalar* a, const Scalar* b, Scalar* o, int64_t n) {
-    array(o, n) = array(a, n) * array(b, n);
-  };
-  Var out = make_result(map2(x.value(), mask, times), {&x});
-  record_backward(out, [x, mask, times](const Tensor& g) { accumulate_grad(x, map2(g, mask, times), "dropout"); });
+  const uint64_t seed = rng.next_u64();
+  Var out = make_result(apply_dropout_mask(x.value(), p, seed), {&x});
+  record_backward(out, [x, p, seed](const Tensor& g) { accumulate_grad(x, apply_dropout_mask(g, p, seed), "dropout"); });
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
+#include "sampling_stats.h"
 
 using namespace tapeformer;
 
@@ -129,4 +130,33 @@ TEST_CASE("results are bitwise identical across thread counts for row kernels") 
   parallel::set_num_threads(0);
   CHECK(one.first == two.first);
   CHECK(one.second == two.second);
+}
+
+TEST_CASE("dropout: keeps 1 - p of the elements scaled by 1 / (1 - p), the backward with the same mask, on any thread count") {
+  const int64_t n = 1 << 17;
+  const Tensor ones = Tensor::ones({n});
+  const int threads_before = parallel::num_threads();
+  const auto run = [&](int threads) {
+    parallel::set_num_threads(threads);
+    Rng rng(5);
+    Var x(ones, true);
+    const Var y = dropout(x, 0.3f, rng);
+    backward(y, ones);
+    return std::make_pair(y.value().to_vector(), x.grad().to_vector());
+  };
+  const auto [y, dx] = run(2);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Scalar v = y[static_cast<size_t>(i)];
+    CHECK((v == 0.0f || v == 1.0f / 0.7f));
+    kept += v != 0.0f ? 1 : 0;
+  }
+  CHECK(binomial_z(static_cast<double>(kept) / static_cast<double>(n), 0.7, static_cast<double>(n)) < kZ);
+  CHECK(dx == y);                // dy/dx = m / (1 - p), regenerated in the backward
+  CHECK(run(1).first == y);      // the mask does not depend on the threads
+  parallel::set_num_threads(threads_before);
+  Rng a(5), b(5);
+  const Tensor first = dropout(Var(ones), 0.3f, a).value(), second = dropout(Var(ones), 0.3f, a).value();
+  CHECK(first.to_vector() != second.to_vector());  // each call draws a new mask
+  CHECK(dropout(Var(ones), 0.3f, b).value().to_vector() == first.to_vector());
 }
