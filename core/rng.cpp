@@ -1,5 +1,7 @@
 #include "tapeformer/core/rng.h"
 
+#include "tapeformer/core/parallel.h"
+
 #include <cmath>
 
 #include "tapeformer/core/error.h"
@@ -88,8 +90,15 @@ void Rng::fill_bernoulli(Tensor& t, float p) {
 
 void Rng::fill_dropout_mask(Tensor& t, float p) {
   TAPEFORMER_CHECK(p >= 0 && p < 1, "Rng::fill_dropout_mask: p = ", p, " is not in [0, 1)");
-  const float keep = 1.0f - p, scale = 1.0f / keep;
-  fill_each(t, [&] { return uniform() < keep ? scale : 0.0f; });
+  TAPEFORMER_CHECK(t.defined() && t.is_contiguous(), "Rng::fill_dropout_mask: the mask must be a contiguous tensor");
+  TAPEFORMER_CHECK(t.numel() < (int64_t{1} << 32), "Rng::fill_dropout_mask: ", t.numel(),
+                   " elements, more than a mask's 2^32 - 1");
+  const DropoutMask mask(next_u64(), p);
+  Scalar* out = t.data();
+  parallel::parallel_for(t.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (auto i = static_cast<uint32_t>(i0); i < static_cast<uint32_t>(i1); ++i)
+      out[i] = mask.keeps(i) ? mask.scale : 0.0f;
+  });
 }
 
 }  // namespace tapeformer

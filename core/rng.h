@@ -11,6 +11,7 @@
 // The state is four words plus a cached normal; `save`/`load` work with cereal.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -36,7 +37,8 @@ class Rng {
   void fill_normal(Tensor& t, float mean, float std);
   // 1 with probability p, else 0.
   void fill_bernoulli(Tensor& t, float p);
-  // Inverted-dropout mask: 1 / (1 - p) with probability 1 - p, else 0.
+  // Inverted-dropout mask: 1 / (1 - p) with probability 1 - p, else 0, element i
+  // from DropoutMask(next_u64(), p).keeps(i) (below): the dropout op's mask.
   void fill_dropout_mask(Tensor& t, float p);
 
   bool operator==(const Rng& o) const {
@@ -65,6 +67,29 @@ class Rng {
   std::array<uint64_t, 4> s_{};
   bool has_spare_ = false;
   float spare_ = 0.0f;
+};
+
+// The dropout op's mask (autograd/ops.h dropout, Rng::fill_dropout_mask):
+// element i of a tensor, in row-major order, is kept when a 32-bit hash
+// (murmur3's finaliser) of i and a key from the seed is below (1 - p) 2^32.
+// Counter-based: the same on any thread and in any order, so a backward
+// regenerates it instead of storing it; 32-bit lanes, so loops vectorise.
+struct DropoutMask {
+  DropoutMask(uint64_t seed, float p)
+      : key(static_cast<uint32_t>(seed ^ (seed >> 32))),
+        threshold(static_cast<uint32_t>(std::min(4294967295.0, (1.0 - static_cast<double>(p)) * 4294967296.0))),
+        scale(1.0f / (1.0f - p)) {}
+  bool keeps(uint32_t i) const {
+    uint32_t h = i * 0x9e3779b1u + key;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h < threshold;
+  }
+  uint32_t key, threshold;
+  float scale;  // 1 / (1 - p)
 };
 
 // A counter-based uniform in [0, 1) with 24 random bits: the same (seed,

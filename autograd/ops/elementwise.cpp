@@ -284,33 +284,19 @@ Var masked_fill(const Var& x, const Tensor& mask_in, Scalar value) {
 
 namespace {
 
-// y = x * m / (1 - p) over x's elements in row-major order, m_i = [h(i) < (1 - p) 2^32], h a 32-bit
-// hash (murmur3's finaliser) of the element's index and a key from `seed`: a counter-based mask, the
-// same on any thread and in any order, which the backward regenerates instead of storing (one draw
-// from the caller's Rng per call). 32-bit integer arithmetic, so the loop vectorises.
+// y = x * m / (1 - p) with m the DropoutMask of `seed` (core/rng.h): the mask Rng::fill_dropout_mask
+// would write, applied on the fly, so the backward regenerates it instead of storing it.
 Tensor apply_dropout_mask(const Tensor& x, Scalar p, uint64_t seed) {
   const profile::Scope timed("elementwise");
   const Tensor in = x.contiguous();
-  TAPEFORMER_CHECK(in.numel() <= (int64_t{1} << 32), "dropout: ", in.numel(), " elements, more than its mask's 2^32");
+  TAPEFORMER_CHECK(in.numel() < (int64_t{1} << 32), "dropout: ", in.numel(), " elements, more than its mask's 2^32 - 1");
   Tensor out = Tensor::empty(in.shape());
-  const Scalar scale = 1.0f / (1.0f - p);
-  const auto threshold = static_cast<uint32_t>(std::min(4294967295.0, std::ldexp(1.0 - static_cast<double>(p), 32)));
-  const auto key = static_cast<uint32_t>(seed ^ (seed >> 32));
+  const DropoutMask mask(seed, p);
   const Scalar* a = in.data();
   Scalar* o = out.data();
   parallel::parallel_for(in.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
-    const auto first = static_cast<uint32_t>(i0), n = static_cast<uint32_t>(i1 - i0);
-    const Scalar* ab = a + i0;
-    Scalar* ob = o + i0;
-    for (uint32_t j = 0; j < n; ++j) {  // (32-bit lanes: the loop vectorises)
-      uint32_t h = (first + j) * 0x9e3779b1u + key;
-      h ^= h >> 16;
-      h *= 0x85ebca6bu;
-      h ^= h >> 13;
-      h *= 0xc2b2ae35u;
-      h ^= h >> 16;
-      ob[j] = h < threshold ? ab[j] * scale : 0.0f;
-    }
+    for (auto i = static_cast<uint32_t>(i0); i < static_cast<uint32_t>(i1); ++i)
+      o[i] = mask.keeps(i) ? a[i] * mask.scale : 0.0f;
   });
   return out;
 }
