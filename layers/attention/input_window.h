@@ -4,15 +4,16 @@
 // inputs of the last `window` positions, and the kind re-runs its forward
 // over them for every new piece, returning the piece's rows.
 //
-//   InputWindow& w = state_as<InputWindow>(state, "MyAttention", "InputWindow");
-//   const Tensor held = w.append(x.value());             // (B, held, C)
-//   const Var y = forward(Var(held), rng);                // the whole window again
-//   return slice(y, 1, held.dim(1) - x.dim(1), held.dim(1));
+//   Var MyAttention::forward(const Var& x, InferenceState& state) const {
+//     check_inference(x);
+//     return state_as<InputWindow>(state, "MyAttention", "InputWindow").rerun(*this, x);
+//   }
 #pragma once
 
 #include <string>
 
 #include "tapeformer/autograd/ops.h"
+#include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/inference_state.h"
 
 namespace tapeformer {
@@ -32,6 +33,14 @@ class InputWindow : public InferenceState {
     seen_ += x.dim(1);
     if (window_ > 0 && x_.dim(1) > window_) x_ = x_.slice(1, x_.dim(1) - window_, x_.dim(1)).contiguous();
     return x_;
+  }
+  // x (B, T, C) appended, then layer's forward over the whole window (no
+  // dropout or noise: inference) -> its last T rows (B, T, C).
+  Var rerun(const Attention& layer, const Var& x) {
+    const Tensor held = append(x.value());
+    Rng unused(0);
+    const Var y = layer.forward(Var(held), unused);
+    return slice(y, 1, held.dim(1) - x.dim(1), held.dim(1));
   }
 
  private:

@@ -136,11 +136,8 @@ std::unique_ptr<InferenceState> SinkhornAttention::make_state(int64_t batch, int
 
 Var SinkhornAttention::forward(const Var& x, InferenceState& state) const {
   check_inference(x);
-  InputWindow& w = state_as<InputWindow>(state, "SinkhornAttention", "InputWindow");
-  const Tensor held = w.append(x.value());  // (B, held, C)
-  Rng unused(0);
-  const Var y = forward(Var(held), unused);  // the window again: a block's sorting depends on the block before
-  return slice(y, 1, held.dim(1) - x.dim(1), held.dim(1));
+  // The window again: a block's sorting depends on the block before.
+  return state_as<InputWindow>(state, "SinkhornAttention", "InputWindow").rerun(*this, x);
 }
 
 // ---- the registry entry ---------------------------------------------------------
