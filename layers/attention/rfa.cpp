@@ -50,14 +50,13 @@ void step(Scalar* S, Scalar* z, const Scalar* b, const Scalar* v, const Scalar* 
   }
 }
 
-// One row's steps [t0, t1) from state (S, z), which they update: y_t = a_t^T S_t / d~_t, d_t saved.
+// One row's T steps from state (S, z), which they update: y_t = a_t^T S_t / d~_t (generation).
 void scan_row(Scalar* S, Scalar* z, const Scalar* a, const Scalar* b, const Scalar* v, const Scalar* g, Scalar* y,
-              Scalar* den, int64_t t0, int64_t t1, const ScanShape& s) {
-  for (int64_t t = t0; t < t1; ++t) {
+              const ScanShape& s) {
+  for (int64_t t = 0; t < s.T; ++t) {
     step(S, z, b + t * s.C, v + t * s.M, g == nullptr ? nullptr : g + t, s);
     const ConstVectorMap at(a + t * s.C, s.C);
     const Scalar d = at.dot(VectorMap(z, s.C));
-    if (den != nullptr) den[t] = d;
     VectorMap(y + t * s.M, s.M).noalias() = (MatrixMap(S, s.C, s.M).transpose() * at) / clamped(d);
   }
 }
@@ -392,7 +391,7 @@ Var RandomFeatureAttention::forward(const Var& x, InferenceState& state) const {
   parallel::parallel_for(B * n_head, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       scan_row(s.S.data() + r * C * D, s.z.data() + r * C, ac.data() + r * T * C, bc.data() + r * T * C,
-               vc.data() + r * T * D, gated ? g.data() + r * T : nullptr, y.data() + r * T * D, nullptr, 0, T, shape);
+               vc.data() + r * T * D, gated ? g.data() + r * T : nullptr, y.data() + r * T * D, shape);
   });
   s.seen += T;
   return output(Var(y));  // (B, T, C)
