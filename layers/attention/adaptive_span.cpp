@@ -94,13 +94,7 @@ Var AdaptiveSpanAttention::attend(const Var& q, const Var& k, const Var& v, int6
 }
 
 Var AdaptiveSpanAttention::forward(const Var& x, Rng& rng) const {
-  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "AdaptiveSpanAttention: input ", x.shape(),
-                   " must be (B, T, ", n_embd, ")");
-  const float p = is_training() ? dropout_p : 0.0f;
-  const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
-  const PositionalLayer& pos = positional();
-  const Var y = attend(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], 0, 0, p, &rng);
-  return output(y, rng);  // (B, T, C)
+  return attend_all(x, rng, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
 }
 
 std::unique_ptr<InferenceState> AdaptiveSpanAttention::make_state(int64_t batch, int64_t window) const {
@@ -108,14 +102,7 @@ std::unique_ptr<InferenceState> AdaptiveSpanAttention::make_state(int64_t batch,
 }
 
 Var AdaptiveSpanAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference(x);
-  KVCache& cache = state_as<KVCache>(state, "AdaptiveSpanAttention", "KVCache");
-  const int64_t q0 = cache.length();
-  const std::vector<Var> h = heads(x);  // (B, H, T, D)
-  const PositionalLayer& pos = positional();
-  const KVCache::Window w = cache.append(pos.rotate(h[1], q0).value(), h[2].value());  // (B, H, held, D)
-  const Var y = attend(pos.rotate(h[0], q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr);
-  return output(y);  // (B, T, C)
+  return attend_cached(x, state, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
 }
 
 bool AdaptiveSpanAttention::after_optimizer_step(int64_t) {

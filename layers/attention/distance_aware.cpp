@@ -109,11 +109,7 @@ Var DistanceAwareAttention::attend(const Var& q, const Var& k, const Var& v, int
 }
 
 Var DistanceAwareAttention::forward(const Var& x, Rng& rng) const {
-  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "DistanceAwareAttention: input ", x.shape(),
-                   " must be (B, T, ", n_embd, ")");
-  const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
-  const PositionalLayer& pos = positional();
-  return output(attend(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], 0, 0, live_dropout(), &rng), rng);
+  return attend_all(x, rng, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
 }
 
 std::unique_ptr<InferenceState> DistanceAwareAttention::make_state(int64_t batch, int64_t window) const {
@@ -121,13 +117,7 @@ std::unique_ptr<InferenceState> DistanceAwareAttention::make_state(int64_t batch
 }
 
 Var DistanceAwareAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference(x);
-  KVCache& cache = state_as<KVCache>(state, "DistanceAwareAttention", "KVCache");
-  const int64_t q0 = cache.length();
-  const std::vector<Var> h = heads(x);  // (B, H, T, D)
-  const PositionalLayer& pos = positional();
-  const KVCache::Window w = cache.append(pos.rotate(h[1], q0).value(), h[2].value());  // (B, H, held, D)
-  return output(attend(pos.rotate(h[0], q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr));  // (B, T, C)
+  return attend_cached(x, state, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
 }
 
 bool DistanceAwareAttention::after_optimizer_step(int64_t) {

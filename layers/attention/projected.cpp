@@ -2,6 +2,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/layers/attention/softmax.h"
 
 namespace tapeformer {
 
@@ -46,6 +47,23 @@ Var ProjectedAttention::output(const Var& y) const { return proj->forward(merge_
 ProjectedAttention::Attended ProjectedAttention::attend_with_heads(const Var&, const Var&, Rng&) const {
   fail(who_, ": this attention kind does not give its heads to a wrapper (the Memorizing Transformer's external "
        "memory needs model.attention \"softmax\")");
+}
+
+Var ProjectedAttention::attend_all(const Var& x, Rng& rng, const Attend& attend) const {
+  TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, who_, ": input ", x.shape(), " must be (B, T, ", n_embd, ")");
+  const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
+  const PositionalLayer& pos = positional();
+  return output(attend(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], 0, 0, live_dropout(), &rng), rng);
+}
+
+Var ProjectedAttention::attend_cached(const Var& x, InferenceState& state, const Attend& attend) const {
+  check_inference(x);
+  KVCache& cache = state_as<KVCache>(state, who_, "KVCache");
+  const int64_t q0 = cache.length();
+  const std::vector<Var> h = heads(x);  // (B, H, T, D)
+  const PositionalLayer& pos = positional();
+  const KVCache::Window w = cache.append(pos.rotate(h[1], q0).value(), h[2].value());  // (B, H, held, D)
+  return output(attend(pos.rotate(h[0], q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr));  // (B, T, C)
 }
 
 }  // namespace tapeformer

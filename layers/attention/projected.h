@@ -12,6 +12,7 @@
 // Its registry entry counts the projections with projection_parameters().
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,15 @@ class ProjectedAttention : public Attention {
   float live_dropout() const { return is_training() ? dropout_p : 0.0f; }
   // Refuses the inference forward outside NoGradGuard + eval or with x not (B, T, n_embd).
   void check_inference(const Var& x) const { Attention::check_inference(who_, x, n_embd); }
+  // The two forwards of a kind that is an attention op of its own over q and k
+  // rotated by the positional part, generating with a KVCache (adaptive span,
+  // DA): attend(q, k, v, q0, k0, p, rng), q (B, H, Tq, D) at positions q0..,
+  // k and v (B, H, Tk, D) at k0.., dropout p -> (B, H, Tq, D).
+  using Attend = std::function<Var(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng)>;
+  // Training and evaluation: x (B, T, C) at positions 0.., the kind's dropout -> (B, T, C).
+  Var attend_all(const Var& x, Rng& rng, const Attend& attend) const;
+  // Inference: x's keys enter the KVCache `state`, rotated once at their positions -> (B, T, C).
+  Var attend_cached(const Var& x, InferenceState& state, const Attend& attend) const;
   const char* who_;
 
  private:
