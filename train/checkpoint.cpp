@@ -160,7 +160,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
       cereal::BinaryOutputArchive ar(out);
       Rng rng = c.rng;
       ar(c.config_json, c.tokenizer, TensorsOut{c.model}, TensorsOut{c.optimizer}, c.optimizer_step, c.step,
-         c.train_seconds, rng, c.sampler, c.train_loss);
+         c.train_seconds, rng, c.sampler, c.train_loss, static_cast<uint8_t>(c.eval_pending));
     } catch (const cereal::Exception&) {  // the sink refused bytes: say why, not how many
       fail("writing '", path, "' failed: ", std::strerror(sink.error() != 0 ? sink.error() : EIO));
     }
@@ -182,7 +182,7 @@ Checkpoint load_checkpoint(const std::string& path) {
                        std::memcmp(header.data(), kMagic, sizeof kMagic) == 0,
                    "checkpoint '", path, "': not a tapeformer checkpoint (bad header)");
   const uint32_t version = get<uint32_t>(header, 8);
-  TAPEFORMER_CHECK(version == 1 || version == kCheckpointVersion, "checkpoint '", path, "': format version ",
+  TAPEFORMER_CHECK(version >= 1 && version <= kCheckpointVersion, "checkpoint '", path, "': format version ",
                    version, " is not supported (this build reads versions 1 to ", kCheckpointVersion, ")");
   const uint64_t length = get<uint64_t>(header, 12), checksum = get<uint64_t>(header, 20);
   std::string payload;  // the rest of the file, read once into its final place
@@ -217,6 +217,12 @@ Checkpoint load_checkpoint(const std::string& path) {
     r.read(c.rng);
     r.read(c.sampler, "the sampler state");
     if (version >= 2) r.read(c.train_loss);
+    if (version >= 3) {
+      uint8_t pending = 0;
+      r.read(pending);
+      TAPEFORMER_CHECK(pending <= 1, "the evaluation-pending flag is ", int(pending), ", not 0 or 1");
+      c.eval_pending = pending == 1;
+    }
     TAPEFORMER_CHECK(r.bytes_left() == 0, "stray bytes after the last field: ", r.bytes_left());
   } catch (const std::runtime_error& e) {  // cereal's short reads and the checks here, not bad_alloc
     fail("checkpoint '", path, "': cannot decode payload (", e.what(), ")");

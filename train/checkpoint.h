@@ -22,8 +22,9 @@
 namespace tapeformer {
 
 // 2 added train_loss and, in a memory run's sampler state, the compressed memory;
-// version 1 files still load (train_loss NaN: unknown).
-inline constexpr uint32_t kCheckpointVersion = 2;
+// 3 added eval_pending. Version 1 and 2 files still load (train_loss NaN:
+// unknown; no evaluation pending).
+inline constexpr uint32_t kCheckpointVersion = 3;
 
 struct Checkpoint {
   std::string config_json;     // TrainConfig::to_json() of the run
@@ -36,6 +37,9 @@ struct Checkpoint {
   Rng rng;                     // dropout generator
   std::string sampler;         // the train batch sampler's state, serialised
   double train_loss = NAN;     // mean loss of the step `step` (NaN: a version 1 file, or no step yet)
+  // A signal stopped the evaluation of step `step`: the resumed run evaluates
+  // it before training on, and completes that step's metrics line.
+  bool eval_pending = false;
   uint32_t version = kCheckpointVersion;  // the file's format (load_checkpoint sets it)
   uint64_t checksum = 0;                  // FNV-1a 64 of the file's payload (load_checkpoint sets it)
 };

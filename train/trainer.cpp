@@ -46,6 +46,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// "step N: train loss L, val loss V": the progress note of an evaluation step.
+std::string evaluation_note(const MetricsRecord& r) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "step %lld: train loss %.4f, val loss %.4f", static_cast<long long>(r.step),
+                r.train_loss, r.val_loss.value_or(NAN));
+  return buf;
+}
+
 // Seeds of the independent random streams of a run, all derived from train.seed.
 uint64_t stream_seed(int64_t seed, uint64_t stream) { return static_cast<uint64_t>(seed) * 1000003ULL + stream; }
 enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches = 3, kFinalBatches = 4 };
@@ -157,6 +165,7 @@ struct Trainer::State {
   int64_t step = 0;
   double train_seconds = 0;
   double last_train_loss = NAN;  // mean loss of the latest step (from the checkpoint on resume)
+  bool eval_pending = false;     // a signal stopped the evaluation of step `step` (saved with it)
   Batch last_batch;              // the latest step's last micro-batch: the probe before a save
   std::unique_ptr<RunDirectory> dir;  // rank 0 writes it
   bool resumed = false;
@@ -400,6 +409,42 @@ struct Trainer::State {
     return "";
   }
 
+  // The periodic evaluation's figures, into the metrics line of its step.
+  void evaluate_into(MetricsRecord& r) {
+    TaskEvaluation e = evaluate_periodic();
+    r.val_loss = e.loss;
+    if (!is_task()) r.val_bpc = e.loss / std::log(2.0) * val_tokens_per_char;
+    r.layers = model->layer_metrics();
+    r.extra = std::move(e.fields);
+  }
+
+  // A signal stopped the evaluation of the checkpoint's step: evaluate it
+  // now and complete that step's metrics line (written without its val
+  // loss), so the metrics are those of an uninterrupted run. Called before
+  // the metrics log opens: the line is rewritten in place.
+  void finish_pending_evaluation(Progress& progress) {
+    MetricsRecord r;
+    r.step = step;
+    r.train_loss = last_train_loss;
+    if (writes())
+      for (const MetricsRecord& line : read_metrics(dir->metrics_path()))
+        if (line.step == step) r = line;
+    try {
+      evaluate_into(r);
+    } catch (const Interrupted& stopped) {  // the checkpoint on disk still says pending
+      throw Interrupted(std::string(stopped.what()) + " while evaluating step " + std::to_string(step) +
+                            "; continue with: " + program_name() + " train --out " + out_dir + " --resume",
+                        stopped.signal());
+    }
+    model->train();
+    eval_pending = false;
+    if (writes()) {
+      dir->trim_metrics_after(step - 1);
+      MetricsLog(dir->metrics_path(), /*append=*/true).write(r);
+    }
+    progress.note(evaluation_note(r));
+  }
+
   // Every rank calls it at the same steps; rank 0 writes. Weights that
   // cannot be saved (unsaveable) end the run on every rank as diverged, and
   // the checkpoint on disk stays.
@@ -422,6 +467,7 @@ struct Trainer::State {
     c.rng = dropout_rng;
     c.sampler = carries_memory() ? to_bytes(stream_state()) : to_bytes(SourcePosition{&train_source()});
     c.train_loss = loss;
+    c.eval_pending = eval_pending;
     dir->save(c, step);
   }
 
@@ -499,6 +545,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   s.check_same_state_on_every_rank(c.step, c.checksum);
   s.dropout_rng = c.rng;
   s.last_train_loss = c.train_loss;
+  s.eval_pending = c.eval_pending;
   s.dir->set_saved_step(c.step);
   s.step = c.step;
   s.train_seconds = c.train_seconds;
@@ -519,10 +566,11 @@ TrainResult Trainer::run() {
   State& s = *s_;
   const TrainConfig& c = s.cfg;
   const int64_t tokens_per_step = c.train.batch_size * c.model.block_size * c.train.grad_accum;
-  std::optional<MetricsLog> metrics;
-  if (s.writes()) metrics.emplace(s.dir->metrics_path(), /*append=*/s.resumed);
   Progress progress(c.train.max_iters, s.writes() && !s.quiet);
   if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.dir->checkpoint_path());
+  if (s.eval_pending) s.finish_pending_evaluation(progress);
+  std::optional<MetricsLog> metrics;
+  if (s.writes()) metrics.emplace(s.dir->metrics_path(), /*append=*/s.resumed);
   s.model->train();
   double last_loss = s.last_train_loss, last_norm = 0;
   const StopSignals stop;
@@ -564,13 +612,10 @@ TrainResult Trainer::run() {
       r.elapsed_s = s.train_seconds;
       if (eval_now) {
         try {
-          TaskEvaluation e = s.evaluate_periodic();
-          r.val_loss = e.loss;
-          if (!s.is_task()) r.val_bpc = e.loss / std::log(2.0) * s.val_tokens_per_char;
-          r.layers = s.model->layer_metrics();
-          r.extra = std::move(e.fields);
-        } catch (const Interrupted& stopped) {  // the step is trained: its line has no val loss, its checkpoint is saved
+          s.evaluate_into(r);
+        } catch (const Interrupted& stopped) {  // the step is trained: its checkpoint is saved, its evaluation pending
           s.model->train();
+          s.eval_pending = true;
           eval_signal = stopped.signal();
         }
       }
@@ -579,12 +624,7 @@ TrainResult Trainer::run() {
         metrics->write(r);
       }
       progress.update(s.step, last_loss, r.tokens_per_s, s.train_seconds / s.step);
-      if (r.val_loss) {
-        char buf[128];
-        std::snprintf(buf, sizeof buf, "step %lld: train loss %.4f, val loss %.4f", static_cast<long long>(s.step),
-                      last_loss, *r.val_loss);
-        progress.note(buf);
-      }
+      if (r.val_loss) progress.note(evaluation_note(r));
     }
     // A signal stops every rank after the same step (each may have seen it
     // after a different one).

@@ -87,6 +87,37 @@ for sig in TERM INT; do
     echo "SIG$sig at step $step: exit status $status, resumed to the same final line and metrics"
   fi
 done
+
+# SIGTERM during an evaluation step's evaluation (a long one): the step's
+# checkpoint is saved with its evaluation pending, and --resume evaluates it
+# first, so the metrics are still those of the uninterrupted run.
+checks=$((checks + 1))
+sed -e 's/"max_iters": 1500/"max_iters": 60/; s/"decay_iters": 1500/"decay_iters": 60/; s/"iters": 4,/"iters": 15000,/' \
+  "$work/cfg.json" > "$work/eval_cfg.json"
+"$bin" train --config "$work/eval_cfg.json" --data "$work/text.txt" --out "$work/eval_straight" > "$work/eval_straight.json" \
+  2>/dev/null || { echo "FAIL: the uninterrupted long-evaluation run failed"; exit 1; }
+dir="$work/eval_stopped"
+"$bin" train --config "$work/eval_cfg.json" --data "$work/text.txt" --out "$dir" > /dev/null 2> "$dir.log" &
+pid=$!
+for _ in $(seq 600); do
+  grep -q '"step":40' "$dir/metrics.jsonl" 2>/dev/null && break
+  sleep 0.05
+done
+sleep 0.8  # steps 41-50 take milliseconds, step 50's evaluation seconds
+kill -TERM $pid
+wait $pid
+status=$?
+if [ $status -ne 143 ] || ! grep -q " at step 50: checkpoint saved" "$dir.log"; then
+  echo "FAIL: SIGTERM during step 50's evaluation: exit status $status, stderr: $(tail -1 "$dir.log")"; fails=$((fails + 1))
+elif ! "$bin" train --out "$dir" --resume > "$dir.json" 2> "$dir.resume.log"; then
+  echo "FAIL: resume after SIGTERM during evaluation failed: $(tail -1 "$dir.resume.log")"; fails=$((fails + 1))
+elif [ "$(strip "$work/eval_straight.json")" != "$(strip "$dir.json")" ] || \
+     ! diff -q <(strip "$work/eval_straight/metrics.jsonl") <(strip "$dir/metrics.jsonl") > /dev/null; then
+  echo "FAIL: after SIGTERM during step 50's evaluation and --resume, the run differs from the uninterrupted one"
+  diff <(strip "$work/eval_straight/metrics.jsonl") <(strip "$dir/metrics.jsonl") | head -4; fails=$((fails + 1))
+else
+  echo "SIGTERM during step 50's evaluation: resumed, evaluated step 50, same final line and metrics"
+fi
 set +m
 
 [ $fails -eq 0 ] && echo "straight: $(cat "$work/straight.json")" && echo "resumed:  $(cat "$work/resumed.json")"

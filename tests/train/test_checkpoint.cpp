@@ -122,8 +122,8 @@ TEST_CASE("checkpoint: damaged fields behind a valid checksum are refused, count
   CHECK_THROWS_WITH_AS(load_payload(good + "x"), doctest::Contains("stray bytes after the last field: 1"), Error);
 
   // The tail: ... step (i64), train_seconds (f64), rng (32 + 1 + 4 bytes), sampler (u64 count + 13 bytes),
-  // train_loss (f64).
-  const size_t loss_at = good.size() - 8, sampler_at = loss_at - (8 + 13), rng_flag_at = sampler_at - 4 - 1,
+  // train_loss (f64), eval_pending (u8).
+  const size_t pending_at = good.size() - 1, loss_at = pending_at - 8, sampler_at = loss_at - (8 + 13), rng_flag_at = sampler_at - 4 - 1,
                seconds_at = rng_flag_at - 32 - 8, step_at = seconds_at - 8;
   int64_t step = 0;
   std::memcpy(&step, good.data() + step_at, 8);
@@ -142,7 +142,19 @@ TEST_CASE("checkpoint: damaged fields behind a valid checksum are refused, count
   p = good;
   std::memcpy(p.data() + loss_at, &nan, 8);
   CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("the loss of step 42 is nan"), Error);
+  p = good;
+  p[pending_at] = 2;
+  CHECK_THROWS_WITH_AS(load_payload(p), doctest::Contains("the evaluation-pending flag is 2, not 0 or 1"), Error);
+  p[pending_at] = 1;
+  CHECK(load_payload(p).eval_pending);
+  CHECK_FALSE(load_payload(good).eval_pending);
 
+  // A version 2 file (no eval_pending) still loads, no evaluation pending.
+  std::string v2 = checkpoint_file_bytes(p.substr(0, pending_at));
+  v2[8] = 2;
+  write_all(path, v2);
+  CHECK(load_checkpoint(path.string()).train_loss == 2.5);
+  CHECK_FALSE(load_checkpoint(path.string()).eval_pending);
   // A version 1 file (no train_loss) still loads, its loss unknown.
   std::string v1 = checkpoint_file_bytes(good.substr(0, loss_at));
   v1[8] = 1;
