@@ -86,6 +86,7 @@ double activation_floats(LanguageModel& model) {
     const Var logits = model.forward(ids, ctx);
     kept = static_cast<double>(Storage::live_bytes() - before) / static_cast<double>(sizeof(Scalar));
   }
+  model.zero_statistics();  // the measurement is no batch of the run
   model.train(was_training);
   return kept;
 }

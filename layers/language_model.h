@@ -115,8 +115,8 @@ ModelFootprint model_footprint(const ModelConfig& cfg);
 // the backward (activations, dropout masks, the logits), measured on the
 // built model: token 0 everywhere and the kind's example_inputs; with a
 // segment memory, the second segment, so that the memories are full. The
-// model's parameters, memories and mode are left as they were; its dropout
-// draws come from a generator of its own.
+// model's parameters, memories, mode and batch statistics (zero) are left
+// as they were; its dropout draws come from a generator of its own.
 double activation_floats(LanguageModel& model);
 
 }  // namespace tapeformer

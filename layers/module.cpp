@@ -13,6 +13,8 @@ bool Module::has_name(const std::string& name) const {
     if (p.first == name) return true;
   for (const auto& b : buffers_)
     if (b.first == name) return true;
+  for (const auto& b : statistics_)
+    if (b.first == name) return true;
   for (const auto& c : children_)
     if (c.first == name || (c.first.empty() && c.second->has_name(name))) return true;
   return false;
@@ -40,6 +42,25 @@ Tensor Module::register_buffer(const std::string& name, Tensor value) {
   check_new_name(name);
   buffers_.emplace_back(name, value);
   return value;
+}
+
+Tensor Module::register_statistic(const std::string& name, const Shape& shape) {
+  check_new_name(name);
+  Tensor t = Tensor::zeros(shape);
+  statistics_.emplace_back(name, t);
+  return t;
+}
+
+NamedTensors Module::statistics() const {
+  NamedTensors all;
+  for (const auto& [name, t] : statistics_) all.emplace_back(name, t);
+  for (const auto& [name, child] : children_)
+    for (auto& [n, t] : child->statistics()) all.emplace_back(name.empty() ? n : name + "." + n, t);
+  return all;
+}
+
+void Module::zero_statistics() {
+  for (auto& [name, t] : statistics()) t.fill(0);
 }
 
 void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {

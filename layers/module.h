@@ -76,6 +76,16 @@ class Module {
   // buffer (then data-parallel replicas copy the buffers).
   bool optimizer_stepped(int64_t step);
 
+  // Batch statistics: sums a layer adds up over the training forwards of a
+  // step (Routing attention's per-cluster sums of its queries), read by its
+  // after_optimizer_step. A data-parallel run sums every shard's and rank's
+  // into the model's in the fixed shard tree first (train/data_parallel.h),
+  // so they are those of the whole batch whatever the shard count; the layer
+  // zeroes them when it has used them. Not part of state(): zero between
+  // steps, when checkpoints are written.
+  NamedTensors statistics() const;  // every module's, by dotted name
+  void zero_statistics();
+
   // Auxiliary losses, the one channel every layer adds to what the trainer
   // backpropagates: the sum of every module's own_auxiliary_loss(of_batch),
   // undefined when no module has one. Terms of the batch (of_batch = true:
@@ -103,6 +113,7 @@ class Module {
   // Registers an existing Var (e.g. a tied weight owned by another module).
   Var register_parameter(const std::string& name, const Var& var);
   Tensor register_buffer(const std::string& name, Tensor value);
+  Tensor register_statistic(const std::string& name, const Shape& shape);  // zeros, see statistics()
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
@@ -125,6 +136,7 @@ class Module {
 
   NamedVars params_;
   NamedTensors buffers_;
+  NamedTensors statistics_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

@@ -59,7 +59,39 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::optimizer_stepped(int64_t step) {
+  reduce_statistics();
   if (model_.optimizer_stepped(step)) sync_buffers();
+}
+
+// Every shard's batch statistics (Module::statistics), summed into the
+// model's in the shard tree: the ranks exchange theirs whole (a few floats
+// per layer), and each sums all S shards in the same order.
+void DataParallel::reduce_statistics() {
+  const NamedTensors mine = model_.statistics();
+  if (mine.empty() || (replicas_.empty() && !group_)) return;
+  int64_t n = 0;
+  for (const auto& [name, t] : mine) n += t.numel();
+  const int64_t local = shards();
+  std::vector<Scalar> flat(static_cast<size_t>(local * n));  // this rank's shards, in shard order
+  for (int64_t k = 0; k < local; ++k) {
+    const NamedTensors stats = k == 0 ? mine : replicas_[static_cast<size_t>(k - 1)]->statistics();
+    Scalar* dst = flat.data() + k * n;
+    for (const auto& [name, t] : stats) {
+      const Tensor c = t.contiguous();
+      dst = std::copy(c.data(), c.data() + c.numel(), dst);
+    }
+  }
+  if (group_) flat = allgather_equal(*group_, flat);  // every rank's, in rank order = shard order
+  const int64_t S = static_cast<int64_t>(flat.size()) / n;
+  std::vector<Scalar> total(static_cast<size_t>(n)), scratch(static_cast<size_t>(shard_tree::scratch_floats(S, n)));
+  shard_tree::sum(0, S, [&](int64_t k) { return flat.data() + k * n; }, total.data(), n, scratch.data());
+  const Scalar* src = total.data();
+  for (const auto& [name, t] : mine) {
+    Tensor dst = t;
+    std::copy(src, src + t.numel(), dst.data());
+    src += t.numel();
+  }
+  for (auto& r : replicas_) r->zero_statistics();
 }
 
 void DataParallel::sync_buffers() {

@@ -78,9 +78,10 @@ class DataParallel {
   // of each layer's memory belongs to row r of the batch), each shard reads
   // and updates its rows of it.
   double train_batch(const Batch& batch, float scale, Rng& dropout_rng, SegmentMemory* memory = nullptr);
-  // After optimizer step number `step`: Module::optimizer_stepped on the
-  // model, then, when a layer changed a buffer, the replicas copy the
-  // buffers (parameters are shared already).
+  // After optimizer step number `step`: the batch statistics of every shard
+  // and rank summed into the model's (Module::statistics), then
+  // Module::optimizer_stepped on the model, then, when a layer changed a
+  // buffer, the replicas copy the buffers (parameters are shared already).
   void optimizer_stepped(int64_t step);
   // The replicas copy the model's buffers (after loading a checkpoint into it).
   void sync_buffers();
@@ -98,6 +99,7 @@ class DataParallel {
  private:
   static constexpr int64_t kReduceBlock = 1 << 14;
   void reduce_gradients();
+  void reduce_statistics();
   void reduce_across_processes(const std::vector<LanguageModel*>& models);  // this rank's shards, in order
   Tensor gather_rows(const Tensor& mine, const std::vector<int64_t>& rank_rows) const;
 
