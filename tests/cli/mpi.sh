@@ -74,6 +74,18 @@ if ! diff <(strip "$work/odd1/metrics.jsonl") <(strip "$work/odd2/metrics.jsonl"
   echo "FAIL: 2 ranks x 3 shards differ from 1 process x 6:"; head -4 "$work/diff"; fails=1
 fi
 
+# Batch statistics (Routing attention's centroid sums) are summed over every
+# shard of every rank before the centroids move: 2 x 3 equals 1 x 6, with
+# two micro-batches per step.
+rt=(--set train.max_iters=30 --set model.attention=routing --set model.routing_decay=0.9 --set train.grad_accum=2)
+"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/rt1" "${rt[@]}" --set train.shards=6 \
+  > /dev/null 2>&1 || { echo "FAIL: the one-process routing run failed"; exit 1; }
+mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/rt2" "${rt[@]}" \
+  --set train.shards=3 > /dev/null 2> "$work/rt2.log" || { echo "FAIL: mpirun with routing failed:"; tail -5 "$work/rt2.log"; exit 1; }
+if ! diff <(strip "$work/rt1/metrics.jsonl") <(strip "$work/rt2/metrics.jsonl") > "$work/diff"; then
+  echo "FAIL: with routing attention's centroids, 2 ranks x 3 shards differ from 1 process x 6:"; head -4 "$work/diff"; fails=1
+fi
+
 # Kill rank 1 after the step-100 checkpoint.
 mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/killed" --set train.shards=1 \
   > /dev/null 2> "$work/killed.log" &
