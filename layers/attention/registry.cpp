@@ -18,6 +18,7 @@ AttentionKind distance_aware_attention_kind();  // distance_aware.cpp
 AttentionKind rfa_attention_kind();             // rfa.cpp
 AttentionKind sinkhorn_attention_kind();        // sinkhorn.cpp
 AttentionKind routing_attention_kind();         // routing.cpp
+AttentionKind etc_attention_kind();             // etc.cpp
 
 Registry<AttentionKind>& attention_kinds() {
   static Registry<AttentionKind> kinds = [] {
@@ -25,7 +26,7 @@ Registry<AttentionKind>& attention_kinds() {
                               {softmax_attention_kind(), linear_attention_kind(), linformer_attention_kind(),
                                adaptive_span_attention_kind(), lsh_attention_kind(),
                                distance_aware_attention_kind(), rfa_attention_kind(), sinkhorn_attention_kind(),
-                               routing_attention_kind()});
+                               routing_attention_kind(), etc_attention_kind()});
     for (const SparsePatternKind& p : sparse_pattern_kinds().kinds()) r.add(sparse_attention_kind(p));  // sparse.h
     return r;
   }();
