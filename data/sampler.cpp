@@ -7,20 +7,26 @@
 namespace tapeformer {
 
 RandomWindowSampler::RandomWindowSampler(const TokenSource& tokens, int64_t batch, int64_t block, uint64_t seed,
-                                         const std::string& what)
-    : tokens_(&tokens), batch_(batch), block_(block), rng_(seed) {
+                                         const std::string& what, int64_t align)
+    : tokens_(&tokens), batch_(batch), block_(block), align_(align), rng_(seed) {
   check(what);
 }
 
 RandomWindowSampler::RandomWindowSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block,
-                                         uint64_t seed, const std::string& what)
-    : owned_(std::make_shared<VectorTokens>(tokens)), tokens_(owned_.get()), batch_(batch), block_(block), rng_(seed) {
+                                         uint64_t seed, const std::string& what, int64_t align)
+    : owned_(std::make_shared<VectorTokens>(tokens)),
+      tokens_(owned_.get()),
+      batch_(batch),
+      block_(block),
+      align_(align),
+      rng_(seed) {
   check(what);
 }
 
 void RandomWindowSampler::check(const std::string& what) const {
   TAPEFORMER_CHECK(batch_ > 0, "RandomWindowSampler: batch size must be >= 1, got ", batch_, " (", what, ")");
   TAPEFORMER_CHECK(block_ > 0, "RandomWindowSampler: block size must be >= 1, got ", block_, " (", what, ")");
+  TAPEFORMER_CHECK(align_ >= 1, "RandomWindowSampler: align must be >= 1, got ", align_, " (", what, ")");
   TAPEFORMER_CHECK(tokens_->size() >= block_ + 1, "block size ", block_, " needs at least ", block_ + 1,
                    " tokens, but the ", what, " has ", tokens_->size(), " (use a smaller block size or more data)");
 }
@@ -46,7 +52,7 @@ Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t
 Batch RandomWindowSampler::next() {
   const auto windows = static_cast<uint64_t>(num_windows());
   std::vector<int64_t> starts(batch_);
-  for (int64_t& s : starts) s = static_cast<int64_t>(rng_.below(windows));  // in [0, n - T - 1]
+  for (int64_t& s : starts) s = static_cast<int64_t>(rng_.below(windows)) * align_;  // in [0, n - T - 1]
   ++drawn_;
   return window_batch(*tokens_, starts, block_);
 }

@@ -71,16 +71,18 @@ class RandomWindowSampler : public BatchSource {
   // `tokens` must outlive the sampler; `what` names them in errors. Throws
   // Error unless batch >= 1, block >= 1 and tokens.size() >= block + 1:
   //   block size 64 needs at least 65 tokens, but the val split has 40 (...)
-  RandomWindowSampler(const TokenSource& tokens, int64_t batch, int64_t block, uint64_t seed, const std::string& what);
+  // With align > 1, windows start only at multiples of it (fixed-length records).
+  RandomWindowSampler(const TokenSource& tokens, int64_t batch, int64_t block, uint64_t seed, const std::string& what,
+                      int64_t align = 1);
   RandomWindowSampler(const std::vector<int32_t>& tokens, int64_t batch, int64_t block, uint64_t seed,
-                      const std::string& what);
+                      const std::string& what, int64_t align = 1);
 
   Batch next() override;
   int64_t drawn() const { return drawn_; }  // batches returned by next() so far
   int64_t batch_size() const { return batch_; }
   int64_t block_size() const { return block_; }
-  // Number of distinct start offsets: n - T.
-  int64_t num_windows() const { return tokens_->size() - block_; }
+  // Number of distinct start offsets: n - T, or with align a, (n - T - 1) / a + 1.
+  int64_t num_windows() const { return align_ > 1 ? (tokens_->size() - block_ - 1) / align_ + 1 : tokens_->size() - block_; }
 
   void save_position(cereal::BinaryOutputArchive& ar) const override { ar(rng_, drawn_); }
   void load_position(cereal::BinaryInputArchive& ar) override { ar(rng_, drawn_); }
@@ -89,7 +91,7 @@ class RandomWindowSampler : public BatchSource {
   void check(const std::string& what) const;
   std::shared_ptr<const TokenSource> owned_;  // a vector's wrapper, when built from one
   const TokenSource* tokens_;
-  int64_t batch_, block_;
+  int64_t batch_, block_, align_;
   Rng rng_;
   int64_t drawn_ = 0;
 };

@@ -76,6 +76,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("data.vocab_size", c.data.vocab_size);
   v("data.sp_type", c.data.sp_type);
   v("data.sp_model", c.data.sp_model);
+  v("data.align", c.data.align);
   v("train.batch_size", c.train.batch_size);
   v("train.grad_accum", c.train.grad_accum);
   v("train.max_iters", c.train.max_iters);
@@ -390,6 +391,7 @@ void TrainConfig::validate() const {
   } catch (const Error& e) {
     fail("config: ", e.what());
   }
+  TAPEFORMER_CHECK(data.align >= 1, "config: 'data.align' must be >= 1 (1: windows start anywhere), got ", data.align);
   TAPEFORMER_CHECK(data.val_fraction > 0 && data.val_fraction < 1,
                    "config: 'data.val_fraction' must be in (0, 1), got ", data.val_fraction);
   positive("train.batch_size", train.batch_size);

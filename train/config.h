@@ -28,6 +28,9 @@ struct DataConfig {
   int64_t vocab_size = 0;         // sentencepiece: pieces to learn from the train split
   std::string sp_type = "bpe";    // sentencepiece: "bpe" | "unigram"
   std::string sp_model;           // sentencepiece: an existing .model file instead of learning one
+  // Windows start at multiples of `align` tokens from their split's start
+  // (fixed-length records, e.g. images as pixel sequences); 1: anywhere.
+  int64_t align = 1;
   TokenizerOptions tokenizer_options() const { return {tokenizer, vocab_size, sp_type, sp_model}; }
 };
 

@@ -199,6 +199,8 @@ struct Trainer::State {
     cfg.model.vocab_size = tokenizer->vocab_size();
     build_model(save_tokenizer(*tokenizer));
     const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
+    TAPEFORMER_CHECK(cfg.data.align == 1 || !carries_memory(), "data.align ", cfg.data.align,
+                     " does not combine with a segment memory (model.mem_len): its segments follow the text in order");
     if (carries_memory()) {
       // Segments in order, so each row's memory holds what came just before it;
       // evaluation reads the val split's streams from their starts.
@@ -206,11 +208,17 @@ struct Trainer::State {
           std::make_unique<StreamSampler>(*train_tokens, B, T, "train split", model->memory_use().ext_len);
       StreamSampler(*val_tokens, B, T, "val split");  // refuses a val split too short for one segment
     } else {
-      train_batches = std::make_unique<RandomWindowSampler>(*train_tokens, B, T,
-                                                            stream_seed(cfg.train.seed, kTrainBatches), "train split");
-      RandomWindowSampler val(*val_tokens, B, T, stream_seed(cfg.train.seed, kValBatches), "val split");
+      const int64_t align = cfg.data.align;
+      // Records of `align` tokens: the val split must start at one.
+      TAPEFORMER_CHECK(train_tokens->size() % align == 0, "data.align ", align, ": the train split has ",
+                       train_tokens->size(), " tokens, not whole records of ", align,
+                       ", so the val split would start inside one (set data.val_fraction so the split falls "
+                       "between records)");
+      train_batches = std::make_unique<RandomWindowSampler>(
+          *train_tokens, B, T, stream_seed(cfg.train.seed, kTrainBatches), "train split", align);
+      RandomWindowSampler val(*val_tokens, B, T, stream_seed(cfg.train.seed, kValBatches), "val split", align);
       for (int64_t i = 0; i < cfg.eval.iters; ++i) val_batches.push_back(val.next());
-      RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split");
+      RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split", align);
       for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     }
     HookSite site;

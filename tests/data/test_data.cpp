@@ -360,6 +360,22 @@ TEST_CASE("RandomWindowSampler: targets are inputs shifted by one, offsets in ra
   CHECK_THROWS_WITH_AS(RandomWindowSampler(tokens, 2, -1, 1, "t"), Contains("block size must be >= 1, got -1"), Error);
 }
 
+TEST_CASE("RandomWindowSampler with align: windows start at every record and nowhere else") {
+  // 5 records of 6 tokens, windows of 6 (block 5): exactly the records.
+  const std::vector<int32_t> tokens = iota_tokens(30);
+  RandomWindowSampler records(tokens, 4, 5, 3, "t", /*align=*/6);
+  CHECK(records.num_windows() == 5);
+  std::set<int32_t> starts;
+  for (int n = 0; n < 100; ++n) {
+    const Batch x = records.next();
+    for (int r = 0; r < 4; ++r) starts.insert(x.inputs.data[static_cast<size_t>(r * 5)]);
+  }
+  CHECK(starts == std::set<int32_t>{0, 6, 12, 18, 24});
+  // Shorter windows than records: still the records' starts.
+  CHECK(RandomWindowSampler(tokens, 1, 3, 3, "t", 6).num_windows() == 5);
+  CHECK_THROWS_WITH_AS(RandomWindowSampler(tokens, 1, 3, 3, "t", 0), Contains("align must be >= 1, got 0"), Error);
+}
+
 TEST_CASE("window_batch: rows are the windows at the given starts; a window past the end is refused") {
   const std::vector<int32_t> tokens{10, 11, 12, 13, 14, 15};
   const Batch b = window_batch(tokens, {0, 3, 2}, 2);
