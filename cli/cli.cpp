@@ -237,6 +237,14 @@ int cli_main(int argc, char** argv) {
       ->check(integer_up_to(kMaxCount))
       ->capture_default_str();
   add_knn_flags(s, sample.knn);
+  s->add_option("--png", sample.png, "draw images instead: --images samples of --tokens pixel letters (a = blank), "
+                                     "printed one per line and drawn as a grid in this PNG (a model trained on "
+                                     "scripts/digits.py's images)");
+  s->add_option("--image-width", sample.image_width, "with --png: pixels per image row")
+      ->check(integer_up_to(kMaxCount));
+  s->add_option("--images", sample.images, "with --png: images to sample")
+      ->check(integer_up_to(kMaxCount))
+      ->capture_default_str();
 
   EvalArgs eval;
   auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");

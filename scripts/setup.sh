@@ -18,6 +18,7 @@ packages=(
   libopenmpi-dev openmpi-bin        # distributed training (mpirun) and its test
   python3                           # the experiment harness (scripts/experiment.py) and its test
   gnuplot-nox                       # tapeformer plot draws its PNGs with it
+  libpng-dev                        # tapeformer sample --png encodes sampled images with it
 )
 # Extra packages a caller needs, e.g. `bash scripts/setup.sh fortunes`.
 packages+=("$@")

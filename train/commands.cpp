@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "tapeformer/data/token_file.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/train/export.h"
+#include "tapeformer/train/image.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/process_group.h"
@@ -186,6 +188,35 @@ int run_sample(const SampleArgs& args) {
     if (!prompt_printed) std::fwrite(prompt_str.data(), 1, prompt_str.size(), stdout);
     prompt_printed = true;
   };
+  if (!args.png.empty()) {  // images: each sampled from the prompt, one per line, then the grid
+    TAPEFORMER_CHECK(args.image_width >= 1 && args.options.tokens % args.image_width == 0 && args.images >= 1,
+                     "sample --png: --tokens (", args.options.tokens, ", the pixels of an image) must be a multiple "
+                     "of --image-width (", args.image_width, "), and --images (", args.images, ") >= 1");
+    char top = 0;  // the checkpoint's highest letter: full ink
+    for (int32_t id = 0; id < static_cast<int32_t>(l.tokenizer->vocab_size()); ++id) {
+      const std::string c = l.tokenizer->decode({id});
+      if (c.size() == 1 && c[0] >= 'a' && c[0] <= 'z') top = std::max(top, c[0]);
+    }
+    TAPEFORMER_CHECK(top > 'a', "sample --png: the checkpoint's vocabulary has no pixel letters a, b, ... (a model "
+                     "trained on images as scripts/digits.py writes them)");
+    std::vector<std::string> records;
+    for (int64_t k = 0; k < args.images; ++k) {
+      std::vector<int32_t> ids;
+      try {
+        ids = generate(*l.model, prompt, args.options, rng, {}, {hooks.get(), mixture.get()});
+      } catch (const NonFiniteLogits& e) {
+        fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
+      }
+      records.push_back(l.tokenizer->decode(std::vector<int32_t>(ids.begin() + static_cast<int64_t>(prompt.size()), ids.end())));
+      std::string line = records.back();  // one line per image: a sampled newline shows as '?'
+      std::replace(line.begin(), line.end(), '\n', '?');
+      std::printf("%s\n", line.c_str());
+    }
+    const int64_t outside = write_image_grid(args.png, records, args.image_width, top);
+    std::fprintf(stderr, "sample: %lld images written to %s%s\n", static_cast<long long>(args.images), args.png.c_str(),
+                 outside > 0 ? (" (" + std::to_string(outside) + " sampled tokens were no pixel letter: drawn blank)").c_str() : "");
+    return 0;
+  }
   StreamDecoder text(*l.tokenizer);  // a byte token waits for the rest of its character
   try {
     generate(*l.model, prompt, args.options, rng, [&](int32_t id) {

@@ -40,6 +40,11 @@ struct SampleArgs {
   std::string prompt_file;    // when set, the prompt is this file's text
   SampleOptions options;
   KnnOptions knn;             // a kNN-LM store mixed into each token's distribution (train/knn.h)
+  // Images (train/image.h): `images` samples of options.tokens pixel letters
+  // each from the prompt, drawn `image_width` pixels wide into the PNG `png`.
+  std::string png;
+  int64_t image_width = 0;
+  int64_t images = 16;
 };
 
 struct EvalArgs {

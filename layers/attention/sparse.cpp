@@ -216,6 +216,9 @@ const ModelOption kSeed{"sparse_seed", int64_t{0}, "bigbird: seed of the random 
 
 }  // namespace
 
+SparsePatternKind image_1d_pattern_kind();  // image_local.cpp
+SparsePatternKind image_2d_pattern_kind();  // image_local.cpp
+
 Registry<SparsePatternKind>& sparse_pattern_kinds() {
   static Registry<SparsePatternKind> kinds(
       "model.attention",
@@ -244,7 +247,8 @@ Registry<SparsePatternKind>& sparse_pattern_kinds() {
           return std::make_shared<BigBird>(positive_option(c, "window"), positive_option(c, "global_tokens", 0),
                                            positive_option(c, "random_blocks", 0), positive_option(c, "sparse_block"),
                                            positive_option(c, "sparse_seed", 0));
-        }}});
+        }},
+       image_1d_pattern_kind(), image_2d_pattern_kind()});
   return kinds;
 }
 

@@ -14,6 +14,8 @@
 //   "longformer"      (i - j) % dilation == 0 and (i - j) / dilation < window, or j < global, or i < global
 //   "bigbird"         i - j < window, or j < global, or i < global, or block j / block is one of
 //                     random_blocks earlier blocks drawn for block i / block (Zaheer et al. 2020)
+//   "image_1d", "image_2d"  the Image Transformer's local blocks over an image's raster order
+//                     (Parmar et al. 2018; image_local.cpp)
 //
 // with window = model.window, stride = model.stride, block = model.sparse_block, summary =
 // model.summary, dilation = model.dilation, global = model.global_tokens,
@@ -90,7 +92,7 @@ struct SparsePatternKind {
   std::function<std::shared_ptr<const SparsePattern>(const ModelConfig&)> make;  // Error naming a bad option
 };
 
-// Built in: window, strided, fixed, longformer, bigbird. Key: model.attention.
+// Built in: window, strided, fixed, longformer, bigbird, image_1d, image_2d. Key: model.attention.
 Registry<SparsePatternKind>& sparse_pattern_kinds();
 
 // The attention kind of a pattern kind (layers/attention/registry.cpp lists
