@@ -28,6 +28,8 @@ images = load_digits().images.astype(int)  # (1797, 8, 8), levels 0..16
 order = np.random.RandomState(0).permutation(len(images))
 records = ["\n" + "".join(chr(ord("a") + v) for v in images[i].reshape(-1)) for i in order]
 os.makedirs(os.path.dirname(os.path.abspath(sys.argv[1])), exist_ok=True)
-with open(sys.argv[1], "w") as f:
+tmp = f"{sys.argv[1]}.tmp.{os.getpid()}"  # whole or absent, also with two writers at once
+with open(tmp, "w") as f:
     f.write("".join(records))
+os.replace(tmp, sys.argv[1])
 print(f"digits.py: {len(records)} images of 8 x 8 written to {sys.argv[1]} ({len(records) * 65} characters)")

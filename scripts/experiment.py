@@ -17,7 +17,8 @@ A spec (experiments/*.json; every key is described in experiments/README.md):
      "table": [{"field": "accuracy", "label": "copy accuracy", "digits": 4}, ...],
      "compare": [{"field": "val_loss", "baseline": "softmax", "kind": "difference", "label": "Δ loss"}],
      "setup": ["python3-torch"],   # Debian packages the runs need (optional)
-     "curves": [{"x": "step", "y": "train_loss", "log_y": true, "file": "e2a_loss.png"}, ...]}
+     "curves": [{"x": "step", "y": "train_loss", "log_y": true, "file": "e2a_loss.png"}, ...],
+     "pictures": [{"arm": "softmax", "seed": 1, "file": "samples.png"}]}   # files runs drew (optional)
 
 Each run (arm, seed) gets its own directory OUT/NAME/ARM/seedS. A run is
 finished when its result.json exists (the last JSON line its command printed
@@ -450,6 +451,24 @@ def machine():
     return f"{os.cpu_count()} cores, {model}"
 
 
+def pictures(spec, args, exp_dir, threads):
+    """Images runs drew themselves (`pictures`: a file of one arm's run at one
+    seed, e.g. its sampled digits), copied next to the table as ARM_FILE."""
+    out = []
+    arms = {a["name"]: a for a in spec["arms"]}
+    for pic in spec.get("pictures", []):
+        if pic.get("arm") not in arms:
+            fail(f"spec '{spec['name']}': picture of unknown arm {pic.get('arm')!r}")
+        run_dir, _ = run_command(spec, arms[pic["arm"]], pic["seed"], args, threads)
+        src = os.path.join(run_dir, pic["file"])
+        if not os.path.exists(src):
+            continue  # an unfinished run: the section is not written either
+        dst = os.path.join(exp_dir, f"{slug(pic['arm'])}_{pic['file']}")
+        shutil.copyfile(src, dst)
+        out.append(dst)
+    return out
+
+
 def write_results(spec, spec_path, args, table_md, plots):
     path = args.results
     begin, end = f"<!-- results:{spec['name']} -->", f"<!-- /results:{spec['name']} -->"
@@ -584,6 +603,7 @@ def run_spec(spec_path, args):
         w.writerows(csv_rows)
     print(table_md)
     plots = [] if args.no_plot else plot_curves(spec, args, exp_dir) + plot_bars(spec, args, exp_dir) + plot_points(spec, args, exp_dir)
+    plots += pictures(spec, args, exp_dir, threads)
     if complete and not args.no_results:
         write_results(spec, spec_path, args, table_md, plots)
         print(f"experiment {spec['name']}: wrote its section of {os.path.relpath(args.results, ROOT)}", file=sys.stderr)

@@ -19,6 +19,8 @@ run_dir, seed, scale, mode = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), 
 if mode == "fail" and not os.path.exists(os.path.join(os.path.dirname(run_dir), "..", "..", "fixed")):
     print("something broke", file=sys.stderr); sys.exit(3)
 os.makedirs(run_dir, exist_ok=True)
+with open(os.path.join(run_dir, "picture.png"), "w") as f:
+    f.write(f"seed {seed} scale {scale}")
 with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
     for step in (1, 2, 3):
         f.write(json.dumps({"step": step, "loss": seed * scale / step}) + "\n")
@@ -35,7 +37,8 @@ cat > "$tmp/spec.json" <<EOF2
  "compare": [{"field": "value", "baseline": "base", "kind": "difference", "label": "diff", "digits": 2},
              {"field": "time", "baseline": "base", "kind": "speedup", "label": "speed-up", "digits": 1},
              {"field": "time", "baseline": "base", "kind": "ratio", "label": "time ratio", "digits": 1}],
- "curves": [{"x": "step", "y": "loss", "file": "loss.png"}]}
+ "curves": [{"x": "step", "y": "loss", "file": "loss.png"}],
+ "pictures": [{"arm": "double", "seed": 2, "file": "picture.png"}]}
 EOF2
 printf '# Results\n\nBefore.\n' > "$tmp/results.md"
 args=(--out "$tmp/out" --results "$tmp/results.md" --no-plot --jobs 2)
@@ -59,6 +62,9 @@ check "the results page gets the section, with the command that reproduces it" \
   grep -q "Reproduce: \`python3 scripts/experiment.py .*spec.json\`" "$tmp/results.md"
 check "... between markers, after what was there" \
   bash -c "grep -qx 'Before.' '$tmp/results.md' && grep -q '<!-- results:fake -->' '$tmp/results.md' && grep -q '| flaky | 3/3 | 20.0000 ± 10.0000 |' '$tmp/results.md'"
+
+check "a picture a run drew is shown as it is" \
+  bash -c "grep -q '!\[double_picture.png\](img/fake_double_picture.png)' '$tmp/results.md' && grep -qx 'seed 2 scale 2.0' '$tmp/img/fake_double_picture.png'"
 
 python3 "$harness" "$tmp/spec.json" "${args[@]}" > /dev/null 2> "$tmp/third.err"
 check "a third call runs nothing and rewrites the section in place" \
