@@ -163,6 +163,9 @@ RoutingAttention::RoutingAttention(const ModelConfig& cfg, std::shared_ptr<Posit
       local_window(cfg.option_int("routing_local_window")),
       decay(cfg.option_number("routing_decay")) {
   if (local_heads < 0) local_heads = n_head / 2;
+  // Defaults from the trained length: a call's own length must not change the layer.
+  if (window == 0) window = (std::max<int64_t>(cfg.block_size, 1) + n_clusters - 1) / std::max<int64_t>(n_clusters, 1);
+  if (local_window == 0) local_window = window;
   TAPEFORMER_CHECK(n_clusters >= 1 && window >= 0 && local_heads <= n_head && local_window >= 0 && decay >= 0 &&
                        decay <= 1,
                    "model.routing_clusters must be >= 1, model.routing_window and model.routing_local_window >= 0, "
@@ -175,9 +178,7 @@ RoutingAttention::RoutingAttention(const ModelConfig& cfg, std::shared_ptr<Posit
   sums = register_statistic("sums", {routed, n_clusters, D + 1});
 }
 
-int64_t RoutingAttention::window_for(int64_t T) const {
-  return std::min(T, window > 0 ? window : (T + n_clusters - 1) / n_clusters);
-}
+int64_t RoutingAttention::window_for(int64_t T) const { return std::min(T, window); }
 
 Var RoutingAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "RoutingAttention: input ", x.shape(), " must be (B, T, ",
@@ -189,7 +190,7 @@ Var RoutingAttention::forward(const Var& x, Rng& rng) const {
   std::vector<Var> parts;
   if (local_heads > 0)
     parts.push_back(local_shared_qk_attention(slice(q, 1, 0, local_heads), slice(v, 1, 0, local_heads),
-                                              local_window > 0 ? local_window : w, p, &rng, &tiles_));
+                                              local_window, p, &rng, &tiles_));
   if (local_heads < H) {
     const Var qr = slice(q, 1, local_heads, H);
     const Tensor unit = unit_rows(qr.value());  // (B, H_r, T, D)
@@ -259,7 +260,7 @@ AttentionKind routing_attention_kind() {
                  "moved by an EMA after each step, in the checkpoint), each centroid attending causally among the w "
                  "tokens nearest it; half the heads local; generates by re-running the window";
   kind.options = {{"routing_clusters", int64_t{4}, "routing: C, centroids per routed head", int64_t{2}},
-                  {"routing_window", int64_t{0}, "routing: w, tokens per centroid (0: ceil(T / C))"},
+                  {"routing_window", int64_t{0}, "routing: w, tokens per centroid (0: ceil(model.block_size / C))"},
                   {"routing_local_heads", int64_t{-1}, "routing: heads attending locally (-1: half of model.n_head)"},
                   {"routing_local_window", int64_t{0}, "routing: the local heads' window (0: w)"},
                   {"routing_decay", 0.999, "routing: lambda, the centroids' moving-average decay (1: frozen)"}};
@@ -282,6 +283,11 @@ AttentionKind routing_attention_kind() {
     TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
                      "\" does not combine with model.attention \"routing\": its score terms follow positions, and "
                      "routed attention runs its rows in cluster order");
+    // The reversible stack recomputes a block's input from its output in the
+    // backward: a float's difference could move a token between clusters.
+    TAPEFORMER_CHECK(cfg.block != "reversible", "model.attention \"routing\" does not combine with model.block "
+                     "\"reversible\": the backward's recomputed inputs could route tokens to other clusters than the "
+                     "forward did");
   };
   kind.causality = Causality::chunk_dependent;
   return kind;

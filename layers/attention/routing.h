@@ -5,16 +5,19 @@
 //
 //   q = k = x W_qk, v = x W_v                          (B, H, T, D)
 //   q^ = q / |q|;  s_tc = q^_t . mu_c                  mu (H_r, C, D) unit centroids per routed head
-//   balanced routing: centroid c takes the w = ceil(T / C) tokens of highest s_tc, re-sorted by position
+//   balanced routing: centroid c takes the w tokens of highest s_tc (w = ceil(block_size / C), at most T),
+//                     re-sorted by position
 //   inside a cluster: softmax_{j <= i}(q_i . k_j / sqrt(D)) v_j, a token's own key only when it sees no other
 //   y_t = mean over the clusters that took t (0 when none did)
 //   local heads: the same scores over the window i - r < j <= i
 //
 // The first model.routing_local_heads heads (default H / 2) attend locally
-// in a window of model.routing_local_window positions (default w); the
-// others route through model.routing_clusters = C centroids.
-// model.routing_window = w overrides ceil(T / C) (w = T with C = 1 is full
-// causal attention).
+// in a window of model.routing_local_window positions (default
+// ceil(block_size / C)); the others route through model.routing_clusters =
+// C centroids. model.routing_window = w overrides ceil(block_size / C) (with
+// C = 1 and no override, w covers every position: full causal attention).
+// Both follow the trained length, not the length of a call, so a shorter
+// prompt runs the layer as it trained.
 //
 // The centroids are a buffer (in the checkpoint), moved by an exponential
 // moving average after each optimizer step: m_c = normalise(sum of the q^_t
@@ -23,8 +26,9 @@
 // random initial centroids); a centroid no token chose keeps its place.
 // The sums are a batch statistic (Module::statistics): every data-parallel
 // shard and rank adds its own, summed in the shard tree before the update,
-// so a run's bits do not depend on how the batch was split. No gradient
-// flows through the assignment.
+// so N ranks x S shards give the bits of one process with N S shards (other
+// shard counts differ by rounding, as the gradients do). No gradient flows
+// through the assignment.
 //
 // Balanced routing is causal only per sequence, as LSH is: no value after a
 // query's position is read, but whether a token is among a centroid's top w
@@ -68,9 +72,9 @@ class RoutingAttention : public ProjectedAttention {
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
   Var forward(const Var& x, InferenceState& state) const override;
 
-  int64_t window_for(int64_t T) const;  // w for a sequence of T positions
+  int64_t window_for(int64_t T) const;  // w for a sequence of T positions: min(T, w)
 
-  int64_t n_clusters, window, local_heads, local_window;  // C, w (0: ceil(T / C)), heads [0, local_heads) local, r
+  int64_t n_clusters, window, local_heads, local_window;  // C, w, heads [0, local_heads) local, r (from the config)
   double decay;                                           // lambda
   Tensor centroids;  // (H - local_heads, C, D), unit rows (buffer "centroids")
   Tensor sums;       // (H - local_heads, C, D + 1): sum of routed q^ and their count (statistic "sums")

@@ -44,7 +44,8 @@ Var full_shared_qk(const Var& q, const Var& v) {
 TEST_CASE("routing: one centroid taking every token is full causal shared-QK attention") {
   Rng rng(4);
   RoutingAttention attn(routing_config(/*clusters=*/1, /*local_heads=*/0), std::make_shared<PositionalLayer>(), rng);
-  CHECK(attn.window_for(100) == 100);  // w = ceil(T / C): no cap
+  CHECK(attn.window_for(100) == 100);  // w = ceil(block_size / C): no cap
+  CHECK(attn.window_for(7) == 7);
   const Tensor xt = normal({2, 100, 8}, 5);
   Rng unused(0);
   const Var x(xt);
@@ -114,7 +115,8 @@ TEST_CASE("routing in training: no gradient reaches an output from a later token
   attn.eval();
   NoGradGuard no_grad;
   Rng unused(0);
-  // Each piece's rows are those of the forward over the tokens so far (w = ceil(T / C) grows with them).
+  // Each piece's rows are those of the forward over the tokens so far (w = ceil(100 / 3) = 34 throughout).
+  CHECK(attn.window_for(40) == 34);
   const Tensor row = xt.slice(0, 0, 1);
   const auto prefix = [&](int64_t t) { return attn.forward(Var(row.slice(1, 0, t).contiguous()), unused).value(); };
   auto state = attn.make_state(1, -1);
@@ -129,6 +131,7 @@ TEST_CASE("routing in training: no gradient reaches an output from a later token
 TEST_CASE("routing: centroids move by the EMA of the routed unit queries; decay 1 freezes them") {
   Rng rng(9);
   ModelConfig cfg = routing_config(/*clusters=*/2, /*local_heads=*/0);
+  cfg.block_size = 30;  // w = 15
   cfg.options["routing_decay"] = 0.5;
   RoutingAttention attn(cfg, std::make_shared<PositionalLayer>(), rng);
   const Tensor before = attn.centroids.clone();  // (2, 2, 4)
