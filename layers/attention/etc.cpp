@@ -183,9 +183,9 @@ AttentionKind etc_attention_kind() {
     TAPEFORMER_CHECK(cfg.option_int("etc_segment") >= 0 && cfg.option_int("etc_radius") >= 0,
                      "model.etc_segment and model.etc_radius must be >= 0, got ", cfg.option_int("etc_segment"),
                      " and ", cfg.option_int("etc_radius"));
-    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"etc\": its terms are indexed by position pairs, and "
-                     "the global tokens' keys have no one position");
+    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms && !pos.needs.rotates_qk,
+                     "model.positional \"", pos.name, "\" does not combine with model.attention \"etc\": it works by "
+                     "the positions of query and key, and a global token's key pools a segment: it has no one position");
   };
   kind.causality = Causality::strict;
   return kind;

@@ -17,7 +17,9 @@
 // layer's input (a global's state would otherwise have to travel through
 // the block stack beside the locals'), so there is no g2g piece; and the
 // relative position labels are a learned scalar per head and label (the
-// kernel's learned score terms), not key vectors. model.etc_segment = 0: no
+// kernel's learned score terms), not key vectors. Positional schemes that
+// act on the pair's positions (rotations, biases) are refused: a global's
+// key pools a segment and has no one position. model.etc_segment = 0: no
 // global tokens, sliding-window attention of radius r. Generation re-runs
 // the window (InputWindow).
 #pragma once
