@@ -207,7 +207,12 @@ int run_sample(const SampleArgs& args) {
       } catch (const NonFiniteLogits& e) {
         fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
       }
-      records.push_back(l.tokenizer->decode(std::vector<int32_t>(ids.begin() + static_cast<int64_t>(prompt.size()), ids.end())));
+      std::string record;  // a character per token: one that is not a single character shows as '?'
+      for (auto id = ids.begin() + static_cast<int64_t>(prompt.size()); id != ids.end(); ++id) {
+        const std::string c = l.tokenizer->decode({*id});
+        record += c.size() == 1 ? c[0] : '?';
+      }
+      records.push_back(record);
       std::string line = records.back();  // one line per image: a sampled newline shows as '?'
       std::replace(line.begin(), line.end(), '\n', '?');
       std::printf("%s\n", line.c_str());
