@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "golden.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/rng.h"
+#include "tapeformer/layers/attention/attention.h"
 
 namespace {  // per test file, as golden.h's helpers
 namespace kind_tests {
@@ -35,6 +38,31 @@ inline Tensor uniform(const Shape& shape, uint64_t seed, float lo, float hi) {
   Tensor t = Tensor::empty(shape);
   rng.fill_uniform(t, lo, hi);
   return t;
+}
+
+// A training forward of `layer` over x (B, T, C) with dropout stream `seed`,
+// backpropagated from the outputs at positions <= i only: the summed |dx| of
+// the inputs after i and of those up to i. A kind whose outputs read no later
+// position has later == 0 exactly (and earlier > 0).
+struct GradientSplit {
+  double later = 0, earlier = 0;
+};
+inline GradientSplit gradient_around(const Attention& layer, const Tensor& x_value, int64_t i, uint64_t seed) {
+  Var x(x_value.clone(), true);
+  TapeScope tape;
+  Rng rng(seed);
+  const Var y = layer.forward(x, rng);  // (B, T, C)
+  const int64_t B = y.dim(0), T = y.dim(1), C = y.dim(2);
+  Tensor upstream = Tensor::zeros(y.value().shape());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t <= i; ++t)
+      for (int64_t c = 0; c < C; ++c) upstream.at({b, t, c}) = 1.0f + 0.1f * static_cast<Scalar>(c);
+  backward(y, upstream);
+  GradientSplit g;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < x.dim(2); ++c) (t > i ? g.later : g.earlier) += std::abs(x.grad().at({b, t, c}));
+  return g;
 }
 
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
