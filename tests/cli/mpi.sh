@@ -43,48 +43,35 @@ if ! diff <(strip "$work/one/metrics.jsonl") <(strip "$work/two/metrics.jsonl") 
 fi
 [ "$(wc -l < "$work/two.json")" = 1 ] || { echo "FAIL: more than rank 0 printed a final line"; fails=1; }
 
+# same_bits NAME WHAT RANK_SHARDS ARGS...: 2 ranks x RANK_SHARDS shards give
+# the metrics of 1 process x 2 RANK_SHARDS shards, bit for bit.
+same_bits() {
+  local name=$1 what=$2 shards=$3
+  shift 3
+  "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/${name}1" "$@" \
+    --set train.shards=$((2 * shards)) > /dev/null 2>&1 || { echo "FAIL: the one-process run $what failed"; exit 1; }
+  mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/${name}2" "$@" \
+    --set train.shards="$shards" > /dev/null 2> "$work/${name}2.log" \
+    || { echo "FAIL: mpirun $what failed:"; tail -5 "$work/${name}2.log"; exit 1; }
+  if ! diff <(strip "$work/${name}1/metrics.jsonl") <(strip "$work/${name}2/metrics.jsonl") > "$work/diff"; then
+    echo "FAIL: $what, 2 ranks x $shards shards differ from 1 process x $((2 * shards)):"; head -4 "$work/diff"
+    fails=1
+  fi
+}
+
 # Transformer-XL's memory crosses the ranks (gathered whole each step): 2 x 2
 # with 13 rows (7 and 6 per rank) equals 1 x 4.
-xl=(--set train.max_iters=60 --set model.positional=txl --set model.mem_len=16 --set train.batch_size=13)
-"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/xl1" "${xl[@]}" --set train.shards=4 \
-  > /dev/null 2>&1 || { echo "FAIL: the one-process memory run failed"; exit 1; }
-mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/xl2" "${xl[@]}" \
-  --set train.shards=2 > /dev/null 2> "$work/xl2.log" || { echo "FAIL: mpirun with a memory failed:"; tail -5 "$work/xl2.log"; exit 1; }
-if ! diff <(strip "$work/xl1/metrics.jsonl") <(strip "$work/xl2/metrics.jsonl") > "$work/diff"; then
-  echo "FAIL: with a segment memory, 2 ranks x 2 shards differ from 1 process x 4:"; head -4 "$work/diff"; fails=1
-fi
-
+same_bits xl "with a segment memory" 2 --set train.max_iters=60 --set model.positional=txl --set model.mem_len=16 \
+  --set train.batch_size=13
 # Gradient accumulation: the micro-batches' sum is counted once, not once per rank: 2 x 1 equals 1 x 2.
-ga=(--set train.max_iters=40 --set train.grad_accum=3)
-"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/ga1" "${ga[@]}" --set train.shards=2 \
-  > /dev/null 2>&1 || { echo "FAIL: the one-process accumulation run failed"; exit 1; }
-mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/ga2" "${ga[@]}" \
-  --set train.shards=1 > /dev/null 2> "$work/ga2.log" || { echo "FAIL: mpirun with grad_accum failed:"; tail -5 "$work/ga2.log"; exit 1; }
-if ! diff <(strip "$work/ga1/metrics.jsonl") <(strip "$work/ga2/metrics.jsonl") > "$work/diff"; then
-  echo "FAIL: with train.grad_accum=3, 2 ranks x 1 shard differ from 1 process x 2:"; head -4 "$work/diff"; fails=1
-fi
-
+same_bits ga "with train.grad_accum=3" 1 --set train.max_iters=40 --set train.grad_accum=3
 # 3 shards per rank are not a subtree of the shard tree (every shard's gradient is sent): 2 x 3 equals 1 x 6.
-odd=(--set train.max_iters=30)
-"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/odd1" "${odd[@]}" --set train.shards=6 \
-  > /dev/null 2>&1 || { echo "FAIL: the one-process 6-shard run failed"; exit 1; }
-mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/odd2" "${odd[@]}" \
-  --set train.shards=3 > /dev/null 2> "$work/odd2.log" || { echo "FAIL: mpirun with 3 shards failed:"; tail -5 "$work/odd2.log"; exit 1; }
-if ! diff <(strip "$work/odd1/metrics.jsonl") <(strip "$work/odd2/metrics.jsonl") > "$work/diff"; then
-  echo "FAIL: 2 ranks x 3 shards differ from 1 process x 6:"; head -4 "$work/diff"; fails=1
-fi
-
+same_bits odd "with 3 shards per rank" 3 --set train.max_iters=30
 # Batch statistics (Routing attention's centroid sums) are summed over every
 # shard of every rank before the centroids move: 2 x 3 equals 1 x 6, with
 # two micro-batches per step.
-rt=(--set train.max_iters=30 --set model.attention=routing --set model.routing_decay=0.9 --set train.grad_accum=2)
-"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/rt1" "${rt[@]}" --set train.shards=6 \
-  > /dev/null 2>&1 || { echo "FAIL: the one-process routing run failed"; exit 1; }
-mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/rt2" "${rt[@]}" \
-  --set train.shards=3 > /dev/null 2> "$work/rt2.log" || { echo "FAIL: mpirun with routing failed:"; tail -5 "$work/rt2.log"; exit 1; }
-if ! diff <(strip "$work/rt1/metrics.jsonl") <(strip "$work/rt2/metrics.jsonl") > "$work/diff"; then
-  echo "FAIL: with routing attention's centroids, 2 ranks x 3 shards differ from 1 process x 6:"; head -4 "$work/diff"; fails=1
-fi
+same_bits rt "with routing attention's centroids" 3 --set train.max_iters=30 --set model.attention=routing \
+  --set model.routing_decay=0.9 --set train.grad_accum=2
 
 # Kill rank 1 after the step-100 checkpoint.
 mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/killed" --set train.shards=1 \
