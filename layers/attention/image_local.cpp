@@ -27,12 +27,6 @@
 namespace tapeformer {
 namespace {
 
-int64_t at_least(const ModelConfig& cfg, const char* name, int64_t min) {
-  const int64_t v = cfg.option_int(name);
-  TAPEFORMER_CHECK(v >= min, "model.", name, " must be >= ", min, ", got ", v);
-  return v;
-}
-
 class ImageLocal1d : public SparsePattern {
  public:
   ImageLocal1d(int64_t query, int64_t memory) : lq_(query), lm_(memory) {}
@@ -76,7 +70,7 @@ SparsePatternKind image_1d_pattern_kind() {
           {{"image_query", int64_t{16}, "image_1d: l_q, pixels per query block", int64_t{4}},
            {"image_memory", int64_t{16}, "image_1d: l_m, pixels before a query block it also sees", int64_t{4}}},
           [](const ModelConfig& c) -> std::shared_ptr<const SparsePattern> {
-            return std::make_shared<ImageLocal1d>(at_least(c, "image_query", 1), at_least(c, "image_memory", 0));
+            return std::make_shared<ImageLocal1d>(positive_option(c, "image_query", 1), positive_option(c, "image_memory", 0));
           }};
 }
 
@@ -92,10 +86,10 @@ SparsePatternKind image_2d_pattern_kind() {
            {"image_memory_cols", int64_t{2}, "image_2d: w_m, columns on each side of a query block it also sees",
             int64_t{1}}},
           [](const ModelConfig& c) -> std::shared_ptr<const SparsePattern> {
-            return std::make_shared<ImageLocal2d>(at_least(c, "image_width", 1), at_least(c, "image_block_rows", 1),
-                                                  at_least(c, "image_block_cols", 1),
-                                                  at_least(c, "image_memory_rows", 0),
-                                                  at_least(c, "image_memory_cols", 0));
+            return std::make_shared<ImageLocal2d>(positive_option(c, "image_width", 1), positive_option(c, "image_block_rows", 1),
+                                                  positive_option(c, "image_block_cols", 1),
+                                                  positive_option(c, "image_memory_rows", 0),
+                                                  positive_option(c, "image_memory_cols", 0));
           }};
 }
 

@@ -28,19 +28,6 @@ class OwnChunk : public SparsePattern {
   int64_t w_;
 };
 
-// Causal window of r positions: i sees i - r < j <= i.
-class Band : public SparsePattern {
- public:
-  explicit Band(int64_t r) : r_(r) {}
-  bool sees(int64_t i, int64_t j) const override { return j <= i && i - j < r_; }
-  void candidates(int64_t i0, int64_t i1, std::vector<std::pair<int64_t, int64_t>>& r) const override {
-    r.push_back({std::max<int64_t>(0, i0 - r_ + 1), i1});
-  }
-
- private:
-  int64_t r_;
-};
-
 std::shared_ptr<const kernels::BlockMask> tiles_of(const TileCache* cache, const SparsePattern& p, int64_t kind,
                                                    int64_t T, int64_t w) {
   if (cache == nullptr) return tile_pattern(p, T, T, 0, 0);
@@ -148,7 +135,7 @@ Var local_shared_qk_attention(const Var& q, const Var& v, int64_t r, float p, Rn
   const IndexTensor positions({B, H, T}, std::move(pos));
   AttentionSpec spec;
   spec.causal = false;  // the band and the position mask are causal
-  spec.blocks = tiles_of(tiles, Band(r), 2, T, r);
+  spec.blocks = tiles_of(tiles, *window_pattern(r), 2, T, r);
   spec.masks = {std::make_shared<PositionMask>(positions, positions, /*no_self=*/true)};
   spec.dropout_p = p;
   spec.rng = rng;

@@ -72,12 +72,6 @@ namespace {
 
 // ---- the patterns (all causal: j <= i) -------------------------------------------
 
-int64_t positive_option(const ModelConfig& cfg, const char* name, int64_t min = 1) {
-  const int64_t v = cfg.option_int(name);
-  TAPEFORMER_CHECK(v >= min, "model.", name, " must be >= ", min, ", got ", v);
-  return v;
-}
-
 // Keys i - w < j <= i.
 class Window : public SparsePattern {
  public:
@@ -218,6 +212,14 @@ const ModelOption kSeed{"sparse_seed", int64_t{0}, "bigbird: seed of the random 
 
 SparsePatternKind image_1d_pattern_kind();  // image_local.cpp
 SparsePatternKind image_2d_pattern_kind();  // image_local.cpp
+
+int64_t positive_option(const ModelConfig& cfg, const char* name, int64_t min) {
+  const int64_t v = cfg.option_int(name);
+  TAPEFORMER_CHECK(v >= min, "model.", name, " must be >= ", min, ", got ", v);
+  return v;
+}
+
+std::shared_ptr<const SparsePattern> window_pattern(int64_t w) { return std::make_shared<Window>(w); }
 
 Registry<SparsePatternKind>& sparse_pattern_kinds() {
   static Registry<SparsePatternKind> kinds(

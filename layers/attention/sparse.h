@@ -93,6 +93,12 @@ struct SparsePatternKind {
 };
 
 // Built in: window, strided, fixed, longformer, bigbird, image_1d, image_2d. Key: model.attention.
+
+// The local window: keys i - w < j <= i (the "window" kind's pattern).
+std::shared_ptr<const SparsePattern> window_pattern(int64_t w);
+// model.<name> as an integer, Error naming the key unless it is >= min (a
+// pattern kind's options).
+int64_t positive_option(const ModelConfig& cfg, const char* name, int64_t min = 1);
 Registry<SparsePatternKind>& sparse_pattern_kinds();
 
 // The attention kind of a pattern kind (layers/attention/registry.cpp lists
