@@ -82,11 +82,6 @@ class LabelTerm : public kernels::ScoreTerm {
   int64_t n_g_, n_;
 };
 
-std::shared_ptr<const kernels::BlockMask> cached(const TileCache* cache, const TileCache::Key& key,
-                                                 const std::function<std::shared_ptr<const kernels::BlockMask>()>& f) {
-  return cache != nullptr ? cache->get(key, f) : f();
-}
-
 }  // namespace
 
 Var etc_attention(const Var& q, const Var& k, const Var& v, const Var& q_g, const Var& labels, int64_t segment,
@@ -106,7 +101,7 @@ Var etc_attention(const Var& q, const Var& k, const Var& v, const Var& q_g, cons
     const int64_t covered = n_g * segment;
     AttentionSpec pool;
     pool.causal = false;
-    pool.blocks = cached(tiles, {1, n_g, segment, 0, 0},
+    pool.blocks = TileCache::get(tiles, {1, n_g, segment, 0, 0},
                          [&] { return tile_pattern(OwnSegment(segment), n_g, covered, 0, 0); });
     const Var queries = expand(reshape(q_g, {1, H, 1, D}), {B, H, n_g, D});
     const Var kv = softmax_attention(queries, slice(k, 2, 0, covered),
@@ -116,7 +111,7 @@ Var etc_attention(const Var& q, const Var& k, const Var& v, const Var& q_g, cons
   }
   AttentionSpec spec;
   spec.causal = false;  // the pattern is causal
-  spec.blocks = cached(tiles, {2, T, n_g, segment, radius},
+  spec.blocks = TileCache::get(tiles, {2, T, n_g, segment, radius},
                        [&] { return tile_pattern(GlobalLocal(n_g, std::max<int64_t>(segment, 1), radius), T,
                                                  n_g + T, n_g, 0); });
   spec.terms = {{std::make_shared<LabelTerm>(labels.value(), n_g), labels}};

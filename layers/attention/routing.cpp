@@ -30,8 +30,7 @@ class OwnChunk : public SparsePattern {
 
 std::shared_ptr<const kernels::BlockMask> tiles_of(const TileCache* cache, const SparsePattern& p, int64_t kind,
                                                    int64_t T, int64_t w) {
-  if (cache == nullptr) return tile_pattern(p, T, T, 0, 0);
-  return cache->get({kind, T, w, 0, 0}, [&] { return tile_pattern(p, T, T, 0, 0); });
+  return TileCache::get(cache, {kind, T, w, 0, 0}, [&] { return tile_pattern(p, T, T, 0, 0); });
 }
 
 // x (..., D) rows scaled to unit length (|x| + 1e-6, as LSH's keys).

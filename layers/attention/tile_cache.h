@@ -23,6 +23,12 @@ class TileCache {
   using Key = std::array<int64_t, 5>;
   std::shared_ptr<const kernels::BlockMask> get(
       const Key& key, const std::function<std::shared_ptr<const kernels::BlockMask>()>& build) const;
+  // Through `cache`, or built afresh when it is null (a free function's caller without a layer).
+  static std::shared_ptr<const kernels::BlockMask> get(
+      const TileCache* cache, const Key& key,
+      const std::function<std::shared_ptr<const kernels::BlockMask>()>& build) {
+    return cache != nullptr ? cache->get(key, build) : build();
+  }
 
  private:
   mutable std::mutex mutex_;
