@@ -20,16 +20,29 @@ for i in $(seq 300); do echo "Verse $i: the quick brown fox jumps over the lazy 
 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/straight" > "$work/straight.json" 2>/dev/null \
   || { echo "FAIL: the uninterrupted run failed"; exit 1; }
 
+# Timing fields differ between any two runs; everything else must not.
+strip() { sed -E 's/, ?"(train_seconds|tokens_per_s|elapsed_s)": ?[^,}]*//g' "$1"; }
+# same_as STRAIGHT DIR: DIR.json and DIR/metrics.jsonl equal STRAIGHT's, timing aside.
+same_as() { [ "$(strip "$1.json")" = "$(strip "$2.json")" ] && diff -q <(strip "$1/metrics.jsonl") <(strip "$2/metrics.jsonl") > /dev/null; }
+# stop_at CONFIG DIR STEP SIGNAL [DELAY]: a run of CONFIG into DIR (stderr in
+# DIR.log), sent SIGNAL once its metrics reached STEP and DELAY seconds
+# passed; `status` is its exit status.
+stop_at() {
+  "$bin" train --config "$1" --data "$work/text.txt" --out "$2" > /dev/null 2> "$2.log" &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -q "\"step\":$3" "$2/metrics.jsonl" 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep "${5:-0}"
+  kill -"$4" $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  status=$?
+}
+
 # Start the same run, wait until it has passed its first checkpoint (step 100),
 # then kill -9 mid-training.
-"$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/killed" > /dev/null 2>&1 &
-pid=$!
-for _ in $(seq 600); do
-  grep -q '"step":120' "$work/killed/metrics.jsonl" 2>/dev/null && break
-  sleep 0.05
-done
-kill -9 $pid 2>/dev/null
-wait $pid 2>/dev/null
+stop_at "$work/cfg.json" "$work/killed" 120 9
 if ! grep -q '"step":120' "$work/killed/metrics.jsonl" 2>/dev/null; then
   echo "FAIL: the run to be killed never reached step 120"; exit 1
 fi
@@ -40,8 +53,6 @@ fi
 "$bin" train --out "$work/killed" --resume > "$work/resumed.json" 2> "$work/resumed.log" \
   || { echo "FAIL: resume failed:"; cat "$work/resumed.log"; exit 1; }
 
-# Timing fields differ between any two runs; everything else must not.
-strip() { sed -E 's/, ?"(train_seconds|tokens_per_s|elapsed_s)": ?[^,}]*//g' "$1"; }
 fails=0
 if [ "$(strip "$work/straight.json")" != "$(strip "$work/resumed.json")" ]; then
   echo "FAIL: final line differs"; echo "  straight: $(cat "$work/straight.json")"; echo "  resumed:  $(cat "$work/resumed.json")"
@@ -61,15 +72,7 @@ set -m
 for sig in TERM INT; do
   checks=$((checks + 2))
   dir="$work/stopped_$sig"
-  "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$dir" > /dev/null 2> "$dir.log" &
-  pid=$!
-  for _ in $(seq 600); do
-    grep -q '"step":130' "$dir/metrics.jsonl" 2>/dev/null && break
-    sleep 0.05
-  done
-  kill -$sig $pid
-  wait $pid
-  status=$?
+  stop_at "$work/cfg.json" "$dir" 130 $sig
   want=$((128 + $(kill -l $sig)))
   step=$(sed -nE 's/.* at step ([0-9]+): checkpoint saved to .*/\1/p' "$dir.log")
   if [ $status -ne $want ] || [ -z "$step" ]; then
@@ -80,8 +83,7 @@ for sig in TERM INT; do
   if ! grep -q "resuming at step $step " "$dir.resume.log"; then
     echo "FAIL: SIG$sig stopped at step $step but the run resumed elsewhere"; fails=$((fails + 1))
   fi
-  if [ "$(strip "$work/straight.json")" != "$(strip "$dir.json")" ] || \
-     ! diff -q <(strip "$work/straight/metrics.jsonl") <(strip "$dir/metrics.jsonl") > /dev/null; then
+  if ! same_as "$work/straight" "$dir"; then
     echo "FAIL: after SIG$sig at step $step and --resume, the run differs from the uninterrupted one"; fails=$((fails + 1))
   else
     echo "SIG$sig at step $step: exit status $status, resumed to the same final line and metrics"
@@ -97,22 +99,12 @@ sed -e 's/"max_iters": 1500/"max_iters": 60/; s/"decay_iters": 1500/"decay_iters
 "$bin" train --config "$work/eval_cfg.json" --data "$work/text.txt" --out "$work/eval_straight" > "$work/eval_straight.json" \
   2>/dev/null || { echo "FAIL: the uninterrupted long-evaluation run failed"; exit 1; }
 dir="$work/eval_stopped"
-"$bin" train --config "$work/eval_cfg.json" --data "$work/text.txt" --out "$dir" > /dev/null 2> "$dir.log" &
-pid=$!
-for _ in $(seq 600); do
-  grep -q '"step":40' "$dir/metrics.jsonl" 2>/dev/null && break
-  sleep 0.05
-done
-sleep 0.8  # steps 41-50 take milliseconds, step 50's evaluation seconds
-kill -TERM $pid
-wait $pid
-status=$?
+stop_at "$work/eval_cfg.json" "$dir" 40 TERM 0.8  # steps 41-50 take milliseconds, step 50's evaluation seconds
 if [ $status -ne 143 ] || ! grep -q " at step 50: checkpoint saved" "$dir.log"; then
   echo "FAIL: SIGTERM during step 50's evaluation: exit status $status, stderr: $(tail -1 "$dir.log")"; fails=$((fails + 1))
 elif ! "$bin" train --out "$dir" --resume > "$dir.json" 2> "$dir.resume.log"; then
   echo "FAIL: resume after SIGTERM during evaluation failed: $(tail -1 "$dir.resume.log")"; fails=$((fails + 1))
-elif [ "$(strip "$work/eval_straight.json")" != "$(strip "$dir.json")" ] || \
-     ! diff -q <(strip "$work/eval_straight/metrics.jsonl") <(strip "$dir/metrics.jsonl") > /dev/null; then
+elif ! same_as "$work/eval_straight" "$dir"; then
   echo "FAIL: after SIGTERM during step 50's evaluation and --resume, the run differs from the uninterrupted one"
   diff <(strip "$work/eval_straight/metrics.jsonl") <(strip "$dir/metrics.jsonl") | head -4; fails=$((fails + 1))
 else
