@@ -56,7 +56,7 @@ struct ModelConfig {
   std::string attention = "softmax";  // attention kind: "softmax" | "linear" (layers/attention/attention.h)
   std::string positional = "learned";  // "learned" | "sinusoidal" | "rope" | "alibi" | "shaw" | "txl" (layers/positional/positional.h)
   std::string arch = "transformer";  // the model kind (layers/language_model.h); the keys above are its
-  std::string block = "standard";  // how the layers are wired: "standard" | "reversible" | "post_ln" | "gtrxl" (layers/block/block.h)
+  std::string block = "standard";  // how the layers are wired: a block kind (layers/block/block.h; `tapeformer kinds`)
   std::map<std::string, OptionValue> options;  // kind-specific keys by name (without "model.")
   // Causal self-attention (every language model). A non-causal model (an
   // encoder, examples/linformer_encoder) sets it false in C++; configs cannot.
