@@ -315,6 +315,9 @@ int cli_main(int argc, char** argv) {
   pl->add_option("-o,--output", plot.output, "the PNG to write")->required();
   pl->add_flag("--log-y", plot.log_y, "logarithmic loss axis");
   pl->add_flag("!--no-train", plot.train, "validation curves only");
+  pl->add_option("--layer", plot.layer,
+                 "draw a per-layer figure the runs log instead of the losses (ponder_mean against the step; "
+                 "ponder_hist, a list, at the last evaluation)");
 
   std::vector<std::string> check_names;
   auto* ck = app.add_subcommand("check", "run the conformance checks on registered kinds: parameters, causality, "

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "tapeformer/core/error.h"
@@ -47,7 +49,7 @@ std::string MetricsRecord::to_json() const {
 }
 
 std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
-  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  const auto j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);  // keys in written order
   if (!j.is_object()) return std::nullopt;
   auto number = [&](const char* key) -> std::optional<double> {
     const auto it = j.find(key);
@@ -65,6 +67,19 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
   r.grad_norm = number("grad_norm").value_or(0);
   r.tokens_per_s = number("tokens_per_s").value_or(0);
   r.elapsed_s = number("elapsed_s").value_or(0);
+  static const char* known[] = {"step", "lr", "train_loss", "val_loss", "val_bpc", "grad_norm", "tokens_per_s", "elapsed_s"};
+  for (const auto& [key, value] : j.items()) {
+    if (key == "layers" && value.is_object()) {
+      for (const auto& [name, list] : value.items()) {
+        if (!list.is_array()) continue;
+        std::vector<double> values;
+        for (const auto& v : list) values.push_back(v.is_number() ? v.get<double>() : NAN);  // null: not finite
+        r.layers.emplace_back(name, std::move(values));
+      }
+    } else if (value.is_number() && std::find(std::begin(known), std::end(known), key) == std::end(known)) {
+      r.extra.emplace_back(key, value.get<double>());
+    }
+  }
   return r;
 }
 

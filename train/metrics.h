@@ -33,8 +33,9 @@ struct MetricsRecord {
   std::vector<std::pair<std::string, std::vector<double>>> layers;  // on evaluation steps: Module::layer_metrics
   std::vector<std::pair<std::string, double>> extra;  // on evaluation steps: a program's own figures (accuracy)
   std::string to_json() const;
-  // The record in one line written by to_json(); nothing for a line that is
-  // not one (e.g. the half-written last line of a killed run).
+  // The record in one line written by to_json(), its per-layer figures and
+  // a program's own figures included; nothing for a line that is not one
+  // (e.g. the half-written last line of a killed run).
   static std::optional<MetricsRecord> parse(const std::string& line);
 };
 

@@ -1,10 +1,13 @@
 #include "tapeformer/train/plot.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -25,6 +28,39 @@ std::string quoted(const std::string& s) {
 }
 
 bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
+
+// The per-layer figure `layer` of one run's metrics into `file`: step and
+// value when it holds one value, else index and value at its last
+// evaluation (the x label goes into `script`). Returns the plot clause
+// without its style; Error when the run never logs it.
+std::string layer_series(std::istream& in, const std::string& run, const std::string& layer, const fs::path& file,
+                         std::ostringstream& script) {
+  std::vector<std::pair<int64_t, std::vector<double>>> logged;  // (step, values)
+  std::vector<std::string> names;                                // what the run logs, for the error
+  for (std::string line; std::getline(in, line);) {
+    const std::optional<MetricsRecord> r = MetricsRecord::parse(line);
+    if (!r) continue;
+    for (const auto& [key, values] : r->layers) {
+      if (key == layer) logged.emplace_back(r->step, values);
+      if (std::find(names.begin(), names.end(), key) == names.end()) names.push_back(key);
+    }
+  }
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  TAPEFORMER_CHECK(!logged.empty(), "plot: run '", run, "' logs no per-layer figure '", layer, "' (",
+                   known.empty() ? std::string("it logs none") : "it logs " + known, ")");
+  std::ofstream out(file);
+  const bool scalar = std::all_of(logged.begin(), logged.end(), [](const auto& l) { return l.second.size() == 1; });
+  if (scalar) {
+    for (const auto& [step, values] : logged) out << step << ' ' << values[0] << '\n';
+    script << "set xlabel 'step'\n";
+    return quoted(file.string()) + " with linespoints";
+  }
+  const auto& [step, values] = logged.back();
+  for (size_t k = 0; k < values.size(); ++k) out << k << ' ' << values[k] << '\n';
+  script << "set xlabel " << quoted("entry (index from 0) at the last evaluation, step " + std::to_string(step)) << "\n";
+  return quoted(file.string()) + " with linespoints";
+}
 
 }  // namespace
 
@@ -48,7 +84,9 @@ int run_plot(const PlotArgs& args) {
   std::ostringstream script;
   script << "set terminal pngcairo size 960,600 noenhanced\n"
          << "set output " << quoted(args.output) << "\n"
-         << "set xlabel 'step'\nset ylabel 'loss (nats per token)'\nset grid\nset key top right\n";
+         << "set grid\nset key top right\n";
+  if (args.layer.empty()) script << "set xlabel 'step'\nset ylabel 'loss (nats per token)'\n";
+  else script << "set ylabel " << quoted(args.layer) << "\n";
   if (args.log_y) script << "set logscale y\n";
   std::string plots;
   for (size_t i = 0; i < args.runs.size(); ++i) {
@@ -56,6 +94,14 @@ int run_plot(const PlotArgs& args) {
     const fs::path metrics = fs::path(run) / "metrics.jsonl";
     std::ifstream in(metrics);
     TAPEFORMER_CHECK(in.good(), "plot: run '", run, "' has no metrics.jsonl (is it a run directory of tapeformer train?)");
+    const std::string name = fs::path(run).filename().empty() ? fs::path(run).parent_path().filename().string()
+                                                               : fs::path(run).filename().string();
+    const std::string colour = " lc " + std::to_string(i + 1);
+    if (!args.layer.empty()) {
+      plots += (plots.empty() ? "" : ", ") + layer_series(in, run, args.layer, work / ("layer" + std::to_string(i)), script) +
+               " lw 2 pt 7 ps 0.6" + colour + " title " + quoted(name);
+      continue;
+    }
     const fs::path train_file = work / ("train" + std::to_string(i)), val_file = work / ("val" + std::to_string(i));
     std::ofstream train_out(train_file), val_out(val_file);
     int64_t rows = 0, val_rows = 0;
@@ -67,9 +113,6 @@ int run_plot(const PlotArgs& args) {
       if (r->val_loss) val_out << r->step << ' ' << *r->val_loss << '\n', ++val_rows;
     }
     TAPEFORMER_CHECK(rows > 0, "plot: '", metrics.string(), "' holds no metrics lines");
-    const std::string name = fs::path(run).filename().empty() ? fs::path(run).parent_path().filename().string()
-                                                               : fs::path(run).filename().string();
-    const std::string colour = " lc " + std::to_string(i + 1);
     if (val_rows > 0)
       plots += (plots.empty() ? "" : ", ") + quoted(val_file.string()) + " with linespoints lw 2 pt 7 ps 0.6" + colour +
                " title " + quoted(name + " val");

@@ -5,6 +5,12 @@
 //
 //   PlotArgs a;  a.runs = {"out/softmax", "out/linear"};  a.output = "curves.png";
 //   run_plot(a);   // one colour per run: validation loss solid with points, train loss thin
+//   a.layer = "ponder_mean";  run_plot(a);   // a per-layer figure the runs log instead
+//
+// A per-layer figure (the "layers" of metrics lines on evaluation steps,
+// Module::layer_metrics) of one value is drawn against the step; one of
+// several values (a histogram, a value per head or position) as those of
+// the run's last evaluation against their index.
 #pragma once
 
 #include <string>
@@ -17,6 +23,7 @@ struct PlotArgs {
   std::string output;             // the PNG to write
   bool log_y = false;             // logarithmic loss axis
   bool train = true;              // also draw the train loss
+  std::string layer;              // a per-layer figure by name ("ponder_hist") instead of the losses
 };
 
 // Errors name the run whose metrics are missing or empty, and a missing gnuplot.

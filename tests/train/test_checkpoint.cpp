@@ -235,6 +235,18 @@ TEST_CASE("metrics lines round-trip through MetricsRecord::parse; broken lines a
   CHECK(*back->val_bpc == *r.val_bpc);
   CHECK(back->grad_norm == r.grad_norm);
   CHECK(back->elapsed_s == r.elapsed_s);
+  CHECK(back->layers.empty());
+  CHECK(back->extra.empty());
+  // Per-layer and a program's own figures come back in the written order.
+  r.layers = {{"ponder_mean", {2.5}}, {"0.attn.spans", {3, 1, 4}}};
+  r.extra = {{"accuracy", 0.75}, {"ponder_steps", 3.25}};
+  const auto figures = MetricsRecord::parse(r.to_json());
+  REQUIRE(figures.has_value());
+  CHECK(figures->layers == r.layers);
+  CHECK(figures->extra == r.extra);
+  CHECK(figures->to_json() == r.to_json());
+  r.layers.clear();
+  r.extra.clear();
   r.val_loss.reset();
   r.val_bpc.reset();
   CHECK_FALSE(MetricsRecord::parse(r.to_json())->val_loss.has_value());
