@@ -15,10 +15,11 @@ BlockKind standard_block_kind();    // standard.cpp
 BlockKind reversible_block_kind();  // reversible.cpp
 BlockKind post_ln_block_kind();     // post_ln.cpp
 BlockKind gtrxl_block_kind();       // gtrxl.cpp
+BlockKind universal_block_kind();   // universal.cpp
 
 Registry<BlockKind>& block_kinds() {
   static Registry<BlockKind> kinds("model.block", {standard_block_kind(), reversible_block_kind(), post_ln_block_kind(),
-                                                 gtrxl_block_kind()});
+                                                 gtrxl_block_kind(), universal_block_kind()});
   return kinds;
 }
 
