@@ -25,8 +25,9 @@ Batch CopyTask::next() {
     std::fill(seq.begin(), seq.end(), pad());
     for (int64_t i = 0; i < L; ++i) {
       seq[static_cast<size_t>(i)] = static_cast<int32_t>(rng_.below(static_cast<uint64_t>(cfg_.symbols)));
-      seq[static_cast<size_t>(L + 1 + i)] = seq[static_cast<size_t>(i)];
     }
+    for (int64_t i = 0; i < L; ++i)  // the copy, in order or reversed
+      seq[static_cast<size_t>(L + 1 + i)] = seq[static_cast<size_t>(cfg_.reverse ? L - 1 - i : i)];
     seq[static_cast<size_t>(L)] = sep();
     for (int64_t t = 0; t < T; ++t) {
       inputs[static_cast<size_t>(b * T + t)] = seq[static_cast<size_t>(t)];

@@ -9,6 +9,8 @@
 // targets the sequence shifted by one; only targets inside the second copy
 // count (the rest are kIgnoreTarget), so the loss measures copying alone.
 // Token ids: symbols 0..symbols-1, SEP = symbols, PAD = symbols + 1.
+// Reversal (the Universal Transformer's algorithmic tasks, Dehghani et al.
+// 2019): `w SEP reverse(w)`, the same in every other respect.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@ struct CopyTaskConfig {
   int64_t symbols = 10;  // distinct symbols in w
   int64_t min_len = 1;   // shortest w
   int64_t max_len = 32;  // longest w
+  bool reverse = false;  // the second copy reversed
 };
 
 class CopyTask : public BatchSource {

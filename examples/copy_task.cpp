@@ -1,6 +1,7 @@
 // E2a, the copy task of "Transformers are RNNs" (Katharopoulos et al. 2020
 // §4.1.1, scaled down as docs/math.md#experiments says): learn to repeat `w` after `w SEP`,
-// with any attention kind, feature map and positional scheme.
+// with any attention kind, feature map and positional scheme; --reverse
+// asks for `w SEP reverse(w)` instead (the Universal Transformer's reversal task).
 //
 //   build/examples/copy_task --config configs/e2a_copy.json --out out/e2a/linear
 //       --set model.attention=linear [--set model.feature_map=cos] [--max-len 32] [--symbols 10]
@@ -16,7 +17,10 @@
 // second copy's symbols; seq_accuracy the sequences whose every symbol is
 // right. For stability sweeps (E5a), --target-loss reports the first
 // evaluation step at or below a val loss and --divergence-ok ends a diverging
-// run with "diverged": 1 instead of an error.
+// run with "diverged": 1 instead of an error. "ponder_steps" is the mean
+// number of block applications per position in the final evaluation: the
+// ACT steps of a Universal Transformer (model.block universal), n_layer for
+// any other stack.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +32,7 @@
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/tasks.h"
 #include "tapeformer/layers/attention/lsh.h"
+#include "tapeformer/layers/block/universal.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/trainer.h"
@@ -38,6 +43,7 @@ namespace {
 
 struct Accuracy {
   double loss = 0, tokens = 0, sequences = 0;  // mean loss, fraction of symbols right, of sequences right
+  double ponder = 0;                           // mean block applications per position
 };
 
 // Loss and argmax accuracy over the counted targets of `batches`.
@@ -45,10 +51,19 @@ Accuracy evaluate(LanguageModel& model, const std::vector<Batch>& batches) {
   model.eval();
   NoGradGuard no_grad;
   Rng unused(0);
-  double loss = 0;
+  double loss = 0, steps = 0, positions = 0;
   int64_t right = 0, counted = 0, seq_right = 0, seqs = 0;
   for (const Batch& b : batches) {
     const Var logits = model.forward(b.inputs, unused);  // (B, T, V)
+    bool universal = false;
+    model.visit([&](Module& m) {
+      if (auto* ut = dynamic_cast<UniversalStack*>(&m)) {
+        steps += ut->last_ponder().steps;
+        universal = true;
+      }
+    });
+    positions += static_cast<double>(b.inputs.numel());
+    if (!universal) steps += static_cast<double>(model.config().n_layer * b.inputs.numel());
     loss += cross_entropy(logits, b.targets).item();
     const int64_t B = b.inputs.shape[0], T = b.inputs.shape[1], V = logits.dim(2);
     const Scalar* z = logits.value().data();
@@ -69,7 +84,7 @@ Accuracy evaluate(LanguageModel& model, const std::vector<Batch>& batches) {
   }
   model.train();
   return {loss / static_cast<double>(batches.size()), static_cast<double>(right) / static_cast<double>(counted),
-          static_cast<double>(seq_right) / static_cast<double>(seqs)};
+          static_cast<double>(seq_right) / static_cast<double>(seqs), steps / positions};
 }
 
 int run(int argc, char** argv) {
@@ -83,6 +98,7 @@ int run(int argc, char** argv) {
   app.add_option("--symbols", task_cfg.symbols, "distinct symbols")->capture_default_str();
   app.add_option("--min-len", task_cfg.min_len, "shortest w")->capture_default_str();
   app.add_option("--max-len", task_cfg.max_len, "longest w (model.block_size must be twice it)")->capture_default_str();
+  app.add_flag("--reverse", task_cfg.reverse, "the reversal task: w SEP reverse(w)");
   double target_loss = 0;
   bool divergence_ok = false;
   std::string lsh_eval;
@@ -126,7 +142,8 @@ int run(int argc, char** argv) {
   task.evaluate = [&](LanguageModel& m, bool final) {
     const Accuracy acc = evaluate(m, final ? final_val : val);
     if (!final) std::fprintf(stderr, "copy accuracy %.4f\n", acc.tokens);
-    return TaskEvaluation{acc.loss, {{"accuracy", acc.tokens}, {"seq_accuracy", acc.sequences}}};
+    return TaskEvaluation{acc.loss,
+                          {{"accuracy", acc.tokens}, {"seq_accuracy", acc.sequences}, {"ponder_steps", acc.ponder}}};
   };
   std::unique_ptr<Trainer> trainer =
       resume ? Trainer::resume(out, std::move(task), [&](TrainConfig& saved) { adopt_resume_config(saved, cfg, out); })
@@ -150,8 +167,9 @@ int run(int argc, char** argv) {
   }
   const int64_t steps_run = result.steps;
   const double seconds = result.train_seconds, loss = result.train_loss;
-  const Accuracy fin = diverged ? Accuracy{NAN, NAN, NAN}
-                                : Accuracy{result.val_loss, result.val_fields.at(0).second, result.val_fields.at(1).second};
+  const Accuracy fin = diverged ? Accuracy{NAN, NAN, NAN, NAN}
+                                : Accuracy{result.val_loss, result.val_fields.at(0).second,
+                                           result.val_fields.at(1).second, result.val_fields.at(2).second};
   const double tokens = static_cast<double>(steps_run * cfg.train.batch_size * cfg.model.block_size);
   std::string lsh_results;  // ", \"lsh_eval\": {\"1\": acc, ..., \"full\": acc}"
   if (!lsh_eval.empty() && !diverged) {
@@ -186,12 +204,13 @@ int run(int argc, char** argv) {
   }
   std::printf("{\"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, \"accuracy\": %s, \"seq_accuracy\": %s, "
               "\"train_seconds\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, \"diverged\": %d, "
-              "\"reached_target\": %s, \"steps_to_target\": %s%s}\n",
+              "\"reached_target\": %s, \"steps_to_target\": %s, \"ponder_steps\": %s, \"max_len\": %lld%s}\n",
               static_cast<long long>(steps_run), json_number(diverged ? NAN : loss).c_str(),
               json_number(fin.loss).c_str(), json_number(fin.tokens).c_str(), json_number(fin.sequences).c_str(),
               seconds, seconds > 0 ? tokens / seconds : 0.0, static_cast<long long>(model.num_parameters()),
               diverged ? 1 : 0, target_loss > 0 ? (steps_to_target > 0 ? "1" : "0") : "null",
-              steps_to_target > 0 ? std::to_string(steps_to_target).c_str() : "null", lsh_results.c_str());
+              steps_to_target > 0 ? std::to_string(steps_to_target).c_str() : "null", json_number(fin.ponder).c_str(),
+              static_cast<long long>(task_cfg.max_len), lsh_results.c_str());
   return 0;
 }
 

@@ -622,6 +622,30 @@ TEST_CASE("CopyTask: w SEP w PAD..., targets only on the second copy") {
   }
 }
 
+TEST_CASE("CopyTask with reverse: w SEP reverse(w), the same w as the plain task from the same seed") {
+  CopyTaskConfig cfg{/*symbols=*/5, /*min_len=*/2, /*max_len=*/6};
+  CopyTask plain(cfg, /*batch=*/4, /*seed=*/3);
+  cfg.reverse = true;
+  CopyTask reversed(cfg, /*batch=*/4, /*seed=*/3);
+  const Batch p = plain.next(), b = reversed.next();
+  for (int64_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const int32_t* x = b.inputs.data.data() + r * 12;
+    const int32_t* y = b.targets.data.data() + r * 12;
+    int64_t L = 0;
+    while (L < 12 && x[L] != reversed.sep()) ++L;
+    REQUIRE((L >= 2 && L <= 6));
+    for (int64_t t = 0; t < L; ++t) CHECK(x[t] == p.inputs.data[static_cast<size_t>(r * 12 + t)]);
+    for (int64_t t = 0; t < 12; ++t) {
+      if (t >= L && t < 2 * L) {
+        CHECK(y[t] == x[2 * L - 1 - t]);  // position t predicts symbol L - 1 - (t - L) of w
+      } else {
+        CHECK(y[t] == kIgnoreTarget);
+      }
+    }
+  }
+}
+
 TEST_CASE("prepare_token_files: train.bin / val.bin hold TextCorpus's ids (also across 16 MiB chunk ends inside UTF-8)") {
   TempDir dir("token-files");
   // 34-byte lines after 7 bytes: the 16 MiB chunk end falls at byte 11 of a
