@@ -53,6 +53,11 @@ struct ModelContext {
   SegmentMemory* memory = nullptr;     // the memories carried from segment to segment (memory_use()), or null
   InferenceState* state = nullptr;     // reading piece by piece: make_state's state; null: the whole sequence
   const ModelInputs* inputs = nullptr;  // extra inputs, or null
+  // The training targets of ids (B, T) (kIgnoreTarget where none counts),
+  // set by the training step (DataParallel::train_batch) and null
+  // elsewhere: a model whose auxiliary loss of the batch needs them (the
+  // early-exit heads' losses) reads them here.
+  const IndexTensor* targets = nullptr;
   // Return the context vectors the output head reads, (B, T, C), instead of
   // the logits (kNN-LM's keys and queries, train/knn.h):
   // logits_from_features(forward with features) equals forward bit for bit.

@@ -111,6 +111,7 @@ double DataParallel::train_batch(const Batch& batch, float scale, Rng& dropout_r
     ctx.rng = &rng;
     ctx.memory = mem;
     ctx.inputs = b.extra.empty() ? nullptr : &b.extra;
+    ctx.targets = &b.targets;
     return m.forward(b.inputs, ctx);  // (B, T, V)
   };
   std::optional<profile::Scope> timed;

@@ -95,6 +95,36 @@ TEST_CASE("DataParallel: with ignored targets, shards are weighted by their coun
   }
 }
 
+TEST_CASE("DataParallel: a model reads the batch's targets; its loss of them is the whole batch's on any shards") {
+  // An early-exit model's auxiliary loss needs the targets (ModelContext::targets;
+  // tests/layers/test_early_exit.cpp checks its value): 2 or 3 shards give 1 shard's gradients.
+  ModelConfig cfg = small_config();
+  cfg.arch = "early_exit";
+  cfg.options["exit_heads"] = std::string("per_layer");
+  const Batch batch = random_batch(5, 8, 4);
+  const auto grads = [&](int shards) {
+    Rng init(3);
+    std::unique_ptr<LanguageModel> model = make_model(cfg, init);
+    DataParallel dp(*model, shards);
+    Rng dropout(9);
+    dp.train_batch(batch, 1.0f, dropout);
+    NamedTensors g;
+    for (const auto& [name, p] : model->named_parameters()) g.emplace_back(name, p.grad().clone());
+    return g;
+  };
+  const NamedTensors one = grads(1);
+  for (int shards : {2, 3}) {
+    CAPTURE(shards);
+    check_close(grads(shards), one, 1e-5f);
+  }
+  // The exit head's gradient is there only because the targets reached the model.
+  bool exit_grad = false;
+  for (const auto& [name, g] : one)
+    if (name.rfind("exit_head_1", 0) == 0)
+      for (float v : g.to_vector()) exit_grad = exit_grad || v != 0;
+  CHECK(exit_grad);
+}
+
 TEST_CASE("DataParallel: the gradient scale is applied exactly (halving the scale halves every gradient)") {
   const Batch batch = random_batch(4, 8, 2);
   const auto [l1, g_full] = sharded_grads(2, batch, 1.0f);
