@@ -8,6 +8,8 @@
 
 namespace tapeformer {
 
+ModelKind early_exit_model_kind();  // layers/models/early_exit.cpp
+
 Var LanguageModel::forward(const IndexTensor& ids, Rng& rng) const {
   ModelContext ctx;
   ctx.rng = &rng;
@@ -44,7 +46,7 @@ Registry<ModelKind>& model_kinds() {
                       TransformerLM::footprint,
                       nullptr,
                       nullptr},
-                     spalm_model_kind()});
+                     spalm_model_kind(), early_exit_model_kind()});
   return kinds;
 }
 
