@@ -246,6 +246,9 @@ int cli_main(int argc, char** argv) {
       ->check(integer_up_to(kMaxCount))
       ->capture_default_str();
 
+  s->add_flag("--report-layers", sample.report_layers,
+              "print the figures the model's layers log on stderr (an early-exit model: the mean layers used)");
+
   EvalArgs eval;
   auto* e = app.add_subcommand("eval", "loss, bits per char and perplexity of a checkpoint on a text file");
   e->add_option("--checkpoint", eval.checkpoint, "run directory (or checkpoint.bin)")->required();
@@ -259,6 +262,8 @@ int cli_main(int argc, char** argv) {
       ->check(CLI::IsMember({"all", "train", "val"}))
       ->capture_default_str();
   add_knn_flags(e, eval.knn);
+  e->add_flag("--report-layers", eval.report_layers,
+              "add the figures the model's layers log to the JSON line (\"layers\": an early-exit model's mean layers used)");
 
   KnnBuildArgs knn_build;
   auto* kn = app.add_subcommand("knn", "kNN-LM datastores (knn build)");
@@ -342,11 +347,16 @@ int cli_main(int argc, char** argv) {
       ->check(integer_up_to(1024));
 
   const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "train" && first != "sample" && first != "eval" &&
-      first != "plot" && first != "export" && first != "prepare" && first != "kinds" && first != "knn" &&
-      first != "check") {
-    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected train, sample, eval, knn, prepare, plot, export, kinds or check; see --help)\n",
-                 argv[1]);
+  std::string commands;  // "train, sample, ... or check": the subcommands, in the order they were added
+  bool known = false;
+  const std::vector<CLI::App*> all = app.get_subcommands([](CLI::App*) { return true; });
+  for (size_t i = 0; i < all.size(); ++i) {
+    known = known || all[i]->get_name() == first;
+    commands += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i]->get_name();
+  }
+  if (!first.empty() && first[0] != '-' && !known) {
+    std::fprintf(stderr, "tapeformer: error: unknown command '%s' (expected %s; see --help)\n", argv[1],
+                 commands.c_str());
     return 2;
   }
   try {

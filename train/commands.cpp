@@ -166,6 +166,30 @@ int run_train(const TrainArgs& args) {
   return 0;
 }
 
+namespace {
+// Per-layer figures as a JSON object {"name": [values], ...}.
+std::string layers_json(const std::vector<std::pair<std::string, std::vector<double>>>& layers) {
+  std::string out = "{";
+  for (const auto& [name, values] : layers) {
+    out += (out.size() > 1 ? ", \"" : "\"") + name + "\": [";
+    for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + json_number(values[i]);
+    out += "]";
+  }
+  return out + "}";
+}
+
+// The figures layers log, one line each on stderr ("sample: exit_layers_mean 2.31").
+void report_layers(const LanguageModel& model) {
+  const auto layers = model.layer_metrics();
+  if (layers.empty()) std::fprintf(stderr, "sample: the model's layers log no figures\n");
+  for (const auto& [name, values] : layers) {
+    std::string line = "sample: " + name;
+    for (double v : values) line += " " + json_number(v);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+}  // namespace
+
 int run_sample(const SampleArgs& args) {
   args.options.validate();  // before anything reaches stdout
   const std::string prompt_str = prompt_text(args);
@@ -220,6 +244,7 @@ int run_sample(const SampleArgs& args) {
     const int64_t outside = write_image_grid(args.png, records, args.image_width, top);
     std::fprintf(stderr, "sample: %lld images written to %s%s\n", static_cast<long long>(args.images), args.png.c_str(),
                  outside > 0 ? (" (" + std::to_string(outside) + " sampled tokens were no pixel letter: drawn blank)").c_str() : "");
+    if (args.report_layers) report_layers(*l.model);
     return 0;
   }
   StreamDecoder text(*l.tokenizer);  // a byte token waits for the rest of its character
@@ -236,6 +261,8 @@ int run_sample(const SampleArgs& args) {
   print_prompt();
   std::fputs(text.flush().c_str(), stdout);
   std::fputs("\n", stdout);
+  std::fflush(stdout);
+  if (args.report_layers) report_layers(*l.model);
   return 0;
 }
 
@@ -276,6 +303,7 @@ EvalResult evaluate_file(const EvalArgs& args) {
   EvalResult r{loss, counted, per_char};
   r.lm_loss = t.lm_loss_sum / static_cast<double>(counted);
   r.knn_keys = mixture ? mixture->keys() : 0;
+  r.layers = l.model->layer_metrics();
   return r;
 }
 
@@ -293,6 +321,7 @@ int run_eval(const EvalArgs& args) {
                 r.lm_loss, r.lm_loss / std::log(2.0) * r.tokens_per_char, static_cast<long long>(r.knn_keys),
                 static_cast<long long>(args.knn.k), json_number(args.knn.lambda).c_str(),
                 json_number(args.knn.temperature).c_str());
+  if (args.report_layers) std::printf(", \"layers\": %s", layers_json(r.layers).c_str());
   std::printf("}\n");
   return 0;
 }

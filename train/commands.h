@@ -45,6 +45,7 @@ struct SampleArgs {
   std::string png;
   int64_t image_width = 0;
   int64_t images = 16;
+  bool report_layers = false;  // after sampling, the figures layers log (an early-exit model's mean layers used) on stderr
 };
 
 struct EvalArgs {
@@ -54,6 +55,7 @@ struct EvalArgs {
   int64_t context = 0;  // window length in tokens; 0 = the model's block_size
   std::string split = "all";  // all | train | val: the part of the file (the checkpoint's data.val_fraction)
   KnnOptions knn;             // kNN-LM (train/knn.h); off without a store
+  bool report_layers = false;  // add the figures layers log ("layers": Module::layer_metrics) to the JSON line
 };
 
 struct EvalResult {
@@ -62,6 +64,7 @@ struct EvalResult {
   double tokens_per_char = 1;     // of the file's text, so that tokenizers compare
   double lm_loss = 0;             // with kNN-LM (lambda > 0): the model alone on the same positions; else = loss
   int64_t knn_keys = 0;           // with kNN-LM: the store's keys; else 0
+  std::vector<std::pair<std::string, std::vector<double>>> layers;  // the model's layer_metrics() after reading
   double bpc() const;             // bits per character: loss / ln 2 * tokens_per_char
   double perplexity() const;      // e^loss, per token
 };
