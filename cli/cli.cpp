@@ -26,6 +26,7 @@
 #include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/process_group.h"
+#include "tapeformer/train/calibrate.h"
 #include "tapeformer/train/plot.h"
 #include "tapeformer/train/trainer.h"
 
@@ -265,6 +266,35 @@ int cli_main(int argc, char** argv) {
   e->add_flag("--report-layers", eval.report_layers,
               "add the figures the model's layers log to the JSON line (\"layers\": an early-exit model's mean layers used)");
 
+  CalibrateArgs calibrate;
+  auto* cb = app.add_subcommand("calibrate", "choose an early-exit model's threshold on held-out text and write it "
+                                             "into the run (Learn-then-Test or a grid search)");
+  cb->add_option("--checkpoint", calibrate.run, "run directory (its checkpoint.bin gets the threshold)")->required();
+  cb->add_option("--data", calibrate.data, "held-out text file (default: the run's data.path)");
+  cb->add_option("--split", calibrate.split, "all | train | val: the part of the file (the run's data.val_fraction)")
+      ->check(CLI::IsMember({"all", "train", "val"}))
+      ->capture_default_str();
+  cb->add_option("--method", calibrate.method, "ltt (a guarantee) | grid (the smallest threshold within delta) | "
+                                                "evaluate (read with --threshold, write nothing)")
+      ->check(CLI::IsMember({"ltt", "grid", "evaluate"}))
+      ->capture_default_str();
+  cb->add_option("--confidence", calibrate.confidence, "max | margin | cosine (default: the model's)")
+      ->check(CLI::IsMember({"max", "margin", "cosine"}));
+  cb->add_option("--delta", calibrate.delta, "tolerance: a window's share of tokens unlike the full model's")
+      ->check(open_fraction)
+      ->capture_default_str();
+  cb->add_option("--epsilon", calibrate.epsilon, "ltt: the risk level")->check(open_fraction)->capture_default_str();
+  cb->add_option("--threshold", calibrate.threshold, "evaluate: the threshold to read with")->capture_default_str();
+  cb->add_option("--windows", calibrate.windows, "windows of the text to use (0: all)")
+      ->check(integer_up_to(kMaxCount))
+      ->capture_default_str();
+  cb->add_option("--splits", calibrate.splits, "random halvings checking the guarantee")
+      ->check(integer_in(1, 1 << 20))
+      ->capture_default_str();
+  cb->add_option("--seed", calibrate.seed, "the halving into calibration and test windows")->capture_default_str();
+  cb->add_option("--sweep", calibrate.sweep, "write one JSON line per threshold tried (gap, loss, mean layers used)");
+  cb->add_flag("--dry-run", calibrate.dry_run, "print the result without writing the run");
+
   KnnBuildArgs knn_build;
   auto* kn = app.add_subcommand("knn", "kNN-LM datastores (knn build)");
   kn->require_subcommand(1);
@@ -378,6 +408,7 @@ int cli_main(int argc, char** argv) {
     if (*pr) return run_prepare(prep);
     if (*kb) return run_knn_build(knn_build);
     if (*ck) return run_check(check_names);
+    if (*cb) return run_calibrate(calibrate);
     if (*k) {
       std::fputs((json ? kinds_json() : readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
       return 0;
