@@ -173,6 +173,8 @@ def field_of(result, field):
         if not isinstance(v, dict) or part not in v:
             return None
         v = v[part]
+    if isinstance(v, list) and len(v) == 1:  # a per-layer figure of one value ("layers": {"ponder_mean": [2.1]})
+        v = v[0]
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -182,6 +184,11 @@ def finished_runs(spec, args, arm):
         run_dir, _ = run_command(spec, arm, seed, args, 1)
         r = read_result(run_dir)
         if r is not None:
+            if "layers" not in r:  # the per-layer figures of its last evaluation, as fields "layers.NAME"
+                logged = [m["layers"] for m in read_metrics(run_dir, spec.get("metrics", "metrics.jsonl"))
+                          if isinstance(m.get("layers"), dict)]
+                if logged:
+                    r = dict(r, layers=logged[-1])
             yield seed, run_dir, r
 
 
@@ -263,6 +270,9 @@ def plot_curves(spec, args, exp_dir):
     files = []
     for curve in spec.get("curves", []):
         x_key, y_key = curve["x"], curve["y"]
+        # "key": rows are matched across seeds by this field (a threshold) instead of by x, and x is
+        # then the mean over seeds of each matched row's x (a trade-off curve: loss against layers used).
+        key = curve.get("key", x_key)
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
         drawn = False
         # "arms_containing": only the arms whose name contains that text (one plot per learning rate, say).
@@ -272,13 +282,17 @@ def plot_curves(spec, args, exp_dir):
             for _, run_dir, _ in finished_runs(spec, args, arm):
                 points = {}
                 for row in read_metrics(run_dir, spec.get("metrics", "metrics.jsonl")):
-                    if isinstance(row.get(x_key), (int, float)) and isinstance(row.get(y_key), (int, float)):
-                        points[row[x_key]] = row[y_key]
+                    if all(isinstance(row.get(k), (int, float)) for k in (key, x_key, y_key)):
+                        points[row[key]] = (row[x_key], row[y_key])
                 if points:
                     series.append(points)
             if not series:
                 continue
-            xs = sorted(set.intersection(*(set(s) for s in series)))
+            keys = set.intersection(*(set(s) for s in series))
+            # each key's x (the mean over seeds), in increasing x
+            at = sorted((mean_sd([s[k][0] for s in series])[0], k) for k in keys)
+            xs = [x for x, _ in at]
+            series = [{x: s[k][1] for x, k in at} for s in series]
             if not xs:
                 continue
             # On a log axis the centre is the geometric mean and the band
@@ -413,7 +427,8 @@ def plot_bars(spec, args, exp_dir):
             continue
         fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.2), dpi=110, squeeze=False)
         for ax, (name, per_seed) in zip(axes[0], panels):
-            keys = sorted(per_seed[0], key=lambda k: [int(p) if p.isdigit() else p for p in k.split(".")])
+            keys = sorted((k for k in per_seed[0] if k in bar.get("keys", per_seed[0])),
+                          key=lambda k: [int(p) if p.isdigit() else p for p in k.split(".")])
             width = max(len(per_seed[0][k]) for k in keys)
             for h in range(width):
                 stats = [mean_sd([s[k][h] for s in per_seed if k in s and h < len(s[k])]) for k in keys]

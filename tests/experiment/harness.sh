@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/experiment.py on a fake experiment whose runs print known numbers:
 # the table's mean ± sd and paired differences, resuming (finished runs are
-# skipped), a failing run (reported, exit status 1, results page untouched),
+# skipped), a per-layer figure from the last metrics line that logs one,
+# a failing run (reported, exit status 1, results page untouched),
 # and the results section written once every run has finished.
 set -euo pipefail
 harness="$1"
@@ -23,7 +24,7 @@ with open(os.path.join(run_dir, "picture.png"), "w") as f:
     f.write(f"seed {seed} scale {scale}")
 with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
     for step in (1, 2, 3):
-        f.write(json.dumps({"step": step, "loss": seed * scale / step}) + "\n")
+        f.write(json.dumps({"step": step, "loss": seed * scale / step, "layers": {"steps": [seed * step]}}) + "\n")
 print("progress on stdout that is not JSON")
 print(json.dumps({"value": seed * scale, "time": 2.0 * seed * scale}))
 PY
@@ -33,7 +34,7 @@ cat > "$tmp/spec.json" <<EOF2
  "seeds": [1, 2, 3], "threads_per_run": 1,
  "arms": [{"name": "base", "args": ["1", "ok"]}, {"name": "double", "args": ["2", "ok"]},
           {"name": "flaky", "args": ["10", "fail"]}],
- "table": [{"field": "value", "label": "value", "digits": 4}],
+ "table": [{"field": "value", "label": "value", "digits": 4}, {"field": "layers.steps", "label": "steps", "digits": 1}],
  "compare": [{"field": "value", "baseline": "base", "kind": "difference", "label": "diff", "digits": 2},
              {"field": "time", "baseline": "base", "kind": "speedup", "label": "speed-up", "digits": 1},
              {"field": "time", "baseline": "base", "kind": "ratio", "label": "time ratio", "digits": 1}],
@@ -47,11 +48,11 @@ status=0
 python3 "$harness" "$tmp/spec.json" "${args[@]}" > "$tmp/first.out" 2> "$tmp/first.err" || status=$?
 check "a failing run makes the exit status 1" test "$status" -eq 1
 check "the failure is reported with its stderr line" grep -q "flaky / seed 1: exit status 3: something broke" "$tmp/first.err"
-check "mean ± sd over seeds (1, 2, 3)" grep -q "| base | 3/3 | 2.0000 ± 1.0000 | 0.00 ± 0.00 | 1.0x | 1.0x |" "$tmp/out/fake/table.md"
+check "mean ± sd over seeds (1, 2, 3)" grep -q "| base | 3/3 | 2.0000 ± 1.0000 | 6.0 ± 3.0 | 0.00 ± 0.00 | 1.0x | 1.0x |" "$tmp/out/fake/table.md"
 check "paired differences, speed-ups and ratios against the baseline arm" \
-  grep -q "| double | 3/3 | 4.0000 ± 2.0000 | +2.00 ± 1.00 | 0.5x | 2.0x |" "$tmp/out/fake/table.md"
-check "unfinished arms show their count" grep -q "| flaky | 0/3 | — | — | — | — |" "$tmp/out/fake/table.md"
-check "the CSV has the means and sds" grep -q "^double,3,4.0,2.0,2.0,1.0,0.5,,2.0,$" "$tmp/out/fake/table.csv"
+  grep -q "| double | 3/3 | 4.0000 ± 2.0000 | 6.0 ± 3.0 | +2.00 ± 1.00 | 0.5x | 2.0x |" "$tmp/out/fake/table.md"
+check "unfinished arms show their count" grep -q "| flaky | 0/3 | — | — | — | — | — |" "$tmp/out/fake/table.md"
+check "the CSV has the means and sds" grep -q "^double,3,4.0,2.0,6.0,3.0,2.0,1.0,0.5,,2.0,$" "$tmp/out/fake/table.csv"
 check "an incomplete experiment leaves the results page alone" grep -qx "Before." "$tmp/results.md"
 check "... and says so" grep -q "some runs are unfinished" "$tmp/first.err"
 
