@@ -76,8 +76,8 @@ def plan(families):
         if "." not in key:
             continue  # no key selects its kinds (the memories, below)
         for name in kinds[key]:
-            if key == "model.arch" and name != "transformer":
-                continue  # model kinds that need more than a config (SPALM: a store) run below
+            if key == "model.arch" and name == "spalm":
+                continue  # SPALM needs more than a config (a store): its runs are below
             extra = []
             if key == "model.feature_map":
                 extra = ["model.attention=linear"]
