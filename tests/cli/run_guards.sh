@@ -100,7 +100,9 @@ PY
 long --out "$work/b" > /dev/null 2> "$work/b.err" &
 old=$!; pids+=($old)
 wait_for "$work/b/checkpoint.bin" || fail "2b: the old run saved no checkpoint"
-rm -rf "$work/b" 2> /dev/null || { sleep 0.2; rm -rf "$work/b"; }  # (a write landing meanwhile)
+# (a write of the old run landing meanwhile makes rm fail: again until the directory is gone)
+for _ in $(seq 50); do rm -rf "$work/b" 2> /dev/null; [ -e "$work/b" ] || break; sleep 0.1; done
+[ ! -e "$work/b" ] || fail "2b: the old run's directory could not be removed"
 run --out "$work/b" --set train.max_iters=20 > /dev/null 2> "$work/b2.err" || { fail "2b: the new run failed"; cat "$work/b2.err"; }
 for _ in $(seq 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.05; done
 if kill -0 "$old" 2>/dev/null; then
