@@ -147,6 +147,7 @@ Var EarlyExitLM::run_layers(const Var& x, const ModelContext& ctx,
   const size_t L = blocks->blocks.size();
   const double lambda = threshold();
   exit_loss_ = Var();
+  last_exits_ = IndexTensor();
   if (is_training() || lambda > 1) {  // no position leaves: the TransformerLM's computation
     const bool losses = is_training() && ctx.targets != nullptr && L > 1 &&
                         std::any_of(ctx.targets->data.begin(), ctx.targets->data.end(), [](int32_t t) { return t >= 0; });

@@ -67,7 +67,7 @@ class EarlyExitLM : public TransformerLM {
   // Exits counted by evaluation forwards: positions per exit layer 1..L.
   std::vector<int64_t> exit_counts() const { return counts_; }
   void reset_exit_counts() const { counts_.assign(counts_.size(), 0); }
-  // The exit layer of each position in the last forward with exits, (B, T) ids 1..L.
+  // The exit layer of each position in the last forward, (B, T) ids 1..L; empty after a forward without exits.
   const IndexTensor& last_exit_layers() const { return last_exits_; }
 
   std::shared_ptr<StandardStack> blocks;                 // the stack, as its layers
