@@ -28,6 +28,7 @@
 #include "tapeformer/train/process_group.h"
 #include "tapeformer/train/calibrate.h"
 #include "tapeformer/train/plot.h"
+#include "tapeformer/train/rl_commands.h"
 #include "tapeformer/train/trainer.h"
 
 namespace tapeformer {
@@ -325,6 +326,23 @@ int cli_main(int argc, char** argv) {
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
 
+  RlCollectArgs rl_collect;
+  auto* rl = app.add_subcommand("rl", "offline reinforcement learning: rl collect (datasets of an environment)");
+  rl->require_subcommand(1);
+  auto* rc = rl->add_subcommand("collect", "play episodes of an environment with scripted behaviour policies and "
+                                           "write them as a dataset");
+  rc->add_option("--env", rl_collect.env, "keys_doors | tmaze")->required();
+  rc->add_option("--option", rl_collect.options, "an environment option name=value (tmaze: corridor=30; repeatable)");
+  rc->add_option("--policy", rl_collect.policy, "behaviour policies with weights: random, noisy, expert, e.g. "
+                                                 "random:0.7,noisy:0.3")
+      ->capture_default_str();
+  rc->add_option("--epsilon", rl_collect.epsilon, "noisy: the chance of a random action")->capture_default_str();
+  rc->add_option("--episodes", rl_collect.episodes, "episodes to play")
+      ->check(integer_in(1, 1 << 24))
+      ->capture_default_str();
+  rc->add_option("--seed", rl_collect.seed, "the episodes' layouts and the policies' draws")->capture_default_str();
+  rc->add_option("--out", rl_collect.out, "the dataset file to write")->required();
+
   PrepareArgs prep;
   auto* pr = app.add_subcommand("prepare", "write a text file as token files (train.bin, val.bin) to train on");
   pr->add_option("--data", prep.data, "the text file")->required();
@@ -409,6 +427,7 @@ int cli_main(int argc, char** argv) {
     if (*kb) return run_knn_build(knn_build);
     if (*ck) return run_check(check_names);
     if (*cb) return run_calibrate(calibrate);
+    if (*rc) return run_rl_collect(rl_collect);
     if (*k) {
       std::fputs((json ? kinds_json() : readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
       return 0;

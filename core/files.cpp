@@ -181,6 +181,7 @@ CheckedFile open_checked_file(const std::string& path, const char (&magic)[9], u
   TAPEFORMER_CHECK(seen == f.length, what, " '", path, "': corrupted (", seen - f.length, " bytes after the ",
                    f.length, "-byte payload)");
   TAPEFORMER_CHECK(hash == checksum, what, " '", path, "': corrupted (checksum mismatch)");
+  f.checksum = checksum;
   in.clear();
   in.seekg(static_cast<std::streamoff>(kCheckedHeaderBytes));
   TAPEFORMER_CHECK(in.good(), what, " '", path, "': cannot read");

@@ -98,6 +98,7 @@ struct CheckedFile {
   std::unique_ptr<std::ifstream> in;  // at the first payload byte
   uint32_t version = 0;
   uint64_t length = 0;                // payload bytes
+  uint64_t checksum = 0;              // the payload's FNV-1a 64 (verified)
 };
 // Refuses a FIFO or device, a missing file ("WHAT 'PATH': cannot open"),
 // another kind of file ("not a WHAT (bad header)"), a version above

@@ -1,0 +1,240 @@
+// Offline RL environments and datasets (data/rl/): every transition the
+// grid world and the T-maze can make from a layout, checked against rules
+// written here from their observations; the expert's path against a
+// breadth-first search of its own; episodes the same for a seed; datasets
+// round-trip, and a damaged or forged file is refused naming the problem.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <deque>
+#include <fstream>
+#include <map>
+
+#include "tapeformer/core/error.h"
+#include "tapeformer/data/rl/trajectories.h"
+#include "temp_dir.h"
+
+using namespace tapeformer;
+
+namespace {
+
+std::unique_ptr<Environment> make_env(const std::string& name, EnvironmentOptions options = {}) {
+  const EnvironmentKind& kind = environment_kinds().get(name);
+  return kind.make(environment_options(kind, options));
+}
+
+// The grid world's rules, from an observation [agent, key or 36, goal, door row]:
+// the next observation and reward after `action`.
+std::pair<Observation, int32_t> grid_rule(const Observation& o, int32_t action) {
+  const int32_t r = o[0] / 6, c = o[0] % 6, door = o[3];
+  const bool held = o[1] == 36;
+  int32_t nr = r + (action == 0 ? -1 : action == 1 ? 1 : 0), nc = c + (action == 2 ? -1 : action == 3 ? 1 : 0);
+  if (nr < 0 || nr > 5 || nc < 0 || nc > 5 || (nc == 3 && !(nr == door && held))) nr = r, nc = c;
+  const int32_t cell = nr * 6 + nc;
+  const bool now_held = held || cell == o[1];
+  return {{cell, now_held ? 36 : o[1], o[2], door}, cell == o[2] ? 10 : -1};
+}
+
+// Replays `path` from a reset with `seed`: the environment after it.
+std::unique_ptr<Environment> replay(const std::string& name, uint64_t seed, const std::vector<int32_t>& path,
+                                    Observation& o, EnvironmentOptions options = {}) {
+  std::unique_ptr<Environment> env = make_env(name, options);
+  o = env->reset(seed);
+  for (int32_t a : path) o = env->step(a).observation;
+  return env;
+}
+
+}  // namespace
+
+TEST_CASE("keys_doors: every transition reachable from three layouts follows the rules") {
+  for (uint64_t seed : {1, 2, 3}) {
+    CAPTURE(seed);
+    Observation start;
+    replay("keys_doors", seed, {}, start);
+    CHECK(start[0] % 6 < 3);   // the agent starts in the left room
+    CHECK(start[1] % 6 < 3);   // so does the key
+    CHECK(start[2] % 6 > 3);   // the goal is in the right room
+    CHECK(start[0] != start[1]);
+    // Breadth-first over observations; each transition checked by replaying its path.
+    std::map<Observation, std::vector<int32_t>> seen = {{start, {}}};
+    std::deque<Observation> queue = {start};
+    int64_t transitions = 0;
+    bool reached_goal = false;
+    while (!queue.empty()) {
+      const Observation o = queue.front();
+      queue.pop_front();
+      for (int32_t a = 0; a < 4; ++a) {
+        Observation now;
+        std::unique_ptr<Environment> env = replay("keys_doors", seed, seen[o], now);
+        REQUIRE(now == o);
+        const StepResult r = env->step(a);
+        const auto [want, reward] = grid_rule(o, a);
+        CHECK(r.observation == want);
+        CHECK(r.reward == reward);
+        CHECK(r.done == (want[0] == o[2]));
+        ++transitions;
+        reached_goal = reached_goal || r.done;
+        if (!r.done && !seen.count(want)) {
+          std::vector<int32_t> path = seen[o];
+          path.push_back(a);
+          seen[want] = path;
+          queue.push_back(want);
+        }
+      }
+    }
+    CHECK(reached_goal);
+    CHECK(transitions >= 4 * 36);  // the left room with and without the key, and the right room
+  }
+}
+
+TEST_CASE("keys_doors: the expert takes a shortest path; the step cap ends an episode; bad actions refused") {
+  for (uint64_t seed : {4, 5, 6, 7}) {
+    CAPTURE(seed);
+    std::unique_ptr<Environment> env = make_env("keys_doors");
+    const Observation o = env->reset(seed);
+    // The test's own search over (cell, key held) for the shortest path's length.
+    std::map<std::pair<int32_t, bool>, int32_t> dist = {{{o[0], false}, 0}};
+    std::deque<std::pair<int32_t, bool>> queue = {{o[0], false}};
+    int32_t shortest = -1;
+    while (!queue.empty() && shortest < 0) {
+      const auto s = queue.front();
+      queue.pop_front();
+      for (int32_t a = 0; a < 4; ++a) {
+        const Observation from = {s.first, s.second ? 36 : o[1], o[2], o[3]};
+        const Observation to = grid_rule(from, a).first;
+        const std::pair<int32_t, bool> next = {to[0], to[1] == 36};
+        if (dist.count(next)) continue;
+        dist[next] = dist[s] + 1;
+        if (to[0] == o[2]) shortest = dist[next];
+        queue.push_back(next);
+      }
+    }
+    REQUIRE(shortest > 0);
+    CHECK(env->best_return() == 11 - shortest);
+    int32_t total = 0, steps = 0;
+    for (bool done = false; !done; ++steps) {
+      const StepResult r = env->step(env->expert_action());
+      total += r.reward;
+      done = r.done;
+    }
+    CHECK(steps == shortest);
+    CHECK(total == 11 - shortest);
+    CHECK_THROWS_WITH_AS(env->step(0), doctest::Contains("the episode has ended"), Error);
+  }
+  std::unique_ptr<Environment> env = make_env("keys_doors");
+  env->reset(1);
+  CHECK_THROWS_WITH_AS(env->step(4), doctest::Contains("action 4"), Error);
+  int64_t steps = 0;
+  for (bool done = false; !done; ++steps) done = env->step(0).done;  // walking up into the border
+  CHECK(steps == 30);
+}
+
+TEST_CASE("tmaze: every transition of a corridor of 3; the cue only at the first step") {
+  for (uint64_t seed : {1, 2, 3, 4}) {
+    CAPTURE(seed);
+    Observation o;
+    replay("tmaze", seed, {}, o, {{"corridor", 3}});
+    const int32_t cue = o[1];
+    REQUIRE((cue == 1 || cue == 2));
+    CHECK(o[0] == 0);
+    for (int32_t position = 0; position <= 3; ++position)
+      for (int32_t a = 0; a < 3; ++a) {
+        CAPTURE(position);
+        CAPTURE(a);
+        Observation now;
+        std::unique_ptr<Environment> env = replay("tmaze", seed, std::vector<int32_t>(position, 0), now, {{"corridor", 3}});
+        REQUIRE(now[0] == position);
+        CHECK(now[1] == (position == 0 ? cue : 0));
+        const StepResult r = env->step(a);
+        const bool turns = position == 3 && a != 0;
+        CHECK(r.observation == Observation{position < 3 && a == 0 ? position + 1 : position, 0});
+        CHECK(r.reward == (turns && a == cue ? 1 : 0));
+        CHECK(r.done == turns);
+      }
+  }
+  std::unique_ptr<Environment> env = make_env("tmaze", {{"corridor", 3}});
+  env->reset(1);
+  int64_t steps = 0;
+  for (bool done = false; !done; ++steps) done = env->step(1).done;  // turning in the corridor goes nowhere
+  CHECK(steps == 3 + 4);
+  const EnvironmentKind& kind = environment_kinds().get("tmaze");
+  CHECK_THROWS_WITH_AS(environment_options(kind, {{"length", 3}}), doctest::Contains("no option \"length\""), Error);
+  CHECK_THROWS_WITH_AS(kind.make(environment_options(kind, {{"corridor", 0}})), doctest::Contains("corridor"), Error);
+  CHECK_THROWS_WITH_AS(environment_kinds().get("maze"), doctest::Contains("keys_doors, tmaze"), Error);
+}
+
+TEST_CASE("collect: the same arguments give the same episodes; each policy plays as named") {
+  const PolicyMix mix = parse_policy_mix("random:0.5,noisy:0.25,expert:0.25");
+  const Trajectories a = collect("keys_doors", {}, mix, 200, 3), b = collect("keys_doors", {}, mix, 200, 3);
+  REQUIRE(a.episodes.size() == 200);
+  std::map<std::string, int64_t> count;
+  for (size_t i = 0; i < a.episodes.size(); ++i) {
+    const Episode& e = a.episodes[i];
+    CHECK(e.observations == b.episodes[i].observations);
+    CHECK(e.actions == b.episodes[i].actions);
+    ++count[e.policy];
+    std::unique_ptr<Environment> env = make_env("keys_doors");
+    env->reset(e.seed);
+    if (e.policy == "expert") CHECK(e.total() == env->best_return());
+    CHECK(e.total() <= env->best_return());
+  }
+  CHECK(count["random"] > 70);  // about 100 of 200
+  CHECK(count["expert"] > 25);  // about 50
+  CHECK(count["noisy"] > 25);
+  const Trajectories c = collect("keys_doors", {}, mix, 200, 4);
+  CHECK(c.episodes[0].seed != a.episodes[0].seed);
+  // The T-maze's "random" walks to the junction and turns at random: about half pay.
+  const Trajectories maze = collect("tmaze", {{"corridor", 5}}, parse_policy_mix("random"), 400, 1);
+  int64_t paid = 0;
+  for (const Episode& e : maze.episodes) {
+    paid += e.total();
+    CHECK(e.actions.size() == 6);
+  }
+  CHECK(paid > 150);
+  CHECK(paid < 250);
+  CHECK_THROWS_WITH_AS(parse_policy_mix("random:0.5,greedy:0.5"), doctest::Contains("unknown policy \"greedy\""), Error);
+  CHECK_THROWS_WITH_AS(parse_policy_mix("random:-1"), doctest::Contains("must be a number > 0"), Error);
+  CHECK_THROWS_WITH_AS(parse_policy_mix("random,random"), doctest::Contains("named twice"), Error);
+}
+
+TEST_CASE("datasets: round trip with a checksum; truncated, corrupted and forged files are refused by name") {
+  TempDir dir("rl-dataset");
+  const std::string path = (dir.path / "maze.traj").string();
+  const Trajectories data = collect("tmaze", {{"corridor", 4}}, parse_policy_mix("random:1,expert:1"), 50, 2);
+  save_trajectories(path, data);
+  const Trajectories back = load_trajectories(path);
+  CHECK(back.env == "tmaze");
+  CHECK(back.options.at("corridor") == 4);
+  CHECK(back.checksum != 0);
+  REQUIRE(back.episodes.size() == 50);
+  for (size_t i = 0; i < 50; ++i) {
+    CHECK(back.episodes[i].observations == data.episodes[i].observations);
+    CHECK(back.episodes[i].actions == data.episodes[i].actions);
+    CHECK(back.episodes[i].rewards == data.episodes[i].rewards);
+    CHECK(back.episodes[i].policy == data.episodes[i].policy);
+  }
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto write = [&](const std::string& b) { std::ofstream(path, std::ios::binary | std::ios::trunc) << b; };
+  write(bytes.substr(0, bytes.size() - 7));
+  CHECK_THROWS_WITH_AS(load_trajectories(path), doctest::Contains("truncated"), Error);
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x10;
+  write(flipped);
+  CHECK_THROWS_WITH_AS(load_trajectories(path), doctest::Contains("corrupted"), Error);
+  write("TFCKPT01 not a dataset at all.......");
+  CHECK_THROWS_WITH_AS(load_trajectories(path), doctest::Contains("not a tapeformer dataset (bad header)"), Error);
+  // A well-formed file whose values the environment cannot produce.
+  Trajectories forged = data;
+  forged.episodes[3].observations[0][0] = 9;  // position 9 in a corridor of 4
+  save_trajectories(path, forged);
+  CHECK_THROWS_WITH_AS(load_trajectories(path), doctest::Contains("episode 3 has feature 0 = 9"), Error);
+  forged = data;
+  forged.options["corridor"] = 5;  // feature sizes no longer those of the environment
+  save_trajectories(path, forged);
+  CHECK_THROWS_WITH_AS(load_trajectories(path), doctest::Contains("are not those of environment \"tmaze\""), Error);
+  CHECK_THROWS_WITH_AS(load_trajectories((dir.path / "missing.traj").string()), doctest::Contains("cannot open"), Error);
+}
