@@ -8,7 +8,8 @@
 
 namespace tapeformer {
 
-ModelKind early_exit_model_kind();  // layers/models/early_exit.cpp
+ModelKind early_exit_model_kind();            // layers/models/early_exit.cpp
+ModelKind decision_transformer_model_kind();  // layers/models/decision_transformer.cpp
 
 Var LanguageModel::forward(const IndexTensor& ids, Rng& rng) const {
   ModelContext ctx;
@@ -46,7 +47,7 @@ Registry<ModelKind>& model_kinds() {
                       TransformerLM::footprint,
                       nullptr,
                       nullptr},
-                     spalm_model_kind(), early_exit_model_kind()});
+                     spalm_model_kind(), early_exit_model_kind(), decision_transformer_model_kind()});
   return kinds;
 }
 

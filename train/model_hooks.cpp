@@ -2,10 +2,11 @@
 
 namespace tapeformer {
 
-ModelHooksKind spalm_model_hooks();  // spalm.cpp
+ModelHooksKind spalm_model_hooks();                 // spalm.cpp
+ModelHooksKind decision_transformer_model_hooks();  // rl_commands.cpp
 
 Registry<ModelHooksKind>& model_hooks_kinds() {
-  static Registry<ModelHooksKind> kinds("model.arch (hooks)", {spalm_model_hooks()});
+  static Registry<ModelHooksKind> kinds("model.arch (hooks)", {spalm_model_hooks(), decision_transformer_model_hooks()});
   return kinds;
 }
 

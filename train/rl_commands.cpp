@@ -7,6 +7,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/data/rl/trajectories.h"
 #include "tapeformer/train/metrics.h"
+#include "tapeformer/train/model_hooks.h"
 #include "tapeformer/train/run_directory.h"
 
 namespace tapeformer {
@@ -55,6 +56,42 @@ int run_rl_collect(const RlCollectArgs& args) {
               json_number(mean).c_str(), json_number(sd).c_str(), static_cast<long long>(top),
               json_number(best / n).c_str(), policies.c_str(), static_cast<unsigned long long>(saved.checksum));
   return 0;
+}
+
+}  // namespace tapeformer
+
+namespace tapeformer {
+namespace {
+
+// A Decision Transformer trains on episodes, never on a text: a run that
+// would read text windows is refused. A program's task (its own batch
+// source of episode windows) trains it through the stock Trainer.
+class DecisionTransformerHooks : public ModelHooks {
+ public:
+  explicit DecisionTransformerHooks(const HookSite& site) : task_(!site.task.empty()) {}
+  BatchSource& train_source(BatchSource& inner) override {
+    TAPEFORMER_CHECK(task_, "model.arch \"decision_transformer\" trains on episodes of an environment (a program's "
+                            "batch source of episode windows), not on a text");
+    return inner;
+  }
+  void begin_text(const EvalText&, const std::string& path, const std::string&, double) override {
+    fail("model.arch \"decision_transformer\" reads episodes, not the text '", path, "'");
+  }
+  void sample_inputs(const IndexTensor&, bool, ModelInputs&) override {
+    fail("model.arch \"decision_transformer\" acts in an environment: it samples no text");
+  }
+
+ private:
+  bool task_;
+};
+
+}  // namespace
+
+ModelHooksKind decision_transformer_model_hooks() {
+  return {"decision_transformer", "episodes only: text training, evaluation and sampling are refused",
+          [](const HookSite& site) -> std::unique_ptr<ModelHooks> {
+            return std::make_unique<DecisionTransformerHooks>(site);
+          }};
 }
 
 }  // namespace tapeformer

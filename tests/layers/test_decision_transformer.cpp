@@ -1,0 +1,172 @@
+// The Decision Transformer model kind (layers/models/decision_transformer.h):
+// an action prediction reads the steps before it and its own return and
+// state, never a later step nor its own action; with the return embedding at
+// zero it ignores the returns (behaviour cloning); reading step by step
+// equals the whole window; bad inputs are refused by name.
+#include <doctest/doctest.h>
+
+#include "kind_tests.h"
+#include "tapeformer/core/error.h"
+#include "tapeformer/layers/models/decision_transformer.h"
+
+using namespace tapeformer;
+using namespace kind_tests;
+
+namespace {
+
+ModelConfig dt_config(bool returns = true) {
+  ModelConfig c;
+  c.vocab_size = 4;  // actions
+  c.block_size = 8;  // steps
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.arch = "decision_transformer";
+  c.options["dt_state_sizes"] = std::string("6,3");
+  c.options["dt_max_timestep"] = int64_t{30};
+  c.options["dt_return_scale"] = 10.0;
+  c.options["dt_returns"] = returns;
+  return c;
+}
+
+struct Steps {
+  IndexTensor ids;  // previous actions (B, K)
+  ModelInputs inputs;
+};
+
+Steps some_steps(int64_t B, int64_t K, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> ids, states, returns, time;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < K; ++t) {
+      ids.push_back(t == 0 ? 4 : static_cast<int32_t>(rng.below(4)));
+      states.push_back(static_cast<int32_t>(rng.below(6)));
+      states.push_back(static_cast<int32_t>(rng.below(3)));
+      returns.push_back(static_cast<int32_t>(rng.below(21)) - 10);
+      time.push_back(static_cast<int32_t>(t + 3));
+    }
+  return {IndexTensor({B, K}, ids),
+          {{"states", IndexTensor({B, K, 2}, states)}, {"returns", IndexTensor({B, K}, returns)},
+           {"timesteps", IndexTensor({B, K}, time)}}};
+}
+
+std::unique_ptr<LanguageModel> built(const ModelConfig& cfg) {
+  Rng rng(5);
+  std::unique_ptr<LanguageModel> m = make_model(cfg, rng);  // checks the kind's parameter count
+  for (const Var& p : m->parameters()) {  // weights large enough that every token matters
+    Tensor v = p.value();
+    rng.fill_normal(v, 0.0f, 0.3f);
+  }
+  m->eval();
+  return m;
+}
+
+Tensor run(const LanguageModel& m, const Steps& s) {
+  NoGradGuard no_grad;
+  ModelContext ctx;
+  ctx.inputs = &s.inputs;
+  return m.forward(s.ids, ctx).value();  // (B, K, A)
+}
+
+}  // namespace
+
+TEST_CASE("decision_transformer: a prediction reads earlier steps and its own return and state, nothing later") {
+  const auto model = built(dt_config());
+  const Steps base = some_steps(2, 8, 1);
+  const Tensor before = run(*model, base);
+  REQUIRE(before.shape() == Shape({2, 8, 4}));
+  const int64_t t = 4;
+  // Changing step t's own action (ids[t + 1]) and everything of later steps changes nothing up to t.
+  for (const std::string what : {"action", "states", "returns", "timesteps"}) {
+    CAPTURE(what);
+    Steps s = base;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t u = t + 1; u < 8; ++u) {
+        if (what == "action") s.ids.data[static_cast<size_t>(b * 8 + u)] = (s.ids.data[static_cast<size_t>(b * 8 + u)] + 1) % 4;
+        if (what == "states") s.inputs["states"].data[static_cast<size_t>((b * 8 + u) * 2)] ^= 1;
+        if (what == "returns") s.inputs["returns"].data[static_cast<size_t>(b * 8 + u)] += 7;
+        if (what == "timesteps") s.inputs["timesteps"].data[static_cast<size_t>(b * 8 + u)] += 5;
+      }
+    const Tensor after = run(*model, s);
+    CHECK(max_abs_diff(after.slice(1, 0, t + 1), before.slice(1, 0, t + 1)) == 0.0);
+    CHECK(max_abs_diff(after.slice(1, t + 1, 8), before.slice(1, t + 1, 8)) > 1e-4);
+  }
+  // Its own return, its own state and the previous action do reach it.
+  for (const std::string what : {"previous action", "state", "return"}) {
+    CAPTURE(what);
+    Steps s = base;
+    if (what == "previous action") s.ids.data[t] = (s.ids.data[t] + 1) % 4;
+    if (what == "state") s.inputs["states"].data[static_cast<size_t>(t * 2 + 1)] = (s.inputs["states"].data[static_cast<size_t>(t * 2 + 1)] + 1) % 3;
+    if (what == "return") s.inputs["returns"].data[t] += 9;
+    const Tensor after = run(*model, s);
+    CHECK(max_abs_diff(after.slice(1, 0, t), before.slice(1, 0, t)) == 0.0);
+    CHECK(max_abs_diff(after.slice(1, t, t + 1), before.slice(1, t, t + 1)) > 1e-4);
+  }
+}
+
+TEST_CASE("decision_transformer: with the return embedding at zero the returns change nothing (behaviour cloning)") {
+  const auto model = built(dt_config());
+  auto* dt = dynamic_cast<DecisionTransformer*>(model.get());
+  REQUIRE(dt != nullptr);
+  dt->return_emb->weight.value().fill(0);
+  dt->return_emb->bias.value().fill(0);
+  const Steps base = some_steps(2, 8, 2);
+  Steps other = base;
+  for (int32_t& r : other.inputs["returns"].data) r = 3;  // a constant return to go
+  CHECK(max_abs_diff(run(*model, base), run(*model, other)) == 0.0);
+  // Without return tokens the model reads no returns at all.
+  const auto bc = built(dt_config(false));
+  Steps no_returns = base;
+  no_returns.inputs.erase("returns");
+  CHECK(run(*bc, no_returns).shape() == Shape({2, 8, 4}));
+}
+
+TEST_CASE("decision_transformer: step by step equals the whole window; a longer episode slides the window") {
+  const auto model = built(dt_config());
+  const Steps all = some_steps(2, 8, 3);
+  const Tensor whole = run(*model, all);
+  NoGradGuard no_grad;
+  auto state = model->make_state(2);
+  for (int64_t t = 0; t < 8; ++t) {
+    Steps one;
+    one.ids = IndexTensor({2, 1}, {all.ids.data[static_cast<size_t>(t)], all.ids.data[static_cast<size_t>(8 + t)]});
+    const auto col = [&](const char* name, int64_t w) {
+      const IndexTensor& x = all.inputs.at(name);
+      std::vector<int32_t> v;
+      for (int64_t b = 0; b < 2; ++b)
+        v.insert(v.end(), x.data.begin() + (b * 8 + t) * w, x.data.begin() + (b * 8 + t + 1) * w);
+      return w == 1 ? IndexTensor({2, 1}, v) : IndexTensor({2, 1, w}, v);
+    };
+    one.inputs = {{"states", col("states", 2)}, {"returns", col("returns", 1)}, {"timesteps", col("timesteps", 1)}};
+    ModelContext ctx;
+    ctx.state = state.get();
+    ctx.inputs = &one.inputs;
+    const Tensor got = model->forward(one.ids, ctx).value();
+    CHECK(max_abs_diff(got, whole.slice(1, t, t + 1)) < 1e-5);
+  }
+  CHECK(state->length() == 8);
+}
+
+TEST_CASE("decision_transformer: missing or malformed inputs, actions and states out of range are refused by name") {
+  const auto model = built(dt_config());
+  Steps s = some_steps(1, 4, 4);
+  s.inputs.erase("timesteps");
+  CHECK_THROWS_WITH_AS(run(*model, s), doctest::Contains("\"timesteps\""), Error);
+  s = some_steps(1, 4, 4);
+  s.inputs["states"] = IndexTensor({1, 4, 3}, std::vector<int32_t>(12, 0));
+  CHECK_THROWS_WITH_AS(run(*model, s), doctest::Contains("\"states\" is [1, 4, 3], expected [1, 4, 2]"), Error);
+  s = some_steps(1, 4, 4);
+  s.inputs["states"].data[1] = 3;  // feature 1 takes 0..2
+  CHECK_THROWS_WITH_AS(run(*model, s), doctest::Contains("state feature 1 = 3 is outside 0..2"), Error);
+  s = some_steps(1, 4, 4);
+  s.ids.data[2] = 5;
+  CHECK_THROWS_WITH_AS(run(*model, s), doctest::Contains("action id 5 is outside 0..4"), Error);
+  s = some_steps(1, 9, 4);
+  CHECK_THROWS_WITH_AS(run(*model, s), doctest::Contains("exceeds model.block_size"), Error);
+  ModelConfig bad = dt_config();
+  bad.options["dt_state_sizes"] = std::string("6,x");
+  CHECK_THROWS_WITH_AS(model_footprint(bad), doctest::Contains("model.dt_state_sizes"), Error);
+  bad = dt_config();
+  bad.options["mem_len"] = int64_t{8};
+  CHECK_THROWS_AS(model_footprint(bad), Error);
+}
