@@ -195,7 +195,12 @@ BlockKind universal_block_kind() {
   };
   kind.parameters = [](const ModelConfig& cfg) {
     const double halting = cfg.option_bool("act") ? static_cast<double>(cfg.n_embd) + 1 : 0;
-    return transformer_block_parameters(cfg) + halting;
+    // The model counts the positional scheme's parameters for n_layer attention layers (Shaw's and
+    // Transformer-XL's are per layer); the one shared block has one layer's.
+    ModelConfig one = cfg;
+    one.n_layer = 1;
+    const PositionalKind& pos = positional_kinds().get(cfg.positional);
+    return transformer_block_parameters(cfg) + halting - (pos.parameters(cfg) - pos.parameters(one));
   };
   kind.check = [](const ModelConfig& cfg) {
     const double eps = cfg.option_number("act_epsilon"), tau = cfg.option_number("act_tau"),
