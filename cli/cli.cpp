@@ -327,7 +327,7 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str();
 
   RlCollectArgs rl_collect;
-  auto* rl = app.add_subcommand("rl", "offline reinforcement learning: rl collect (datasets of an environment)");
+  auto* rl = app.add_subcommand("rl", "offline reinforcement learning: rl collect, rl train, rl eval");
   rl->require_subcommand(1);
   auto* rc = rl->add_subcommand("collect", "play episodes of an environment with scripted behaviour policies and "
                                            "write them as a dataset");
@@ -342,6 +342,22 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str();
   rc->add_option("--seed", rl_collect.seed, "the episodes' layouts and the policies' draws")->capture_default_str();
   rc->add_option("--out", rl_collect.out, "the dataset file to write")->required();
+  RlTrainArgs rl_train;
+  auto* rt = rl->add_subcommand("train", "train a Decision Transformer (or behaviour cloning) on a dataset's episodes");
+  rt->add_option("--config", rl_train.config, "training config (model, optimizer, schedule, train, eval)");
+  rt->add_option("--data", rl_train.data, "the dataset (rl collect); with --resume, default: the run's");
+  rt->add_option("--out", rl_train.out, "run directory")->required();
+  rt->add_option("--set", rl_train.overrides, "override a config value (repeatable)");
+  rt->add_flag("--resume", rl_train.resume, "continue the run saved in --out");
+  RlEvalArgs rl_eval;
+  auto* re = rl->add_subcommand("eval", "the trained policy acting in its dataset's environment, conditioned on a "
+                                        "target return");
+  re->add_option("--checkpoint", rl_eval.checkpoint, "run directory of rl train")->required();
+  re->add_option("--target-return", rl_eval.target_return, "the return asked for at the first step")->required();
+  re->add_option("--episodes", rl_eval.episodes, "episodes to play")
+      ->check(integer_in(1, 1 << 20))
+      ->capture_default_str();
+  re->add_option("--seed", rl_eval.seed, "the episodes' layouts (none is in a dataset)")->capture_default_str();
 
   PrepareArgs prep;
   auto* pr = app.add_subcommand("prepare", "write a text file as token files (train.bin, val.bin) to train on");
@@ -428,6 +444,8 @@ int cli_main(int argc, char** argv) {
     if (*ck) return run_check(check_names);
     if (*cb) return run_calibrate(calibrate);
     if (*rc) return run_rl_collect(rl_collect);
+    if (*rt) return run_rl_train(rl_train);
+    if (*re) return run_rl_eval(rl_eval);
     if (*k) {
       std::fputs((json ? kinds_json() : readme ? kinds_readme() : kinds_listing(markdown)).c_str(), stdout);
       return 0;

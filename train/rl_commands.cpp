@@ -1,16 +1,26 @@
 #include "tapeformer/train/rl_commands.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <map>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
+#include "tapeformer/data/rl/episode_windows.h"
 #include "tapeformer/data/rl/trajectories.h"
+#include "tapeformer/layers/models/decision_transformer.h"
+#include "tapeformer/train/checkpoint.h"
+#include "tapeformer/train/commands.h"
+#include "tapeformer/train/trainer.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/model_hooks.h"
 #include "tapeformer/train/run_directory.h"
 
 namespace tapeformer {
+namespace fs = std::filesystem;
 
 int run_rl_collect(const RlCollectArgs& args) {
   TAPEFORMER_CHECK(!args.out.empty(), "rl collect: name the dataset to write with --out FILE");
@@ -92,6 +102,176 @@ ModelHooksKind decision_transformer_model_hooks() {
           [](const HookSite& site) -> std::unique_ptr<ModelHooks> {
             return std::make_unique<DecisionTransformerHooks>(site);
           }};
+}
+
+}  // namespace tapeformer
+
+namespace tapeformer {
+namespace {
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// A run's config fitted to its dataset: the model reads its states, timesteps and actions.
+void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path) {
+  cfg.model.arch = "decision_transformer";
+  std::string sizes;
+  for (int32_t s : data.feature_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
+  cfg.model.options["dt_state_sizes"] = sizes;
+  cfg.model.options["dt_max_timestep"] = data.max_steps;
+  cfg.model.options["dt_dataset"] = hex(data.checksum);
+  cfg.model.vocab_size = data.actions;
+  cfg.data.path = path;
+}
+
+// The task: windows of the training episodes; evaluation on every window of the held-out ones.
+TaskData episode_task(const Trajectories& data, const TrainConfig& cfg,
+                      std::shared_ptr<std::vector<Batch>> held_out) {
+  const auto n = static_cast<int64_t>(data.episodes.size());
+  TAPEFORMER_CHECK(n >= 2, "rl train: the dataset holds ", n, " episode; training and evaluation need at least 2");
+  const int64_t val = std::max<int64_t>(1, n / 10), K = cfg.model.block_size;
+  std::vector<int64_t> train_eps, val_eps;
+  for (int64_t i = 0; i < n; ++i) (i < n - val ? train_eps : val_eps).push_back(i);
+  const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
+  auto windows = std::make_unique<EpisodeWindows>(data, train_eps, K, cfg.train.batch_size, seed + 1);
+  std::vector<std::pair<int64_t, int64_t>> at;
+  for (int64_t e : val_eps)
+    for (int64_t s = 0; s < static_cast<int64_t>(data.episodes[static_cast<size_t>(e)].actions.size()); s += K)
+      at.emplace_back(e, s);
+  for (size_t i = 0; i < at.size(); i += static_cast<size_t>(cfg.train.batch_size))
+    held_out->push_back(windows->windows(std::vector<std::pair<int64_t, int64_t>>(
+        at.begin() + static_cast<int64_t>(i), at.begin() + static_cast<int64_t>(std::min(at.size(), i + cfg.train.batch_size)))));
+  TaskData task;
+  task.name = "rl train";
+  task.vocab_size = data.actions;
+  task.batches = std::move(windows);
+  task.dropout_seed = seed + 3;
+  task.evaluate = [held_out](LanguageModel& m, bool) {
+    double loss = 0, right = 0, counted = 0;
+    for (const Batch& b : *held_out) {
+      ModelContext ctx;
+      ctx.inputs = &b.extra;
+      const Var logits = m.forward(b.inputs, ctx);  // (B, K, A)
+      loss += cross_entropy(logits, b.targets).item();
+      const Tensor z = logits.value().contiguous();
+      const int64_t A = z.dim(2);
+      for (size_t i = 0; i < b.targets.data.size(); ++i) {
+        if (b.targets.data[i] == kIgnoreTarget) continue;
+        const Scalar* row = z.data() + static_cast<int64_t>(i) * A;
+        right += std::max_element(row, row + A) - row == b.targets.data[i];
+        counted += 1;
+      }
+    }
+    return TaskEvaluation{loss / static_cast<double>(held_out->size()), {{"accuracy", right / counted}}};
+  };
+  return task;
+}
+
+}  // namespace
+
+int run_rl_train(const RlTrainArgs& args) {
+  TAPEFORMER_CHECK(!args.out.empty(), "rl train: name the run's directory with --out DIR");
+  const std::string ckpt = args.out + "/checkpoint.bin";
+  auto held_out = std::make_shared<std::vector<Batch>>();
+  std::unique_ptr<Trajectories> data;
+  std::unique_ptr<Trainer> trainer;
+  if (args.resume) {
+    TAPEFORMER_CHECK(fs::exists(ckpt), "rl train --resume: '", args.out, "' holds no checkpoint.bin");
+    TrainConfig saved = TrainConfig::parse(load_checkpoint(ckpt).config_json, "in checkpoint '" + ckpt + "'");
+    const std::string path = args.data.empty() ? saved.data.path : args.data;
+    data = std::make_unique<Trajectories>(load_trajectories(path));
+    const std::string trained_on = saved.model.option_string("dt_dataset");
+    TAPEFORMER_CHECK(trained_on == hex(data->checksum), "rl train --resume: the dataset '", path, "' has checksum ",
+                     hex(data->checksum), " but the run trained on ", trained_on,
+                     ": it changed since (collect it again with the same arguments, or start a new run)");
+    trainer = Trainer::resume(args.out, episode_task(*data, saved, held_out), [&](TrainConfig& c) {
+      for (const std::string& o : args.overrides) {
+        const std::string key = o.substr(0, o.find('='));
+        TAPEFORMER_CHECK(key_may_change_on_resume(key), "rl train --resume: ", key, " cannot change on resume");
+      }
+      if (!args.overrides.empty()) c = TrainConfig::parse(c.to_json(), "of the checkpoint", args.overrides);
+    });
+  } else {
+    TAPEFORMER_CHECK(!args.config.empty(), "rl train: --config is required (or --resume to continue a run)");
+    TAPEFORMER_CHECK(!args.data.empty(), "rl train: --data names the dataset (tapeformer rl collect)");
+    TAPEFORMER_CHECK(!fs::exists(ckpt), "'", args.out,
+                     "' already holds a checkpoint: continue it with --resume, or choose another --out");
+    data = std::make_unique<Trajectories>(load_trajectories(args.data));
+    TrainConfig cfg = TrainConfig::load(args.config, args.overrides);
+    fit_to(cfg, *data, args.data);
+    trainer = std::make_unique<Trainer>(cfg, args.out, episode_task(*data, cfg, held_out));
+  }
+  const TrainResult r = trainer->run();
+  std::printf("%s\n", r.to_json().c_str());
+  return 0;
+}
+
+int run_rl_eval(const RlEvalArgs& args) {
+  TAPEFORMER_CHECK(args.episodes >= 1, "rl eval: --episodes must be >= 1, got ", args.episodes);
+  TAPEFORMER_CHECK(std::isfinite(args.target_return), "rl eval: --target-return must be finite");
+  const std::string ckpt = fs::is_directory(args.checkpoint) ? args.checkpoint + "/checkpoint.bin" : args.checkpoint;
+  const Checkpoint c = load_checkpoint(ckpt);
+  TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + ckpt + "'");
+  TAPEFORMER_CHECK(cfg.model.arch == "decision_transformer", "rl eval: '", ckpt, "' holds a model.arch \"",
+                   cfg.model.arch, "\" run, not one of rl train");
+  const Trajectories data = load_trajectories(cfg.data.path);
+  TAPEFORMER_CHECK(cfg.model.option_string("dt_dataset") == hex(data.checksum), "rl eval: the dataset '",
+                   cfg.data.path, "' changed since the run trained on it (checksum ", hex(data.checksum), ", trained on ",
+                   cfg.model.option_string("dt_dataset"), ")");
+  cfg.model.vocab_size = data.actions;
+  Rng unused(0);
+  std::unique_ptr<LanguageModel> model = make_model(cfg.model, unused);
+  try {
+    model->load_state(c.model);
+  } catch (const Error& e) {
+    fail("checkpoint '", ckpt, "' does not match its own config: ", e.what());
+  }
+  model->eval();
+  std::unique_ptr<Environment> env = environment_kinds().get(data.env).make(data.options);
+  const bool returns = cfg.model.option_bool("dt_returns");
+  Progress progress(args.episodes);
+  std::vector<double> achieved;
+  double best = 0;
+  NoGradGuard no_grad;
+  for (int64_t i = 0; i < args.episodes; ++i) {
+    // Layouts from another stream than rl collect's seeds (seed * 1000003 + i).
+    Observation o = env->reset((args.seed ^ 0x5bd1e995ULL) * 998244353ULL + static_cast<uint64_t>(i));
+    best += env->best_return();
+    auto state = model->make_state(1);
+    double to_go = args.target_return, total = 0;
+    int32_t previous = data.actions;
+    for (int64_t t = 0;; ++t) {
+      ModelInputs in = {{DecisionTransformer::kStates, IndexTensor({1, 1, static_cast<int64_t>(o.size())}, o)},
+                        {DecisionTransformer::kTimesteps, IndexTensor({1, 1}, {static_cast<int32_t>(t)})}};
+      if (returns) in[DecisionTransformer::kReturns] = IndexTensor({1, 1}, {static_cast<int32_t>(std::lround(to_go))});
+      ModelContext ctx;
+      ctx.state = state.get();
+      ctx.inputs = &in;
+      const Tensor z = model->forward(IndexTensor({1, 1}, {previous}), ctx).value().contiguous();  // (1, 1, A)
+      const auto a = static_cast<int32_t>(std::max_element(z.data(), z.data() + z.numel()) - z.data());
+      const StepResult r = env->step(a);
+      total += r.reward;
+      to_go -= r.reward;
+      previous = a;
+      o = r.observation;
+      if (r.done) break;
+    }
+    achieved.push_back(total);
+    progress.update(i + 1, total, 0, 0);
+  }
+  progress.finish();
+  double mean = 0, sd = 0;
+  for (double v : achieved) mean += v / static_cast<double>(achieved.size());
+  for (double v : achieved) sd += (v - mean) * (v - mean);
+  sd = achieved.size() > 1 ? std::sqrt(sd / static_cast<double>(achieved.size() - 1)) : 0.0;
+  std::printf("{\"target_return\": %s, \"episodes\": %lld, \"return_mean\": %s, \"return_sd\": %s, "
+              "\"best_return_mean\": %s, \"env\": \"%s\"}\n",
+              json_number(args.target_return).c_str(), static_cast<long long>(args.episodes), json_number(mean).c_str(),
+              json_number(sd).c_str(), json_number(best / static_cast<double>(args.episodes)).c_str(), data.env.c_str());
+  return 0;
 }
 
 }  // namespace tapeformer

@@ -26,4 +26,33 @@ struct RlCollectArgs {
 // "best_return_mean", "by_policy": {name: {"episodes", "return_mean"}}, "checksum"}.
 int run_rl_collect(const RlCollectArgs& args);
 
+// `rl train`: a Decision Transformer (model.arch decision_transformer, or
+// behaviour cloning with model.dt_returns = false) trained by the stock
+// Trainer on windows of model.block_size steps of a dataset's episodes
+// (data/rl/episode_windows.h); the last tenth of the episodes (at least one)
+// is held out, and evaluations report its loss and action accuracy. The
+// model's state features, timestep table and the dataset's checksum
+// (model.dt_dataset) come from the dataset; a resumed run refuses a dataset
+// whose checksum changed.
+struct RlTrainArgs {
+  std::string config;                  // training config; optional with resume
+  std::string data;                    // the dataset (rl collect); with resume, default: the run's
+  std::string out;
+  std::vector<std::string> overrides;  // key=value
+  bool resume = false;
+};
+int run_rl_train(const RlTrainArgs& args);
+
+// `rl eval`: the run's model acting in its dataset's environment, conditioned
+// on `target_return` (R_1; after each reward r, R <- R - r), greedy, over
+// `episodes` layouts none of which is in the dataset. Prints
+// {"target_return", "episodes", "return_mean", "return_sd", "best_return_mean", ...}.
+struct RlEvalArgs {
+  std::string checkpoint;  // a run directory of rl train
+  double target_return = 0;
+  int64_t episodes = 20;
+  uint64_t seed = 1;
+};
+int run_rl_eval(const RlEvalArgs& args);
+
 }  // namespace tapeformer

@@ -250,7 +250,8 @@ ModelKind decision_transformer_model_kind() {
       {"dt_return_scale", 1.0, "decision_transformer: returns to go are embedded divided by this"},
       {"dt_max_timestep", int64_t{64}, "decision_transformer: the timestep table's last row (later steps share it)",
        OptionValue{int64_t{20}}},
-      {"dt_returns", true, "decision_transformer: false drops the return tokens (behaviour cloning)"}};
+      {"dt_returns", true, "decision_transformer: false drops the return tokens (behaviour cloning)"},
+      {"dt_dataset", std::string(), "decision_transformer: the checksum of the dataset it trains on (rl train sets it)"}};
   kind.make = [](const ModelConfig& cfg, Rng& rng) -> std::unique_ptr<LanguageModel> {
     return std::make_unique<DecisionTransformer>(cfg, rng);
   };

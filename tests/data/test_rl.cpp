@@ -11,6 +11,7 @@
 #include <map>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/data/rl/episode_windows.h"
 #include "tapeformer/data/rl/trajectories.h"
 #include "temp_dir.h"
 
@@ -237,4 +238,40 @@ TEST_CASE("datasets: round trip with a checksum; truncated, corrupted and forged
   save_trajectories(path, forged);
   CHECK_THROWS_WITH_AS(load_trajectories(path), doctest::Contains("are not those of environment \"tmaze\""), Error);
   CHECK_THROWS_WITH_AS(load_trajectories((dir.path / "missing.traj").string()), doctest::Contains("cannot open"), Error);
+}
+
+TEST_CASE("episode windows: previous actions, returns to go, timesteps; a short window is padded on the right") {
+  Trajectories data = collect("keys_doors", {}, parse_policy_mix("noisy"), 3, 5);
+  const Episode& e = data.episodes[1];
+  const auto T = static_cast<int64_t>(e.actions.size());
+  REQUIRE(T >= 4);
+  EpisodeWindows w(data, {0, 1, 2}, /*K=*/6, /*batch=*/4, /*seed=*/1);
+  const int64_t start = T - 3;  // 3 steps left: 3 padded
+  const Batch b = w.window(1, start);
+  REQUIRE(b.inputs.shape == Shape({1, 6}));
+  const IndexTensor &states = b.extra.at("states"), &returns = b.extra.at("returns"), &time = b.extra.at("timesteps");
+  int64_t to_come = 0;
+  for (int64_t t = start; t < T; ++t) to_come += e.rewards[static_cast<size_t>(t)];
+  for (int64_t k = 0; k < 6; ++k) {
+    CAPTURE(k);
+    const int64_t t = start + k;
+    if (t < T) {
+      CHECK(b.inputs.data[static_cast<size_t>(k)] == e.actions[static_cast<size_t>(t - 1)]);
+      CHECK(b.targets.data[static_cast<size_t>(k)] == e.actions[static_cast<size_t>(t)]);
+      CHECK(returns.data[static_cast<size_t>(k)] == to_come);
+      CHECK(time.data[static_cast<size_t>(k)] == t);
+      for (size_t f = 0; f < 4; ++f)
+        CHECK(states.data[static_cast<size_t>(k) * 4 + f] == e.observations[static_cast<size_t>(t)][f]);
+      to_come -= e.rewards[static_cast<size_t>(t)];
+    } else {
+      CHECK(b.targets.data[static_cast<size_t>(k)] == kIgnoreTarget);
+    }
+  }
+  CHECK(w.window(1, 0).inputs.data[0] == 4);  // the start token: no action before the first step
+  // Batches: the same seed, the same windows; each start a real step of a drawn episode.
+  EpisodeWindows again(data, {0, 1, 2}, 6, 4, 1);
+  const Batch x = w.next(), y = again.next();
+  CHECK(x.inputs.data == y.inputs.data);
+  CHECK(x.extra.at("timesteps").data == y.extra.at("timesteps").data);
+  CHECK_THROWS_WITH_AS(w.window(1, T), doctest::Contains("step"), Error);
 }
