@@ -433,6 +433,7 @@ int cli_main(int argc, char** argv) {
     if (threads >= 0) {
       parallel::set_num_threads(threads);
       train.overrides.push_back("train.threads=" + std::to_string(threads));
+      rl_train.overrides.push_back("train.threads=" + std::to_string(threads));
     }
     if (*t) return run_train(train);
     if (*s) return run_sample(sample);
