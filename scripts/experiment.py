@@ -380,7 +380,7 @@ def plot_points(spec, args, exp_dir):
         if plot.get("log_x"):
             ax.set_xscale("log", base=2 if plot.get("log_x") == 2 else 10)
         if "chance" in plot:
-            ax.axhline(plot["chance"], color="grey", linestyle=":", linewidth=1, label="chance")
+            ax.axhline(plot["chance"], color="grey", linestyle=":", linewidth=1, label=plot.get("chance_label", "chance"))
         ax.set_xlabel(plot.get("x_label", str(plot["x"])))
         ax.set_ylabel(plot.get("y_label", str(plot["y"])))
         ax.set_title(plot.get("title", spec.get("title", spec["name"])), fontsize=10)
