@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <map>
 
+#include <unistd.h>
+
 #include "tapeformer/core/error.h"
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/autograd/tape.h"
@@ -232,7 +234,8 @@ int run_rl_eval(const RlEvalArgs& args) {
   model->eval();
   std::unique_ptr<Environment> env = environment_kinds().get(data.env).make(data.options);
   const bool returns = cfg.model.option_bool("dt_returns");
-  Progress progress(args.episodes);
+  // Progress on stderr: one line rewritten in place on a terminal, else a line per tenth of the episodes.
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
   std::vector<double> achieved;
   double best = 0;
   NoGradGuard no_grad;
@@ -260,9 +263,13 @@ int run_rl_eval(const RlEvalArgs& args) {
       if (r.done) break;
     }
     achieved.push_back(total);
-    progress.update(i + 1, total, 0, 0);
+    double so_far = 0;
+    for (double v : achieved) so_far += v / static_cast<double>(achieved.size());
+    if (tty || (i + 1) % std::max<int64_t>(1, args.episodes / 10) == 0 || i + 1 == args.episodes)
+      std::fprintf(stderr, "%srl eval: episode %lld/%lld | mean return %.2f%s", tty ? "\r" : "",
+                   static_cast<long long>(i + 1), static_cast<long long>(args.episodes), so_far, tty ? "" : "\n");
   }
-  progress.finish();
+  if (tty) std::fprintf(stderr, "\n");
   double mean = 0, sd = 0;
   for (double v : achieved) mean += v / static_cast<double>(achieved.size());
   for (double v : achieved) sd += (v - mean) * (v - mean);
