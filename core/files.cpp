@@ -129,8 +129,9 @@ void remove_stale_temp_files(const std::string& path) {
   }
 }
 
-void write_checked_file(const std::string& path, const char (&magic)[9], uint32_t version,
-                        const std::function<void(std::ostream& payload)>& fill) {
+uint64_t write_checked_file(const std::string& path, const char (&magic)[9], uint32_t version,
+                            const std::function<void(std::ostream& payload)>& fill) {
+  uint64_t checksum = 0;
   write_atomic(path, [&](int fd, FileSink& sink) {
     const std::string placeholder(kCheckedHeaderBytes, '\0');
     sink.sputn(placeholder.data(), static_cast<std::streamsize>(placeholder.size()));
@@ -147,7 +148,9 @@ void write_checked_file(const std::string& path, const char (&magic)[9], uint32_
     header.append(reinterpret_cast<const char*>(&hash), sizeof hash);
     TAPEFORMER_CHECK(::pwrite(fd, header.data(), header.size(), 0) == static_cast<ssize_t>(header.size()),
                      "writing '", path, "' failed: ", std::strerror(errno));
+    checksum = hash;
   });
+  return checksum;
 }
 
 CheckedFile open_checked_file(const std::string& path, const char (&magic)[9], uint32_t max_version,

@@ -88,12 +88,12 @@ void remove_stale_temp_files(const std::string& path);
 // (u64), FNV-1a 64 of the payload (u64), then the payload (the layout of
 // checkpoints; used by kNN stores and vector indexes).
 //
-//   write_checked_file(path, "TFKNNDS1", 1, [&](std::ostream& out) { ... });   // atomic
+//   write_checked_file(path, "TFKNNDS1", 1, [&](std::ostream& out) { ... });   // atomic; returns the checksum
 //   CheckedFile f = open_checked_file(path, "TFKNNDS1", 1, "kNN store");       // verified
 //   read from f.in: exactly f.length payload bytes follow
 inline constexpr size_t kCheckedHeaderBytes = 8 + 4 + 8 + 8;
-void write_checked_file(const std::string& path, const char (&magic)[9], uint32_t version,
-                        const std::function<void(std::ostream& payload)>& fill);
+uint64_t write_checked_file(const std::string& path, const char (&magic)[9], uint32_t version,
+                            const std::function<void(std::ostream& payload)>& fill);
 struct CheckedFile {
   std::unique_ptr<std::ifstream> in;  // at the first payload byte
   uint32_t version = 0;

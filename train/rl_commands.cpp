@@ -24,6 +24,26 @@
 namespace tapeformer {
 namespace fs = std::filesystem;
 
+namespace {
+
+// A dataset's checksum as runs record it (model.dt_dataset) and rl collect prints it.
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Mean and sample standard deviation (0 for one value) of returns.
+std::pair<double, double> mean_sd(const std::vector<double>& v) {
+  double sum = 0, sd = 0;
+  for (double x : v) sum += x;
+  const double mean = sum / static_cast<double>(v.size());
+  for (double x : v) sd += (x - mean) * (x - mean);
+  return {mean, v.size() > 1 ? std::sqrt(sd / static_cast<double>(v.size() - 1)) : 0.0};
+}
+
+}  // namespace
+
 int run_rl_collect(const RlCollectArgs& args) {
   TAPEFORMER_CHECK(!args.out.empty(), "rl collect: name the dataset to write with --out FILE");
   RunDirectory::check_output("rl collect", args.out, {});
@@ -39,16 +59,16 @@ int run_rl_collect(const RlCollectArgs& args) {
     options[o.substr(0, eq)] = v;
   }
   const Trajectories data = collect(args.env, options, parse_policy_mix(args.policy, args.epsilon), args.episodes, args.seed);
-  save_trajectories(args.out, data);
-  const Trajectories saved = load_trajectories(args.out);  // what a run will read, and its checksum
+  const uint64_t checksum = save_trajectories(args.out, data);
   const EnvironmentKind& kind = environment_kinds().get(data.env);
   std::unique_ptr<Environment> env = kind.make(data.options);
-  double sum = 0, squares = 0, best = 0;
+  double best = 0;
   int64_t steps = 0, top = INT64_MIN;
+  std::vector<double> returns;
   std::map<std::string, std::pair<int64_t, double>> by_policy;  // episodes, return sum
   for (const Episode& e : data.episodes) {
     const auto r = static_cast<double>(e.total());
-    sum += r, squares += r * r;
+    returns.push_back(r);
     top = std::max(top, e.total());
     steps += static_cast<int64_t>(e.actions.size());
     env->reset(e.seed);
@@ -57,22 +77,19 @@ int run_rl_collect(const RlCollectArgs& args) {
     ++p.first, p.second += r;
   }
   const auto n = static_cast<double>(data.episodes.size());
-  const double mean = sum / n, sd = n > 1 ? std::sqrt(std::max(0.0, (squares - n * mean * mean) / (n - 1))) : 0.0;
+  const auto [mean, sd] = mean_sd(returns);
   std::string policies;
   for (const auto& [name, p] : by_policy)
     policies += (policies.empty() ? "\"" : ", \"") + name + "\": {\"episodes\": " + std::to_string(p.first) +
                 ", \"return_mean\": " + json_number(p.second / static_cast<double>(p.first)) + "}";
   std::printf("{\"env\": \"%s\", \"episodes\": %lld, \"steps\": %lld, \"return_mean\": %s, \"return_sd\": %s, "
-              "\"return_max\": %lld, \"best_return_mean\": %s, \"by_policy\": {%s}, \"checksum\": \"%016llx\"}\n",
+              "\"return_max\": %lld, \"best_return_mean\": %s, \"by_policy\": {%s}, \"checksum\": \"%s\"}\n",
               data.env.c_str(), static_cast<long long>(data.episodes.size()), static_cast<long long>(steps),
               json_number(mean).c_str(), json_number(sd).c_str(), static_cast<long long>(top),
-              json_number(best / n).c_str(), policies.c_str(), static_cast<unsigned long long>(saved.checksum));
+              json_number(best / n).c_str(), policies.c_str(), hex(checksum).c_str());
   return 0;
 }
 
-}  // namespace tapeformer
-
-namespace tapeformer {
 namespace {
 
 // A Decision Transformer trains on episodes, never on a text: a run that
@@ -106,16 +123,7 @@ ModelHooksKind decision_transformer_model_hooks() {
           }};
 }
 
-}  // namespace tapeformer
-
-namespace tapeformer {
 namespace {
-
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // A run's config fitted to its dataset: the model reads its states, timesteps and actions.
 void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path) {
@@ -237,7 +245,7 @@ int run_rl_eval(const RlEvalArgs& args) {
   // Progress on stderr: one line rewritten in place on a terminal, else a line per tenth of the episodes.
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   std::vector<double> achieved;
-  double best = 0;
+  double best = 0, so_far = 0;  // so_far: the returns' sum
   NoGradGuard no_grad;
   for (int64_t i = 0; i < args.episodes; ++i) {
     // Layouts from another stream than rl collect's seeds (seed * 1000003 + i).
@@ -263,17 +271,14 @@ int run_rl_eval(const RlEvalArgs& args) {
       if (r.done) break;
     }
     achieved.push_back(total);
-    double so_far = 0;
-    for (double v : achieved) so_far += v / static_cast<double>(achieved.size());
+    so_far += total;
     if (tty || (i + 1) % std::max<int64_t>(1, args.episodes / 10) == 0 || i + 1 == args.episodes)
       std::fprintf(stderr, "%srl eval: episode %lld/%lld | mean return %.2f%s", tty ? "\r" : "",
-                   static_cast<long long>(i + 1), static_cast<long long>(args.episodes), so_far, tty ? "" : "\n");
+                   static_cast<long long>(i + 1), static_cast<long long>(args.episodes),
+                   so_far / static_cast<double>(i + 1), tty ? "" : "\n");
   }
   if (tty) std::fprintf(stderr, "\n");
-  double mean = 0, sd = 0;
-  for (double v : achieved) mean += v / static_cast<double>(achieved.size());
-  for (double v : achieved) sd += (v - mean) * (v - mean);
-  sd = achieved.size() > 1 ? std::sqrt(sd / static_cast<double>(achieved.size() - 1)) : 0.0;
+  const auto [mean, sd] = mean_sd(achieved);
   std::printf("{\"target_return\": %s, \"episodes\": %lld, \"return_mean\": %s, \"return_sd\": %s, "
               "\"best_return_mean\": %s, \"env\": \"%s\"}\n",
               json_number(args.target_return).c_str(), static_cast<long long>(args.episodes), json_number(mean).c_str(),

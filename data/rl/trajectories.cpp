@@ -129,8 +129,8 @@ Trajectories collect(const std::string& env_name, const EnvironmentOptions& give
   return data;
 }
 
-void save_trajectories(const std::string& path, const Trajectories& d) {
-  write_checked_file(path, kMagic, kVersion, [&](std::ostream& out) {
+uint64_t save_trajectories(const std::string& path, const Trajectories& d) {
+  return write_checked_file(path, kMagic, kVersion, [&](std::ostream& out) {
     put_string(out, d.env);
     put<uint64_t>(out, d.options.size());
     for (const auto& [name, value] : d.options) {

@@ -55,7 +55,8 @@ PolicyMix parse_policy_mix(const std::string& text, double epsilon = 0.3);
 Trajectories collect(const std::string& env, const EnvironmentOptions& options, const PolicyMix& mix, int64_t episodes,
                      uint64_t seed);
 
-void save_trajectories(const std::string& path, const Trajectories& data);
+// Returns the payload's checksum (what load_trajectories reports as `checksum`).
+uint64_t save_trajectories(const std::string& path, const Trajectories& data);
 // Error naming the file: missing, not a dataset, truncated, corrupted, or
 // holding values outside the environment's ranges.
 Trajectories load_trajectories(const std::string& path);
