@@ -110,9 +110,11 @@ Var UniversalStack::recur(const Var& x, int64_t start, bool every_step,
     return h;
   }
   const Var cost = halting.ponder();  // N + R, (B, T, 1)
-  const Tensor N = halting.steps();
-  for (int64_t i = 0; i < B * T; ++i) last_.steps += N.data()[i];
-  last_.remainder = static_cast<double>(sum(cost).item()) - last_.steps;
+  const Tensor N = halting.steps(), cost_values = cost.value().contiguous();
+  for (int64_t i = 0; i < B * T; ++i) {
+    last_.steps += N.data()[i];
+    last_.remainder += cost_values.data()[i] - N.data()[i];  // from the values: no tape entry
+  }
   if (is_training() && grad_enabled()) {
     ponder_loss_ = mul_scalar(mean(cost), tau);
     Tensor counts = counts_, positions = by_position_;
