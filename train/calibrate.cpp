@@ -139,7 +139,8 @@ int run_calibrate(const CalibrateArgs& args) {
   const bool writes = !args.dry_run && args.method != "evaluate";
   RunDirectory dir(args.run, writes);
   dir.lock_existing();  // a training process still writing there is refused
-  const Checkpoint saved = writes ? load_checkpoint(dir.checkpoint_path()) : Checkpoint{};
+  Checkpoint saved;  // what calibrate rewrites, its threshold changed
+  if (writes) saved = load_checkpoint(dir.checkpoint_path());
   Loaded l = load_model(args.run);
   auto* model = dynamic_cast<EarlyExitLM*>(l.model.get());
   TAPEFORMER_CHECK(model != nullptr, "calibrate: the run's model.arch is \"", l.cfg.model.arch,

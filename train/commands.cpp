@@ -300,7 +300,10 @@ EvalResult evaluate_file(const EvalArgs& args) {
   TAPEFORMER_CHECK(std::isfinite(loss), "the model's loss on the data is ", std::isnan(loss) ? "nan" : "inf",
                    ": the weights in '",
                    weights_file(args.checkpoint, args.weights), "' are not usable");
-  EvalResult r{loss, counted, per_char};
+  EvalResult r;
+  r.loss = loss;
+  r.tokens = counted;
+  r.tokens_per_char = per_char;
   r.lm_loss = t.lm_loss_sum / static_cast<double>(counted);
   r.knn_keys = mixture ? mixture->keys() : 0;
   r.layers = l.model->layer_metrics();
