@@ -137,45 +137,74 @@ void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path)
   cfg.data.path = path;
 }
 
-// The task: windows of the training episodes; evaluation on every window of the held-out ones.
-TaskData episode_task(const Trajectories& data, const TrainConfig& cfg,
-                      std::shared_ptr<std::vector<Batch>> held_out) {
+// Action loss and accuracy over batches of episodes' steps (B, K): the
+// memory, when given, carried from batch to batch.
+struct ActionScore {
+  double loss = 0, right = 0, counted = 0, batches = 0;
+  void add(LanguageModel& m, const Batch& b, SegmentMemory* memory) {
+    ModelContext ctx;
+    ctx.inputs = &b.extra;
+    ctx.memory = memory;
+    const Var logits = m.forward(b.inputs, ctx);  // (B, K, A)
+    loss += cross_entropy(logits, b.targets).item();
+    batches += 1;
+    const Tensor z = logits.value().contiguous();
+    const int64_t A = z.dim(2);
+    for (size_t i = 0; i < b.targets.data.size(); ++i) {
+      if (b.targets.data[i] == kIgnoreTarget) continue;
+      const Scalar* row = z.data() + static_cast<int64_t>(i) * A;
+      right += std::max_element(row, row + A) - row == b.targets.data[i];
+      counted += 1;
+    }
+  }
+  TaskEvaluation result() const { return TaskEvaluation{loss / batches, {{"accuracy", right / counted}}}; }
+};
+
+// The task: windows of the training episodes, evaluation on every window of
+// the held-out ones; with a segment memory, whole episodes in order
+// (EpisodeStreams), evaluated alike from an empty memory.
+TaskData episode_task(const Trajectories& data, const TrainConfig& cfg) {
   const auto n = static_cast<int64_t>(data.episodes.size());
   TAPEFORMER_CHECK(n >= 2, "rl train: the dataset holds ", n, " episode; training and evaluation need at least 2");
-  const int64_t val = std::max<int64_t>(1, n / 10), K = cfg.model.block_size;
+  const int64_t val = std::max<int64_t>(1, n / 10), K = cfg.model.block_size, B = cfg.train.batch_size;
   std::vector<int64_t> train_eps, val_eps;
   for (int64_t i = 0; i < n; ++i) (i < n - val ? train_eps : val_eps).push_back(i);
   const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
-  auto windows = std::make_unique<EpisodeWindows>(data, train_eps, K, cfg.train.batch_size, seed + 1);
+  TaskData task;
+  task.name = "rl train";
+  task.vocab_size = data.actions;
+  task.dropout_seed = seed + 3;
+  if (!memories_on(cfg.model).empty()) {
+    auto streams = std::make_unique<EpisodeStreams>(data, train_eps, K, B, seed + 1);
+    auto held_out = std::make_shared<std::vector<std::vector<Batch>>>();
+    for (size_t i = 0; i < val_eps.size(); i += static_cast<size_t>(B))
+      held_out->push_back(streams->read(std::vector<int64_t>(
+          val_eps.begin() + static_cast<int64_t>(i), val_eps.begin() + static_cast<int64_t>(std::min(val_eps.size(), i + B)))));
+    task.batches = std::move(streams);
+    task.evaluate = [held_out](LanguageModel& m, bool) {
+      ActionScore score;
+      for (const std::vector<Batch>& group : *held_out) {
+        SegmentMemory memory;
+        for (const Batch& b : group) score.add(m, b, &memory);
+      }
+      return score.result();
+    };
+    return task;
+  }
+  auto windows = std::make_unique<EpisodeWindows>(data, train_eps, K, B, seed + 1);
   std::vector<std::pair<int64_t, int64_t>> at;
   for (int64_t e : val_eps)
     for (int64_t s = 0; s < static_cast<int64_t>(data.episodes[static_cast<size_t>(e)].actions.size()); s += K)
       at.emplace_back(e, s);
-  for (size_t i = 0; i < at.size(); i += static_cast<size_t>(cfg.train.batch_size))
+  auto held_out = std::make_shared<std::vector<Batch>>();
+  for (size_t i = 0; i < at.size(); i += static_cast<size_t>(B))
     held_out->push_back(windows->windows(std::vector<std::pair<int64_t, int64_t>>(
-        at.begin() + static_cast<int64_t>(i), at.begin() + static_cast<int64_t>(std::min(at.size(), i + cfg.train.batch_size)))));
-  TaskData task;
-  task.name = "rl train";
-  task.vocab_size = data.actions;
+        at.begin() + static_cast<int64_t>(i), at.begin() + static_cast<int64_t>(std::min(at.size(), i + B)))));
   task.batches = std::move(windows);
-  task.dropout_seed = seed + 3;
   task.evaluate = [held_out](LanguageModel& m, bool) {
-    double loss = 0, right = 0, counted = 0;
-    for (const Batch& b : *held_out) {
-      ModelContext ctx;
-      ctx.inputs = &b.extra;
-      const Var logits = m.forward(b.inputs, ctx);  // (B, K, A)
-      loss += cross_entropy(logits, b.targets).item();
-      const Tensor z = logits.value().contiguous();
-      const int64_t A = z.dim(2);
-      for (size_t i = 0; i < b.targets.data.size(); ++i) {
-        if (b.targets.data[i] == kIgnoreTarget) continue;
-        const Scalar* row = z.data() + static_cast<int64_t>(i) * A;
-        right += std::max_element(row, row + A) - row == b.targets.data[i];
-        counted += 1;
-      }
-    }
-    return TaskEvaluation{loss / static_cast<double>(held_out->size()), {{"accuracy", right / counted}}};
+    ActionScore score;
+    for (const Batch& b : *held_out) score.add(m, b, nullptr);
+    return score.result();
   };
   return task;
 }
@@ -185,7 +214,6 @@ TaskData episode_task(const Trajectories& data, const TrainConfig& cfg,
 int run_rl_train(const RlTrainArgs& args) {
   TAPEFORMER_CHECK(!args.out.empty(), "rl train: name the run's directory with --out DIR");
   const std::string ckpt = args.out + "/checkpoint.bin";
-  auto held_out = std::make_shared<std::vector<Batch>>();
   std::unique_ptr<Trajectories> data;
   std::unique_ptr<Trainer> trainer;
   if (args.resume) {
@@ -197,7 +225,7 @@ int run_rl_train(const RlTrainArgs& args) {
     TAPEFORMER_CHECK(trained_on == hex(data->checksum), "rl train --resume: the dataset '", path, "' has checksum ",
                      hex(data->checksum), " but the run trained on ", trained_on,
                      ": it changed since (collect it again with the same arguments, or start a new run)");
-    trainer = Trainer::resume(args.out, episode_task(*data, saved, held_out), [&](TrainConfig& c) {
+    trainer = Trainer::resume(args.out, episode_task(*data, saved), [&](TrainConfig& c) {
       for (const std::string& o : args.overrides) {
         const std::string key = o.substr(0, o.find('='));
         TAPEFORMER_CHECK(key_may_change_on_resume(key), "rl train --resume: ", key, " cannot change on resume");
@@ -212,7 +240,7 @@ int run_rl_train(const RlTrainArgs& args) {
     data = std::make_unique<Trajectories>(load_trajectories(args.data));
     TrainConfig cfg = TrainConfig::load(args.config, args.overrides);
     fit_to(cfg, *data, args.data);
-    trainer = std::make_unique<Trainer>(cfg, args.out, episode_task(*data, cfg, held_out));
+    trainer = std::make_unique<Trainer>(cfg, args.out, episode_task(*data, cfg));
   }
   const TrainResult r = trainer->run();
   std::printf("%s\n", r.to_json().c_str());
@@ -279,10 +307,12 @@ int run_rl_eval(const RlEvalArgs& args) {
   }
   if (tty) std::fprintf(stderr, "\n");
   const auto [mean, sd] = mean_sd(achieved);
-  std::printf("{\"target_return\": %s, \"episodes\": %lld, \"return_mean\": %s, \"return_sd\": %s, "
-              "\"best_return_mean\": %s, \"env\": \"%s\"}\n",
-              json_number(args.target_return).c_str(), static_cast<long long>(args.episodes), json_number(mean).c_str(),
-              json_number(sd).c_str(), json_number(best / static_cast<double>(args.episodes)).c_str(), data.env.c_str());
+  char line[512];
+  std::snprintf(line, sizeof line, "{\"target_return\": %s, \"episodes\": %lld, \"return_mean\": %s, \"return_sd\": %s, "
+                "\"best_return_mean\": %s, \"env\": \"%s\"}",
+                json_number(args.target_return).c_str(), static_cast<long long>(args.episodes), json_number(mean).c_str(),
+                json_number(sd).c_str(), json_number(best / static_cast<double>(args.episodes)).c_str(), data.env.c_str());
+  std::printf("%s\n", line);
   return 0;
 }
 

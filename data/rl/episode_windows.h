@@ -31,7 +31,8 @@ class EpisodeWindows : public BatchSource {
   Batch next() override;
   // The window of `episode` from `start`: one row.
   Batch window(int64_t episode, int64_t start) const;
-  // Rows made by window() for each (episode, start), as one batch.
+  // Rows made by window() for each (episode, start), as one batch; a start
+  // at or past the episode's end makes a row of padding only.
   Batch windows(const std::vector<std::pair<int64_t, int64_t>>& at) const;
   void save_position(cereal::BinaryOutputArchive& ar) const override { ar(rng_); }
   void load_position(cereal::BinaryInputArchive& ar) override { ar(rng_); }
@@ -42,6 +43,33 @@ class EpisodeWindows : public BatchSource {
   std::vector<int64_t> ends_;  // cumulative steps of episodes_
   int64_t K_, batch_;
   Rng rng_;
+};
+
+// Episodes read in order, K steps at a time, for a model with a segment
+// memory: each of the B rows reads one episode from its first step, segment
+// after segment; when the longest of the B has been read, the next B are
+// drawn (uniformly from `episodes`) and restarted() says so, so that the
+// memory starts empty with each episode (rows whose episode ended sooner
+// read padding meanwhile). Batches as EpisodeWindows'.
+class EpisodeStreams : public BatchSource {
+ public:
+  EpisodeStreams(const Trajectories& data, std::vector<int64_t> episodes, int64_t K, int64_t batch, uint64_t seed);
+  Batch next() override;
+  bool restarted() const override { return segment_ == 1; }
+  // The segments of `group`'s episodes in order, as next() reads them (evaluation).
+  std::vector<Batch> read(const std::vector<int64_t>& group) const;
+  void save_position(cereal::BinaryOutputArchive& ar) const override;
+  void load_position(cereal::BinaryInputArchive& ar) override;
+
+ private:
+  int64_t segments(const std::vector<int64_t>& group) const;  // ceil(longest / K)
+  EpisodeWindows windows_;
+  const Trajectories& data_;
+  std::vector<int64_t> episodes_;
+  int64_t K_, batch_;
+  Rng rng_;
+  std::vector<int64_t> group_;  // the episodes being read, one per row
+  int64_t segment_ = 0;         // segments of group_ read so far
 };
 
 }  // namespace tapeformer

@@ -14,8 +14,12 @@ namespace tapeformer {
 namespace {
 
 void check_config(const ModelConfig& cfg) {
-  TAPEFORMER_CHECK(memories_on(cfg).empty(), "model.arch \"decision_transformer\" reads windows of steps without a "
-                                             "segment memory (set model.mem_len and the other memory keys to 0)");
+  for (const MemoryKind* k : memories_on(cfg))
+    TAPEFORMER_CHECK(k->name == "xl", "model.arch \"decision_transformer\" carries Transformer-XL's segment memory "
+                     "(model.mem_len) and no other; memory \"", k->name, "\" is on (set model.", k->options[0].name,
+                     " = 0)");
+  TAPEFORMER_CHECK(cfg.option_int("ext_len") == 0, "model.arch \"decision_transformer\" reads each segment of steps "
+                   "once: model.ext_len must be 0, got ", cfg.option_int("ext_len"));
   TAPEFORMER_CHECK(cfg.vocab_size >= 1, "model.arch \"decision_transformer\": model.vocab_size is the number of "
                                         "actions and must be >= 1, got ", cfg.vocab_size);
   DecisionTransformer::state_sizes(cfg);
@@ -33,22 +37,27 @@ IndexTensor feature(const IndexTensor& states, int64_t f) {
   return IndexTensor({B, K}, v);
 }
 
-// The state of a model reading step by step: every row's steps so far (the
-// last `window`), re-read whole for each new piece.
+// The state of a model reading step by step: every row's steps so far. A
+// memoryless model re-reads the last `window` of them whole for each new
+// piece; a model with a segment memory reads the unfinished segment (the
+// steps from `committed` on) over the memory of the finished ones, as it
+// trained, and the memory moves on when a segment of K steps is complete.
 class StepWindow : public InferenceState {
  public:
   std::string name() const override { return "decision-transformer steps"; }
   int64_t length() const override { return length_; }
   void reset() override {
     for (auto& r : rows) r = Row{};
-    length_ = 0;
+    memory.reset();
+    length_ = committed = 0;
   }
   struct Row {
     std::vector<int32_t> ids, states, returns, timesteps;  // per step (states: F per step)
   };
   const DecisionTransformer* owner = nullptr;
   std::vector<Row> rows;
-  int64_t window = 0, length_ = 0;
+  SegmentMemory memory;  // after the finished segments (a model with model.mem_len)
+  int64_t window = 0, length_ = 0, committed = 0;
 };
 
 }  // namespace
@@ -72,7 +81,9 @@ std::vector<int64_t> DecisionTransformer::state_sizes(const ModelConfig& cfg) {
 
 ModelConfig DecisionTransformer::stack_config(const ModelConfig& cfg) {
   ModelConfig c = cfg;
-  c.block_size = (cfg.option_bool("dt_returns") ? 3 : 2) * cfg.block_size;
+  const int64_t per_step = cfg.option_bool("dt_returns") ? 3 : 2;
+  c.block_size = per_step * cfg.block_size;
+  if (!memories_on(cfg).empty()) c.options["mem_len"] = per_step * cfg.option_int("mem_len");
   return c;
 }
 
@@ -166,7 +177,10 @@ Var DecisionTransformer::actions(const Var& h, int64_t K) const {
 }
 
 Var DecisionTransformer::forward(const IndexTensor& ids, const ModelContext& ctx) const {
-  TAPEFORMER_CHECK(ctx.memory == nullptr, "model.arch \"decision_transformer\" carries no segment memory");
+  TAPEFORMER_CHECK(ctx.memory == nullptr || ctx.state == nullptr,
+                   "DecisionTransformer: a call reads an inference state or a segment memory, not both");
+  TAPEFORMER_CHECK(ctx.memory == nullptr || memory_use().carried(),
+                   "DecisionTransformer: a segment memory needs model.mem_len > 0 and a block kind that carries one");
   TAPEFORMER_CHECK(!ctx.features, "model.arch \"decision_transformer\" does not expose its features");
   TAPEFORMER_CHECK(ids.shape.rank() == 2 && ids.shape[1] >= 1, "DecisionTransformer: ids must be (B, K) with K >= 1, "
                    "got ", ids.shape);
@@ -181,7 +195,10 @@ Var DecisionTransformer::forward(const IndexTensor& ids, const ModelContext& ctx
     Rng unused(0);
     Rng& rng = ctx.rng != nullptr ? *ctx.rng : unused;
     const Var x = drop->forward(pos_emb->embed(tokens(ids, inputs), 0), rng);
-    return actions(stack->forward(x, rng), K);
+    if (ctx.memory == nullptr) return actions(stack->forward(x, rng), K);
+    TAPEFORMER_CHECK(ctx.memory->batch() == 0 || ctx.memory->batch() == ids.shape[0], "DecisionTransformer: a memory "
+                     "of ", ctx.memory->batch(), " sequences for a batch of ", ids.shape[0]);
+    return actions(stack->forward(x, *ctx.memory, rng), K);
   }
   StepWindow& s = state_as<StepWindow>(*ctx.state, "DecisionTransformer", "decision-transformer steps");
   TAPEFORMER_CHECK(s.owner == this, "DecisionTransformer: this inference state was made by another model");
@@ -210,24 +227,47 @@ Var DecisionTransformer::forward(const IndexTensor& ids, const ModelContext& ctx
                         states.data.begin() + static_cast<int64_t>(i + 1) * F);
     }
   }
+  // Every row's steps [from, to), read whole: logits (B, to - from, A).
+  const auto read = [&](int64_t from, int64_t to, SegmentMemory* memory) {
+    const int64_t n = to - from;
+    std::vector<int32_t> w_ids, w_states, w_returns, w_time;
+    for (const StepWindow::Row& row : s.rows) {
+      w_ids.insert(w_ids.end(), row.ids.begin() + from, row.ids.begin() + to);
+      w_returns.insert(w_returns.end(), row.returns.begin() + from, row.returns.begin() + to);
+      w_time.insert(w_time.end(), row.timesteps.begin() + from, row.timesteps.begin() + to);
+      w_states.insert(w_states.end(), row.states.begin() + from * F, row.states.begin() + to * F);
+    }
+    ModelInputs window = {{kStates, IndexTensor({B, n, F}, w_states)}, {kTimesteps, IndexTensor({B, n}, w_time)}};
+    if (return_emb) window[kReturns] = IndexTensor({B, n}, w_returns);
+    ModelContext whole;
+    whole.inputs = &window;
+    whole.memory = memory;
+    return forward(IndexTensor({B, n}, w_ids), whole).value();
+  };
+  const int64_t before = s.length_;
   s.length_ += T;
-  // The last `window` steps of every row, read whole.
-  const int64_t n = std::min(s.length_, s.window), from = s.length_ - n;
-  std::vector<int32_t> w_ids, w_states, w_returns, w_time;
-  for (const StepWindow::Row& row : s.rows) {
-    w_ids.insert(w_ids.end(), row.ids.begin() + from, row.ids.end());
-    w_returns.insert(w_returns.end(), row.returns.begin() + from, row.returns.end());
-    w_time.insert(w_time.end(), row.timesteps.begin() + from, row.timesteps.end());
-    w_states.insert(w_states.end(), row.states.begin() + from * F, row.states.end());
+  if (!memory_use().carried()) {
+    const int64_t n = std::min(s.length_, s.window), keep = std::min(T, n);
+    return Var(read(s.length_ - n, s.length_, nullptr).slice(1, n - keep, n).contiguous());  // (B, T, A) while T <= window
   }
-  ModelInputs window = {{kStates, IndexTensor({B, n, F}, w_states)}, {kTimesteps, IndexTensor({B, n}, w_time)}};
-  if (return_emb) window[kReturns] = IndexTensor({B, n}, w_returns);
-  ModelContext whole;
-  whole.inputs = &window;
-  const Var logits = forward(IndexTensor({B, n}, w_ids), whole);  // (B, n, A)
-  const int64_t keep = std::min(T, n);
-  return Var(logits.value().slice(1, n - keep, n).contiguous());  // (B, T, A) while T <= window
+  // Segments of K steps from the episode's start, as training read them.
+  const int64_t K = cfg_.block_size;
+  std::vector<Var> parts;
+  for (int64_t done = before; done < s.length_;) {
+    const int64_t to = std::min(s.committed + K, s.length_);
+    SegmentMemory next = s.memory;  // the memory moves on only when the segment is finished
+    const Tensor z = read(s.committed, to, &next);
+    parts.push_back(Var(z.slice(1, done - s.committed, to - s.committed).contiguous()));
+    if (to - s.committed == K) {
+      s.memory = std::move(next);
+      s.committed = to;
+    }
+    done = to;
+  }
+  return parts.size() == 1 ? parts[0] : concat(parts, 1);  // (B, T, A)
 }
+
+MemoryUse DecisionTransformer::memory_use() const { return tapeformer::memory_use(stack_config(cfg_)); }
 
 std::unique_ptr<InferenceState> DecisionTransformer::make_state(int64_t batch, int64_t window) const {
   TAPEFORMER_CHECK(batch >= 1, "DecisionTransformer: batch size must be >= 1, got ", batch);

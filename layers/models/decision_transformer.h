@@ -22,6 +22,13 @@
 // the timestep; a LayerNorm, then the stack over the 3K tokens, ln_f and the
 // action head. Without returns (model.dt_returns = false) the steps are
 // a_{t-1}, s_t: behaviour cloning with the same backbone.
+//
+// A block kind with a segment memory (gtrxl, post_ln, ...) and model.mem_len
+// > 0 carry the layers' inputs at the last mem_len steps (3 mem_len tokens)
+// from one segment of K steps to the next (Transformer-XL): training reads
+// each episode in order, K steps at a time, from its start (EpisodeStreams),
+// and acting reads it alike, so a cue seen many windows ago can still decide
+// an action.
 #pragma once
 
 #include <cstdint>
@@ -46,14 +53,17 @@ class DecisionTransformer : public LanguageModel {
   // ids (B, K): the previous actions (A: none) -> action logits (B, K, A).
   Var forward(const IndexTensor& ids, const ModelContext& ctx) const override;
   using LanguageModel::forward;
-  // Re-reads the steps so far (the last `window`, default K) for each new one.
+  // Re-reads the steps so far (the last `window`, default K) for each new
+  // one; with a memory, the unfinished segment over the memory of the finished ones.
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
+  // model.mem_len steps of segment memory (3 tokens each), or none.
+  MemoryUse memory_use() const override;
   const ModelConfig& config() const override { return cfg_; }
   int64_t max_positions() const override { return cfg_.block_size; }
   static ModelFootprint footprint(const ModelConfig& cfg);
   // model.dt_state_sizes parsed: categories of each state feature.
   static std::vector<int64_t> state_sizes(const ModelConfig& cfg);
-  // The backbone's config: block_size in tokens (tokens per step x K).
+  // The backbone's config: block_size and mem_len in tokens (tokens per step x steps).
   static ModelConfig stack_config(const ModelConfig& cfg);
 
   std::shared_ptr<Linear> return_emb;                  // "return_emb", 1 -> C (null without returns)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tapeformer rl: a T-maze dataset collected, a Decision Transformer trained
 # on it and evaluated in the environment; a run stopped and resumed ends
-# with the straight run's losses and metrics; a dataset changed under a run
-# is refused on resume, and text training of the model kind is refused.
+# with the straight run's losses and metrics, also with a segment memory
+# (GTrXL, whole episodes in order: the stream's position and the memory are
+# in the checkpoint); a dataset changed under a run is refused on resume, and text training of
+# the model kind is refused.
 # Usage: rl.sh path/to/tapeformer
 set -u
 bin=${1:?usage: rl.sh TAPEFORMER_BINARY}
@@ -32,6 +34,21 @@ if (a["train_loss"], a["val_loss"]) != (b["train_loss"], b["val_loss"]):
 def rows(p): return [{k: v for k, v in json.loads(l).items() if not re.search(r"(seconds|_s|per_s)$", k)} for l in open(p)]
 if rows(w + "/straight/metrics.jsonl") != rows(w + "/split/metrics.jsonl"):
     sys.exit("FAIL: the resumed run's metrics differ from the straight run's")
+PY
+mem=(--set model.block=gtrxl --set model.positional=txl --set model.mem_len=8 --set model.block_size=2)
+"$bin" rl train --config "$work/cfg.json" --data "$work/maze.traj" --out "$work/mem" "${mem[@]}" > "$work/mem.json" 2> /dev/null \
+  || { echo "FAIL: rl train with a memory"; exit 1; }
+"$bin" rl train --config "$work/cfg.json" --data "$work/maze.traj" --out "$work/mem_split" "${mem[@]}" \
+  --set train.max_iters=17 > /dev/null 2>&1 || { echo "FAIL: rl train with a memory (first part)"; exit 1; }
+"$bin" rl train --out "$work/mem_split" --resume --set train.max_iters=30 > "$work/mem_split.json" 2> /dev/null \
+  || { echo "FAIL: rl train --resume with a memory"; exit 1; }
+python3 - "$work" <<'PY' || exit 1
+import json, re, sys
+w = sys.argv[1]
+def last(p): return json.loads(open(p).read().strip().splitlines()[-1])
+a, b = last(w + "/mem.json"), last(w + "/mem_split.json")
+if (a["train_loss"], a["val_loss"]) != (b["train_loss"], b["val_loss"]):
+    sys.exit(f"FAIL: resumed memory run ends at {b['train_loss']}, {b['val_loss']}, straight at {a['train_loss']}, {a['val_loss']}")
 PY
 out=$("$bin" rl eval --checkpoint "$work/straight" --target-return 1 --episodes 5 2> /dev/null) || { echo "FAIL: rl eval: $out"; exit 1; }
 case "$out" in *'"episodes": 5, "return_mean"'*) ;; *) echo "FAIL: rl eval's line: $out"; exit 1 ;; esac

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "kind_tests.h"
+#include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/models/decision_transformer.h"
 
@@ -167,6 +168,83 @@ TEST_CASE("decision_transformer: missing or malformed inputs, actions and states
   bad.options["dt_state_sizes"] = std::string("6,x");
   CHECK_THROWS_WITH_AS(model_footprint(bad), doctest::Contains("model.dt_state_sizes"), Error);
   bad = dt_config();
+  bad.block = "gtrxl";
+  bad.positional = "txl";
   bad.options["mem_len"] = int64_t{8};
-  CHECK_THROWS_AS(model_footprint(bad), Error);
+  bad.options["ext_len"] = int64_t{2};
+  CHECK_THROWS_WITH_AS(model_footprint(bad), doctest::Contains("model.ext_len must be 0"), Error);
+}
+
+namespace {
+
+// A GTrXL backbone with Transformer-XL's relative positions (no table, so
+// the same weights serve any window) and `mem_len` steps of segment memory.
+ModelConfig xl_config(int64_t K, int64_t mem_len) {
+  ModelConfig c = dt_config();
+  c.block = "gtrxl";
+  c.positional = "txl";
+  c.block_size = K;
+  c.options["mem_len"] = mem_len;
+  return c;
+}
+
+// Steps [from, to) of every row of s.
+Steps cut(const Steps& s, int64_t from, int64_t to) {
+  const int64_t B = s.ids.shape[0], K = s.ids.shape[1];
+  const auto part = [&](const IndexTensor& x, int64_t w) {
+    std::vector<int32_t> v;
+    for (int64_t b = 0; b < B; ++b) v.insert(v.end(), x.data.begin() + (b * K + from) * w, x.data.begin() + (b * K + to) * w);
+    return w == 1 ? IndexTensor({B, to - from}, v) : IndexTensor({B, to - from, w}, v);
+  };
+  return {part(s.ids, 1),
+          {{"states", part(s.inputs.at("states"), 2)}, {"returns", part(s.inputs.at("returns"), 1)},
+           {"timesteps", part(s.inputs.at("timesteps"), 1)}}};
+}
+
+}  // namespace
+
+TEST_CASE("decision_transformer: a segment memory of K steps reads the next segment as a window of 2K would") {
+  // Two segments of K = 4 steps with 4 steps of memory: every layer of the
+  // second attends to the first segment's layer inputs, which a causal window
+  // of 8 steps computes alike, so the second segment's actions equal the
+  // window's last 4.
+  const auto xl = built(xl_config(4, 4));
+  const auto wide = built(xl_config(8, 0));
+  wide->load_state(xl->state());
+  REQUIRE(xl->memory_use().carried());
+  CHECK(xl->memory_use().mem_len == 12);  // 4 steps of 3 tokens
+  CHECK_FALSE(wide->memory_use().carried());
+  const Steps all = some_steps(2, 8, 6);
+  const Tensor whole = run(*wide, all);
+  NoGradGuard no_grad;
+  SegmentMemory memory;
+  const auto segment = [&](int64_t from) {
+    const Steps s = cut(all, from, from + 4);
+    ModelContext ctx;
+    ctx.inputs = &s.inputs;
+    ctx.memory = &memory;
+    return xl->forward(s.ids, ctx).value();
+  };
+  const Tensor first = segment(0), second = segment(4);
+  CHECK(max_abs_diff(first, whole.slice(1, 0, 4)) < 1e-5);
+  CHECK(max_abs_diff(second, whole.slice(1, 4, 8)) < 1e-5);
+  // Without the memory the second segment reads less, and differs.
+  memory.reset();
+  CHECK(max_abs_diff(segment(4), whole.slice(1, 4, 8)) > 1e-3);
+
+  // Acting step by step reads the segments as training did: the same actions.
+  auto state = xl->make_state(2);
+  for (int64_t t = 0; t < 8; ++t) {
+    const Steps one = cut(all, t, t + 1);
+    ModelContext ctx;
+    ctx.state = state.get();
+    ctx.inputs = &one.inputs;
+    const Tensor got = xl->forward(one.ids, ctx).value();
+    CHECK(max_abs_diff(got, whole.slice(1, t, t + 1)) < 1e-5);
+  }
+  // A block kind without memory, or a memory other than the segment memory, is refused by name.
+  ModelConfig bad = xl_config(4, 4);
+  bad.options["cmem_len"] = int64_t{4};
+  bad.options["cmem_ratio"] = int64_t{2};
+  CHECK_THROWS_WITH_AS(model_footprint(bad), doctest::Contains("carries Transformer-XL's segment memory"), Error);
 }
