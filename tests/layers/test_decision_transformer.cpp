@@ -1,13 +1,17 @@
 // The Decision Transformer model kind (layers/models/decision_transformer.h):
 // an action prediction reads the steps before it and its own return and
-// state, never a later step nor its own action; with the return embedding at
-// zero it ignores the returns (behaviour cloning); reading step by step
-// equals the whole window; bad inputs are refused by name.
+// state, never a later step nor its own action; on one-step episodes it is a
+// classifier of the action given the state; a constant return to go, or the
+// return embedding at zero, makes it behaviour cloning; reading step by step
+// equals the whole window, and with a segment memory a window twice as
+// long; bad inputs are refused by name.
 #include <doctest/doctest.h>
 
 #include "kind_tests.h"
 #include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/data/rl/episode_windows.h"
 #include "tapeformer/layers/models/decision_transformer.h"
 
 using namespace tapeformer;
@@ -103,6 +107,98 @@ TEST_CASE("decision_transformer: a prediction reads earlier steps and its own re
     CHECK(max_abs_diff(after.slice(1, 0, t), before.slice(1, 0, t)) == 0.0);
     CHECK(max_abs_diff(after.slice(1, t, t + 1), before.slice(1, t, t + 1)) > 1e-4);
   }
+}
+
+TEST_CASE("decision_transformer: on episodes of one step it is a classifier of the action given the state") {
+  // Twelve one-step episodes in windows of K = 8 steps (seven of padding):
+  // the training loss, and its gradient, equal the cross-entropy of a
+  // classifier written here from the model's parts, which reads the start
+  // token, (the return,) and the state at timestep 0 and nothing else.
+  Trajectories data;
+  data.env = "test";
+  data.feature_sizes = {6, 3};
+  data.actions = 4;
+  data.max_steps = 1;
+  Rng draw(11);
+  const int64_t N = 12;
+  std::vector<int32_t> s0, s1, acts, rewards;
+  for (int64_t i = 0; i < N; ++i) {
+    Episode e;
+    e.observations = {{static_cast<int32_t>(draw.below(6)), static_cast<int32_t>(draw.below(3))}};
+    e.actions = {static_cast<int32_t>(draw.below(4))};
+    e.rewards = {static_cast<int32_t>(draw.below(9)) - 4};
+    s0.push_back(e.observations[0][0]), s1.push_back(e.observations[0][1]);
+    acts.push_back(e.actions[0]), rewards.push_back(e.rewards[0]);
+    data.episodes.push_back(e);
+  }
+  std::vector<int64_t> all(N);
+  std::vector<std::pair<int64_t, int64_t>> at;
+  for (int64_t i = 0; i < N; ++i) all[static_cast<size_t>(i)] = i, at.emplace_back(i, 0);
+  for (const bool returns : {false, true}) {
+    CAPTURE(returns);
+    const auto model = built(dt_config(returns));
+    const auto* dt = dynamic_cast<const DecisionTransformer*>(model.get());
+    REQUIRE(dt != nullptr);
+    const Batch b = EpisodeWindows(data, all, 8, N, 1).windows(at);
+    const Var loss = cross_entropy(model->forward(b.inputs, ModelContext{nullptr, nullptr, nullptr, &b.extra}), b.targets);
+    backward(loss);
+    std::vector<Tensor> grads;
+    for (const Var& p : model->parameters()) grads.push_back(p.has_grad() ? p.grad().contiguous() : Tensor());
+    for (const Var& p : model->parameters()) p.zero_grad();
+
+    // The classifier: per episode the tokens [start, (return,) state], each
+    // with timestep 0's embedding, through the model's layers; read at the state.
+    const IndexTensor zero({N, 1}, std::vector<int32_t>(N, 0));
+    const Var t0 = dt->time_emb->forward(zero);  // (N, 1, C)
+    std::vector<Var> tokens = {add(dt->action_emb->forward(IndexTensor({N, 1}, std::vector<int32_t>(N, 4))), t0)};
+    if (returns) {
+      Tensor r = Tensor::empty({N, 1, 1});
+      for (int64_t i = 0; i < N; ++i) r.data()[i] = static_cast<Scalar>(rewards[static_cast<size_t>(i)] / 10.0);
+      tokens.push_back(add(dt->return_emb->forward(Var(r)), t0));
+    }
+    tokens.push_back(add(add(dt->state_emb[0]->forward(IndexTensor({N, 1}, s0)),
+                             dt->state_emb[1]->forward(IndexTensor({N, 1}, s1))), t0));
+    const int64_t P = static_cast<int64_t>(tokens.size());
+    Rng none(0);
+    const Var h = dt->stack->forward(dt->pos_emb->embed(dt->embed_ln->forward(concat(tokens, 1)), 0), none);
+    const Var logits = dt->head->forward(dt->ln_f->forward(slice(h, 1, P - 1, P)));  // (N, 1, A)
+    const Var classifier = cross_entropy(logits, IndexTensor({N, 1}, acts));
+    backward(classifier);
+    CHECK(std::abs(loss.item() - classifier.item()) < 1e-6);
+    const std::vector<Var> params = model->parameters();
+    double worst = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!grads[i].defined()) {
+        CHECK_FALSE(params[i].has_grad());
+        continue;
+      }
+      REQUIRE(params[i].has_grad());
+      worst = std::max(worst, max_abs_diff(grads[i], params[i].grad()));
+    }
+    CHECK(worst < 1e-6);
+    CHECK(std::abs(classifier.item()) > 0.1);
+  }
+}
+
+TEST_CASE("decision_transformer: a constant return to go conditions on nothing: behaviour cloning") {
+  // With R_t = c at every step, the return token's input c / scale is a
+  // constant, so the return embedding's weight w only adds w c / scale to
+  // its bias: the model equals the same model at R_t = 0 with that bias, for
+  // every c. What it can learn from such data is a policy of states and
+  // previous actions: behaviour cloning.
+  const auto model = built(dt_config());
+  auto* dt = dynamic_cast<DecisionTransformer*>(model.get());
+  REQUIRE(dt != nullptr);
+  Steps at_c = some_steps(2, 8, 9);
+  for (int32_t& r : at_c.inputs["returns"].data) r = 7;
+  Steps at_zero = at_c;
+  for (int32_t& r : at_zero.inputs["returns"].data) r = 0;
+  const Tensor with_c = run(*model, at_c);
+  CHECK(max_abs_diff(with_c, run(*model, at_zero)) > 1e-3);  // the constant itself is read
+  Tensor& bias = dt->return_emb->bias.value();
+  const Tensor& w = dt->return_emb->weight.value();
+  for (int64_t j = 0; j < bias.numel(); ++j) bias.data()[j] += w.data()[j] * 0.7f;  // w (C, 1): w c / scale
+  CHECK(max_abs_diff(with_c, run(*model, at_zero)) < 1e-5);
 }
 
 TEST_CASE("decision_transformer: with the return embedding at zero the returns change nothing (behaviour cloning)") {
