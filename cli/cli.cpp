@@ -358,6 +358,7 @@ int cli_main(int argc, char** argv) {
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   re->add_option("--seed", rl_eval.seed, "the episodes' layouts (none is in a dataset)")->capture_default_str();
+  re->add_option("--log", rl_eval.log, "also append the result line to this file (tapeformer plot --achieved draws it)");
 
   PrepareArgs prep;
   auto* pr = app.add_subcommand("prepare", "write a text file as token files (train.bin, val.bin) to train on");
@@ -380,13 +381,16 @@ int cli_main(int argc, char** argv) {
 
   PlotArgs plot;
   auto* pl = app.add_subcommand("plot", "train and val loss curves of runs on shared axes, as a PNG (gnuplot)");
-  pl->add_option("runs", plot.runs, "run directories (each with metrics.jsonl)")->required();
+  pl->add_option("runs", plot.runs, "run directories (each with metrics.jsonl); with --achieved, rl eval --log files")
+      ->required();
   pl->add_option("-o,--output", plot.output, "the PNG to write")->required();
   pl->add_flag("--log-y", plot.log_y, "logarithmic loss axis");
   pl->add_flag("!--no-train", plot.train, "validation curves only");
   pl->add_option("--layer", plot.layer,
                  "draw a per-layer figure the runs log instead of the losses (ponder_mean against the step; "
                  "ponder_hist, a list, at the last evaluation)");
+  pl->add_flag("--achieved", plot.achieved,
+               "draw the achieved return (mean and sd) against the target return of rl eval --log files");
 
   std::vector<std::string> check_names;
   auto* ck = app.add_subcommand("check", "run the conformance checks on registered kinds: parameters, causality, "

@@ -1,6 +1,7 @@
 #include "tapeformer/train/plot.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/train/metrics.h"
@@ -62,13 +65,40 @@ std::string layer_series(std::istream& in, const std::string& run, const std::st
   return quoted(file.string()) + " with linespoints";
 }
 
+// A run's rl eval lines as (target, mean, sd) sorted by target into `file`;
+// Error naming the file when it holds none.
+void achieved_series(const std::string& path, const fs::path& file) {
+  std::ifstream in(path);
+  TAPEFORMER_CHECK(in.good(), "plot --achieved: cannot read '", path, "' (a file of tapeformer rl eval --log lines)");
+  std::vector<std::array<double, 3>> points;
+  int64_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const auto field = [&](const char* name) {
+      TAPEFORMER_CHECK(!j.is_discarded() && j.is_object() && j.contains(name) && j[name].is_number(), "plot --achieved: '",
+                       path, "' line ", number, " is not a line of rl eval (no number \"", name, "\")");
+      return j[name].get<double>();
+    };
+    points.push_back({field("target_return"), field("return_mean"), field("return_sd")});
+  }
+  TAPEFORMER_CHECK(!points.empty(), "plot --achieved: '", path, "' holds no rl eval lines");
+  std::sort(points.begin(), points.end());
+  std::ofstream out(file);
+  for (const auto& p : points) out << p[0] << ' ' << p[1] << ' ' << p[2] << '\n';
+}
+
 }  // namespace
 
 int run_plot(const PlotArgs& args) {
   TAPEFORMER_CHECK(!args.runs.empty(), "plot: name at least one run directory");
   TAPEFORMER_CHECK(!args.output.empty(), "plot: name the PNG to write with -o FILE.png");
+  TAPEFORMER_CHECK(!args.achieved || args.layer.empty(), "plot: --achieved and --layer draw different figures; choose one");
   std::vector<std::string> inputs;
-  for (const std::string& run : args.runs) inputs.push_back((fs::path(run) / "metrics.jsonl").string());
+  for (const std::string& run : args.runs)
+    inputs.push_back(!args.achieved ? (fs::path(run) / "metrics.jsonl").string()
+                                    : fs::is_directory(run) ? (fs::path(run) / "achieved.jsonl").string() : run);
   RunDirectory::check_output("plot", args.output, inputs);
   TAPEFORMER_CHECK(have_gnuplot(), "plot: gnuplot is not installed (bash scripts/setup.sh gnuplot-nox)");
   const fs::path work = fs::temp_directory_path() / ("tapeformer-plot-" + std::to_string(::getpid()));
@@ -85,11 +115,23 @@ int run_plot(const PlotArgs& args) {
   script << "set terminal pngcairo size 960,600 noenhanced\n"
          << "set output " << quoted(args.output) << "\n"
          << "set grid\nset key top right\n";
-  if (args.layer.empty()) script << "set xlabel 'step'\nset ylabel 'loss (nats per token)'\n";
+  if (args.achieved) script << "set xlabel 'target return'\nset ylabel 'achieved return'\nset key top left\n";
+  else if (args.layer.empty()) script << "set xlabel 'step'\nset ylabel 'loss (nats per token)'\n";
   else script << "set ylabel " << quoted(args.layer) << "\n";
   if (args.log_y) script << "set logscale y\n";
   std::string plots;
-  for (size_t i = 0; i < args.runs.size(); ++i) {
+  if (args.achieved) {
+    for (size_t i = 0; i < args.runs.size(); ++i) {
+      const fs::path file = work / ("achieved" + std::to_string(i));
+      achieved_series(inputs[i], file);
+      plots += (plots.empty() ? "" : ", ") + quoted(file.string()) + " with yerrorlines lw 2 pt 7 ps 0.6 lc " +
+               std::to_string(i + 1) + " title " +
+               quoted(fs::is_directory(args.runs[i]) ? fs::path(args.runs[i]).lexically_normal().filename().string()
+                                                     : fs::path(inputs[i]).stem().string());
+    }
+    plots += ", x with lines dt 2 lc rgb 'gray' title 'achieved = target'";
+  }
+  for (size_t i = 0; i < args.runs.size() && !args.achieved; ++i) {
     const std::string& run = args.runs[i];
     const fs::path metrics = fs::path(run) / "metrics.jsonl";
     std::ifstream in(metrics);

@@ -11,6 +11,11 @@
 // Module::layer_metrics) of one value is drawn against the step; one of
 // several values (a histogram, a value per head or position) as those of
 // the run's last evaluation against their index.
+//
+// With `achieved`, each of `runs` is a file of `tapeformer rl eval --log`
+// lines (or a directory holding achieved.jsonl): the achieved return's mean
+// with its sd as error bars against the target return, one series per
+// file, beside the line achieved = target (Chen et al. 2021, Fig. 4).
 #pragma once
 
 #include <string>
@@ -24,6 +29,7 @@ struct PlotArgs {
   bool log_y = false;             // logarithmic loss axis
   bool train = true;              // also draw the train loss
   std::string layer;              // a per-layer figure by name ("ponder_hist") instead of the losses
+  bool achieved = false;          // runs are rl eval --log files: achieved against target return
 };
 
 // Errors name the run whose metrics are missing or empty, and a missing gnuplot.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include <unistd.h>
@@ -253,6 +255,7 @@ int run_rl_eval(const RlEvalArgs& args) {
   const std::string ckpt = fs::is_directory(args.checkpoint) ? args.checkpoint + "/checkpoint.bin" : args.checkpoint;
   const Checkpoint c = load_checkpoint(ckpt);
   TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + ckpt + "'");
+  if (!args.log.empty()) RunDirectory::check_output("rl eval --log", args.log, {ckpt, cfg.data.path});
   TAPEFORMER_CHECK(cfg.model.arch == "decision_transformer", "rl eval: '", ckpt, "' holds a model.arch \"",
                    cfg.model.arch, "\" run, not one of rl train");
   const Trajectories data = load_trajectories(cfg.data.path);
@@ -313,6 +316,12 @@ int run_rl_eval(const RlEvalArgs& args) {
                 json_number(args.target_return).c_str(), static_cast<long long>(args.episodes), json_number(mean).c_str(),
                 json_number(sd).c_str(), json_number(best / static_cast<double>(args.episodes)).c_str(), data.env.c_str());
   std::printf("%s\n", line);
+  if (!args.log.empty()) {
+    std::FILE* f = std::fopen(args.log.c_str(), "a");
+    TAPEFORMER_CHECK(f != nullptr, "rl eval: cannot append to --log '", args.log, "': ", std::strerror(errno));
+    const bool ok = std::fprintf(f, "%s\n", line) > 0;
+    TAPEFORMER_CHECK(std::fclose(f) == 0 && ok, "rl eval: writing --log '", args.log, "' failed: ", std::strerror(errno));
+  }
   return 0;
 }
 

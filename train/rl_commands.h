@@ -52,6 +52,7 @@ struct RlEvalArgs {
   double target_return = 0;
   int64_t episodes = 20;
   uint64_t seed = 1;
+  std::string log;  // also append the result line here ("": no)
 };
 int run_rl_eval(const RlEvalArgs& args);
 

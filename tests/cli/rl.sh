@@ -3,7 +3,8 @@
 # on it and evaluated in the environment; a run stopped and resumed ends
 # with the straight run's losses and metrics, also with a segment memory
 # (GTrXL, whole episodes in order: the stream's position and the memory are
-# in the checkpoint); a dataset changed under a run is refused on resume, and text training of
+# in the checkpoint); rl eval --log lines drawn by plot --achieved; a
+# dataset changed under a run is refused on resume, and text training of
 # the model kind is refused.
 # Usage: rl.sh path/to/tapeformer
 set -u
@@ -50,6 +51,20 @@ a, b = last(w + "/mem.json"), last(w + "/mem_split.json")
 if (a["train_loss"], a["val_loss"]) != (b["train_loss"], b["val_loss"]):
     sys.exit(f"FAIL: resumed memory run ends at {b['train_loss']}, {b['val_loss']}, straight at {a['train_loss']}, {a['val_loss']}")
 PY
+for target in 0 1; do
+  out=$("$bin" rl eval --checkpoint "$work/mem" --target-return $target --episodes 5 --log "$work/achieved.jsonl" 2> /dev/null) \
+    || { echo "FAIL: rl eval: $out"; exit 1; }
+  case "$out" in *'"episodes": 5, "return_mean"'*) ;; *) echo "FAIL: rl eval's line: $out"; exit 1 ;; esac
+  [ "$(tail -n 1 "$work/achieved.jsonl")" = "$out" ] || { echo "FAIL: --log holds '$(tail -n 1 "$work/achieved.jsonl")'"; exit 1; }
+done
+[ "$(wc -l < "$work/achieved.jsonl")" -eq 2 ] || { echo "FAIL: --log did not append"; exit 1; }
+if command -v gnuplot > /dev/null; then
+  out=$("$bin" plot --achieved "$work/achieved.jsonl" -o "$work/achieved.png" 2>&1) || { echo "FAIL: plot --achieved: $out"; exit 1; }
+  [ "$(stat -c %s "$work/achieved.png")" -gt 5000 ] || { echo "FAIL: achieved.png too small"; exit 1; }
+  err=$("$bin" plot --achieved "$work/cfg.json" -o "$work/x.png" 2>&1); rc=$?
+  [ $rc -eq 1 ] && case "$err" in *"is not a line of rl eval"*) true ;; *) false ;; esac \
+    || { echo "FAIL: plot --achieved of a config: rc $rc, '$err'"; exit 1; }
+fi
 out=$("$bin" rl eval --checkpoint "$work/straight" --target-return 1 --episodes 5 2> /dev/null) || { echo "FAIL: rl eval: $out"; exit 1; }
 case "$out" in *'"episodes": 5, "return_mean"'*) ;; *) echo "FAIL: rl eval's line: $out"; exit 1 ;; esac
 
