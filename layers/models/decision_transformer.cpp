@@ -283,7 +283,8 @@ ModelKind decision_transformer_model_kind() {
   kind.name = "decision_transformer";
   kind.summary = "Decision Transformer (Chen et al. 2021): per step the previous action, the return to go and the "
                  "state as tokens, a causal Transformer of any attention, positional scheme and block, the next "
-                 "action read at the state; model.vocab_size actions, model.block_size steps";
+                 "action read at the state; model.vocab_size actions, model.block_size steps (with a block kind that carries "
+                 "a memory, model.mem_len steps of segment memory)";
   kind.options = {
       {"dt_state_sizes", std::string("16"), "decision_transformer: each state feature's number of values, e.g. 36,37",
        OptionValue{std::string("4,3")}},
