@@ -240,7 +240,12 @@ int run_rl_train(const RlTrainArgs& args) {
     TAPEFORMER_CHECK(!fs::exists(ckpt), "'", args.out,
                      "' already holds a checkpoint: continue it with --resume, or choose another --out");
     data = std::make_unique<Trajectories>(load_trajectories(args.data));
-    TrainConfig cfg = TrainConfig::load(args.config, args.overrides);
+    // The model kind first, so that the overrides may set its keys (model.dt_returns) on any config.
+    std::vector<std::string> overrides = {"model.arch=decision_transformer"};
+    overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+    TrainConfig cfg = TrainConfig::load(args.config, overrides);
+    TAPEFORMER_CHECK(cfg.model.arch == "decision_transformer", "rl train trains model.arch \"decision_transformer\"; "
+                     "--set asks for \"", cfg.model.arch, "\"");
     fit_to(cfg, *data, args.data);
     trainer = std::make_unique<Trainer>(cfg, args.out, episode_task(*data, cfg));
   }

@@ -36,6 +36,8 @@ def rows(p): return [{k: v for k, v in json.loads(l).items() if not re.search(r"
 if rows(w + "/straight/metrics.jsonl") != rows(w + "/split/metrics.jsonl"):
     sys.exit("FAIL: the resumed run's metrics differ from the straight run's")
 PY
+"$bin" rl train --config "$work/cfg.json" --data "$work/maze.traj" --out "$work/bc" --set model.dt_returns=false \
+  --set train.max_iters=2 > /dev/null 2>&1 || { echo "FAIL: rl train --set model.dt_returns=false on a config without model.arch"; exit 1; }
 mem=(--set model.block=gtrxl --set model.positional=txl --set model.mem_len=8 --set model.block_size=2)
 "$bin" rl train --config "$work/cfg.json" --data "$work/maze.traj" --out "$work/mem" "${mem[@]}" > "$work/mem.json" 2> /dev/null \
   || { echo "FAIL: rl train with a memory"; exit 1; }
