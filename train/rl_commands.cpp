@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include <unistd.h>
 
@@ -139,17 +140,18 @@ void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path)
   cfg.data.path = path;
 }
 
-// Action loss and accuracy over batches of episodes' steps (B, K): the
-// memory, when given, carried from batch to batch.
+// Action loss and accuracy over batches of episodes' steps (B, K), both per
+// counted target: the memory, when given, carried from batch to batch.
 struct ActionScore {
-  double loss = 0, right = 0, counted = 0, batches = 0;
+  double loss = 0, right = 0, counted = 0;  // loss: summed over the counted targets
   void add(LanguageModel& m, const Batch& b, SegmentMemory* memory) {
     ModelContext ctx;
     ctx.inputs = &b.extra;
     ctx.memory = memory;
     const Var logits = m.forward(b.inputs, ctx);  // (B, K, A)
-    loss += cross_entropy(logits, b.targets).item();
-    batches += 1;
+    double n = 0;
+    for (int32_t t : b.targets.data) n += t != kIgnoreTarget;
+    loss += cross_entropy(logits, b.targets).item() * n;  // the mean over the batch's n targets
     const Tensor z = logits.value().contiguous();
     const int64_t A = z.dim(2);
     for (size_t i = 0; i < b.targets.data.size(); ++i) {
@@ -159,7 +161,8 @@ struct ActionScore {
       counted += 1;
     }
   }
-  TaskEvaluation result() const { return TaskEvaluation{loss / batches, {{"accuracy", right / counted}}}; }
+  // Per target, so that windows and whole episodes in segments (padded differently) compare.
+  TaskEvaluation result() const { return TaskEvaluation{loss / counted, {{"accuracy", right / counted}}}; }
 };
 
 // The task: windows of the training episodes, evaluation on every window of
@@ -246,6 +249,8 @@ int run_rl_train(const RlTrainArgs& args) {
     TrainConfig cfg = TrainConfig::load(args.config, overrides);
     TAPEFORMER_CHECK(cfg.model.arch == "decision_transformer", "rl train trains model.arch \"decision_transformer\"; "
                      "--set asks for \"", cfg.model.arch, "\"");
+    TAPEFORMER_CHECK(cfg.eval.mem_len == 0, "rl train evaluates held-out episodes with the model's own memory "
+                     "(model.mem_len); eval.mem_len must stay 0, got ", cfg.eval.mem_len);
     fit_to(cfg, *data, args.data);
     trainer = std::make_unique<Trainer>(cfg, args.out, episode_task(*data, cfg));
   }
@@ -260,7 +265,12 @@ int run_rl_eval(const RlEvalArgs& args) {
   const std::string ckpt = fs::is_directory(args.checkpoint) ? args.checkpoint + "/checkpoint.bin" : args.checkpoint;
   const Checkpoint c = load_checkpoint(ckpt);
   TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + ckpt + "'");
-  if (!args.log.empty()) RunDirectory::check_output("rl eval --log", args.log, {ckpt, cfg.data.path});
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, std::fclose);
+  if (!args.log.empty()) {  // opened before the episodes, so that a bad path costs no rollout
+    RunDirectory::check_output("rl eval --log", args.log, {ckpt, cfg.data.path});
+    log.reset(std::fopen(args.log.c_str(), "a"));
+    TAPEFORMER_CHECK(log != nullptr, "rl eval: cannot append to --log '", args.log, "': ", std::strerror(errno));
+  }
   TAPEFORMER_CHECK(cfg.model.arch == "decision_transformer", "rl eval: '", ckpt, "' holds a model.arch \"",
                    cfg.model.arch, "\" run, not one of rl train");
   const Trajectories data = load_trajectories(cfg.data.path);
@@ -321,11 +331,10 @@ int run_rl_eval(const RlEvalArgs& args) {
                 json_number(args.target_return).c_str(), static_cast<long long>(args.episodes), json_number(mean).c_str(),
                 json_number(sd).c_str(), json_number(best / static_cast<double>(args.episodes)).c_str(), data.env.c_str());
   std::printf("%s\n", line);
-  if (!args.log.empty()) {
-    std::FILE* f = std::fopen(args.log.c_str(), "a");
-    TAPEFORMER_CHECK(f != nullptr, "rl eval: cannot append to --log '", args.log, "': ", std::strerror(errno));
-    const bool ok = std::fprintf(f, "%s\n", line) > 0;
-    TAPEFORMER_CHECK(std::fclose(f) == 0 && ok, "rl eval: writing --log '", args.log, "' failed: ", std::strerror(errno));
+  if (log) {
+    const bool wrote = std::fprintf(log.get(), "%s\n", line) > 0;
+    TAPEFORMER_CHECK(std::fclose(log.release()) == 0 && wrote, "rl eval: writing --log '", args.log, "' failed: ",
+                     std::strerror(errno));
   }
   return 0;
 }

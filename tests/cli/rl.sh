@@ -52,7 +52,14 @@ def last(p): return json.loads(open(p).read().strip().splitlines()[-1])
 a, b = last(w + "/mem.json"), last(w + "/mem_split.json")
 if (a["train_loss"], a["val_loss"]) != (b["train_loss"], b["val_loss"]):
     sys.exit(f"FAIL: resumed memory run ends at {b['train_loss']}, {b['val_loss']}, straight at {a['train_loss']}, {a['val_loss']}")
+def rows(p): return [{k: v for k, v in json.loads(l).items() if not re.search(r"(seconds|_s|per_s)$", k)} for l in open(p)]
+# the first part's own final line (step 17, between log intervals) aside, the same lines
+if rows(w + "/mem/metrics.jsonl") != [r for r in rows(w + "/mem_split/metrics.jsonl") if r["step"] != 17]:
+    sys.exit("FAIL: the resumed memory run's metrics differ from the straight run's")
 PY
+out=$("$bin" rl eval --checkpoint "$work/mem" --target-return 1 --episodes 5 --log "$work/no/such/dir.jsonl" 2> "$work/err"); rc=$?
+[ $rc -eq 1 ] && [ -z "$out" ] && grep -q "cannot append to --log" "$work/err" \
+  || { echo "FAIL: an unwritable --log: rc $rc, '$out', '$(cat "$work/err")'"; exit 1; }
 for target in 0 1; do
   out=$("$bin" rl eval --checkpoint "$work/mem" --target-return $target --episodes 5 --log "$work/achieved.jsonl" 2> /dev/null) \
     || { echo "FAIL: rl eval: $out"; exit 1; }
