@@ -7,6 +7,7 @@
 #include <cereal/types/vector.hpp>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/serialize.h"
 
 namespace tapeformer {
 
@@ -112,7 +113,9 @@ std::vector<Batch> EpisodeStreams::read(const std::vector<int64_t>& group) const
 void EpisodeStreams::save_position(cereal::BinaryOutputArchive& ar) const { ar(rng_, group_, segment_); }
 
 void EpisodeStreams::load_position(cereal::BinaryInputArchive& ar) {
-  ar(rng_, group_, segment_);
+  ar(rng_);
+  read_bounded(ar, group_, static_cast<uint64_t>(batch_), "EpisodeStreams: the position's rows");
+  ar(segment_);
   TAPEFORMER_CHECK(group_.empty() || static_cast<int64_t>(group_.size()) == batch_, "EpisodeStreams: a position of ",
                    group_.size(), " rows for a batch of ", batch_);
   for (int64_t e : group_)

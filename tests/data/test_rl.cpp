@@ -2,13 +2,18 @@
 // grid world and the T-maze can make from a layout, checked against rules
 // written here from their observations; the expert's path against a
 // breadth-first search of its own; episodes the same for a seed; datasets
-// round-trip, and a damaged or forged file is refused naming the problem.
+// round-trip, and a damaged or forged file is refused naming the problem;
+// episode windows and streams (whole episodes in segments, for a memory)
+// batch them as a Decision Transformer reads them.
 #include <doctest/doctest.h>
 
 #include <array>
 #include <deque>
 #include <fstream>
 #include <map>
+#include <sstream>
+
+#include <cereal/archives/binary.hpp>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/data/rl/episode_windows.h"
@@ -274,4 +279,94 @@ TEST_CASE("episode windows: previous actions, returns to go, timesteps; a short 
   CHECK(x.inputs.data == y.inputs.data);
   CHECK(x.extra.at("timesteps").data == y.extra.at("timesteps").data);
   CHECK_THROWS_WITH_AS(w.window(1, T), doctest::Contains("step"), Error);
+}
+
+namespace {
+
+// The batch source's position as bytes, and a source loading them.
+std::string position_of(const BatchSource& s) {
+  std::ostringstream out;
+  {
+    cereal::BinaryOutputArchive ar(out);
+    s.save_position(ar);
+  }
+  return out.str();
+}
+void load_into(BatchSource& s, const std::string& bytes) {
+  std::istringstream in(bytes);
+  cereal::BinaryInputArchive ar(in);
+  s.load_position(ar);
+}
+
+}  // namespace
+
+TEST_CASE("episode streams: whole episodes in segments from their starts; restarted with each group; position") {
+  // Four T-maze episodes of 5 steps (corridor 4), one cut to 2 steps: rows read their episode K = 2 steps at a time,
+  // a row whose episode has ended reads padding, and the next group starts
+  // when the longest is read.
+  Trajectories data = collect("tmaze", {{"corridor", 4}}, parse_policy_mix("random"), 4, 3);
+  data.episodes[3].observations.resize(2);  // a 2-step episode
+  data.episodes[3].actions.resize(2);
+  data.episodes[3].rewards.resize(2);
+  EpisodeStreams s(data, {0, 1, 2, 3}, /*K=*/2, /*batch=*/2, /*seed=*/4);
+  std::vector<Batch> got;
+  std::vector<bool> restarted;
+  for (int i = 0; i < 7; ++i) {
+    got.push_back(s.next());
+    restarted.push_back(s.restarted());
+  }
+  // Each group takes ceil(longest / 2) segments: 3 when a 5-step episode is in it, 1 for two short ones.
+  REQUIRE(restarted[0]);
+  int64_t segment = 0;
+  std::vector<int32_t> first_time;  // the timestep of each row's first step in the segment
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    segment = restarted[i] ? 0 : segment + 1;
+    const IndexTensor& time = got[i].extra.at("timesteps");
+    for (int64_t b = 0; b < 2; ++b) {
+      const bool padding = got[i].targets.data[static_cast<size_t>(b * 2)] == kIgnoreTarget;
+      if (!padding) CHECK(time.data[static_cast<size_t>(b * 2)] == 2 * segment);  // from the episode's start
+      if (segment == 0) CHECK(got[i].inputs.data[static_cast<size_t>(b * 2)] == data.actions);  // the start token
+    }
+    if (segment == 2) {  // the 5-step episodes' last step; a 2-step episode's row is all padding
+      for (int64_t b = 0; b < 2; ++b) CHECK(got[i].targets.data[static_cast<size_t>(b * 2 + 1)] == kIgnoreTarget);
+    }
+    CHECK(segment <= 2);
+  }
+  // A group of a 5-step and the 2-step episode, read as next() reads it: the short row pads from segment 1 on.
+  const std::vector<Batch> pair = s.read({0, 3});
+  REQUIRE(pair.size() == 3);
+  CHECK(pair[0].targets.data[2] == data.episodes[3].actions[0]);
+  CHECK(pair[0].targets.data[3] == data.episodes[3].actions[1]);
+  for (size_t i = 1; i < 3; ++i)
+    for (size_t k = 2; k < 4; ++k) CHECK(pair[i].targets.data[k] == kIgnoreTarget);
+  CHECK(pair[2].targets.data[0] == data.episodes[0].actions[4]);
+  CHECK(pair[2].extra.at("timesteps").data[0] == 4);
+  // The position mid-group: a source built alike that loads it reads the same batches next.
+  EpisodeStreams a(data, {0, 1, 2, 3}, 2, 2, 4);
+  a.next();
+  const std::string mid = position_of(a);
+  EpisodeStreams b(data, {0, 1, 2, 3}, 2, 2, 4);
+  load_into(b, mid);
+  for (int i = 0; i < 4; ++i) {
+    const Batch x = a.next(), y = b.next();
+    CHECK(x.inputs.data == y.inputs.data);
+    CHECK(x.targets.data == y.targets.data);
+    CHECK(x.extra.at("timesteps").data == y.extra.at("timesteps").data);
+    CHECK(a.restarted() == b.restarted());
+  }
+  // Positions of another source are refused by name.
+  EpisodeStreams wide(data, {0, 1, 2, 3}, 2, 3, 4);
+  wide.next();
+  EpisodeStreams narrow(data, {0, 1, 2, 3}, 2, 2, 4);
+  CHECK_THROWS_WITH_AS(load_into(narrow, position_of(wide)), doctest::Contains("the position's rows"), Error);
+  EpisodeStreams only_first(data, {0}, 2, 2, 4);
+  only_first.next();
+  EpisodeStreams last(data, {3}, 2, 2, 4);
+  CHECK_THROWS_WITH_AS(load_into(last, position_of(only_first)), doctest::Contains("not one this source reads"), Error);
+  only_first.next();  // segment 2 of episode 0's 3
+  Trajectories shorter = data;
+  shorter.episodes[0] = data.episodes[3];  // 1 segment
+  EpisodeStreams short_first(shorter, {0}, 2, 2, 4);
+  CHECK_THROWS_WITH_AS(load_into(short_first, position_of(only_first)), doctest::Contains("past its episodes"), Error);
 }
