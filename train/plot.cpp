@@ -95,6 +95,8 @@ int run_plot(const PlotArgs& args) {
   TAPEFORMER_CHECK(!args.runs.empty(), "plot: name at least one run directory");
   TAPEFORMER_CHECK(!args.output.empty(), "plot: name the PNG to write with -o FILE.png");
   TAPEFORMER_CHECK(!args.achieved || args.layer.empty(), "plot: --achieved and --layer draw different figures; choose one");
+  TAPEFORMER_CHECK(!args.achieved || (!args.log_y && args.train), "plot: --log-y and --no-train are for loss curves, "
+                   "not --achieved (returns may be negative)");
   std::vector<std::string> inputs;
   for (const std::string& run : args.runs)
     inputs.push_back(!args.achieved ? (fs::path(run) / "metrics.jsonl").string()
@@ -126,7 +128,7 @@ int run_plot(const PlotArgs& args) {
       achieved_series(inputs[i], file);
       plots += (plots.empty() ? "" : ", ") + quoted(file.string()) + " with yerrorlines lw 2 pt 7 ps 0.6 lc " +
                std::to_string(i + 1) + " title " +
-               quoted(fs::is_directory(args.runs[i]) ? fs::path(args.runs[i]).lexically_normal().filename().string()
+               quoted(fs::is_directory(args.runs[i]) ? fs::path(inputs[i]).lexically_normal().parent_path().filename().string()
                                                      : fs::path(inputs[i]).stem().string());
     }
     plots += ", x with lines dt 2 lc rgb 'gray' title 'achieved = target'";

@@ -24,7 +24,7 @@
 // a_{t-1}, s_t: behaviour cloning with the same backbone.
 //
 // A block kind with a segment memory (gtrxl, post_ln, ...) and model.mem_len
-// > 0 carry the layers' inputs at the last mem_len steps (3 mem_len tokens)
+// > 0 carry the layers' inputs at the last mem_len steps (3 mem_len tokens, 2 without returns)
 // from one segment of K steps to the next (Transformer-XL): training reads
 // each episode in order, K steps at a time, from its start (EpisodeStreams),
 // and acting reads it alike, so a cue seen many windows ago can still decide
@@ -56,7 +56,7 @@ class DecisionTransformer : public LanguageModel {
   // Re-reads the steps so far (the last `window`, default K) for each new
   // one; with a memory, the unfinished segment over the memory of the finished ones.
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
-  // model.mem_len steps of segment memory (3 tokens each), or none.
+  // model.mem_len steps of segment memory (3 tokens each, 2 without returns), or none.
   MemoryUse memory_use() const override;
   const ModelConfig& config() const override { return cfg_; }
   int64_t max_positions() const override { return cfg_.block_size; }

@@ -338,6 +338,16 @@ TEST_CASE("decision_transformer: a segment memory of K steps reads the next segm
     const Tensor got = xl->forward(one.ids, ctx).value();
     CHECK(max_abs_diff(got, whole.slice(1, t, t + 1)) < 1e-5);
   }
+  // Pieces of several steps, one crossing a segment's end (steps 2..4), read alike.
+  state->reset();
+  for (const auto& [from, to] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 5}, {5, 8}}) {
+    const Steps piece = cut(all, from, to);
+    ModelContext ctx;
+    ctx.state = state.get();
+    ctx.inputs = &piece.inputs;
+    const Tensor got = xl->forward(piece.ids, ctx).value();
+    CHECK(max_abs_diff(got, whole.slice(1, from, to)) < 1e-5);
+  }
   // A block kind without memory, or a memory other than the segment memory, is refused by name.
   ModelConfig bad = xl_config(4, 4);
   bad.options["cmem_len"] = int64_t{4};
