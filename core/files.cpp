@@ -191,4 +191,10 @@ CheckedFile open_checked_file(const std::string& path, const char (&magic)[9], u
   return f;
 }
 
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 }  // namespace tapeformer

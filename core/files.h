@@ -38,6 +38,8 @@ inline uint64_t fnv1a64(const char* p, size_t n, uint64_t h = kFnvOffset) {
   return h;
 }
 inline uint64_t fnv1a64(const std::string& s) { return fnv1a64(s.data(), s.size()); }
+// A checksum or fingerprint as it is printed in messages and configs: 16 lowercase hex digits.
+std::string hex64(uint64_t v);
 
 // Buffered writes to a file descriptor for a std::ostream, with the FNV-1a 64
 // hash and the count of the bytes that pass after start_payload() (or all

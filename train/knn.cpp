@@ -47,12 +47,6 @@ double neighbour_weights(const float* distances, const int32_t* values, int64_t 
   return z;
 }
 
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 }  // namespace
 
 void KnnOptions::validate() const {
@@ -104,13 +98,13 @@ Datastore open_knn_store(const KnnOptions& opt, const TrainConfig& cfg, const La
   const std::string rebuild = ": build one for this checkpoint with " + program_name() + " knn build";
   TAPEFORMER_CHECK(info.vocab_size == tokenizer.vocab_size() && info.tokenizer_fingerprint == tokenizer_fingerprint(tokenizer),
                    origin, " was built with another vocabulary (", info.vocab_size, " tokens, tokenizer ",
-                   hex(info.tokenizer_fingerprint), "; this model's: ", tokenizer.vocab_size(), " tokens, tokenizer ",
-                   hex(tokenizer_fingerprint(tokenizer)), ")", rebuild);
+                   hex64(info.tokenizer_fingerprint), "; this model's: ", tokenizer.vocab_size(), " tokens, tokenizer ",
+                   hex64(tokenizer_fingerprint(tokenizer)), ")", rebuild);
   TAPEFORMER_CHECK(info.dim == cfg.model.n_embd, origin, " holds keys of width ", info.dim,
                    ", but this model's context vectors have ", cfg.model.n_embd, " (model.n_embd)", rebuild);
   const uint64_t fp = model_fingerprint(cfg, model);
   TAPEFORMER_CHECK(info.model_fingerprint == fp, origin, " was built from another model or other weights (model ",
-                   hex(info.model_fingerprint), ", this one ", hex(fp), ")", rebuild);
+                   hex64(info.model_fingerprint), ", this one ", hex64(fp), ")", rebuild);
   TAPEFORMER_CHECK(opt.k <= store.size(), "--knn-k ", opt.k, " exceeds the ", store.size(), " keys of ", origin);
   const IndexOptions& built = store.index().options();
   const std::string kind = built.kind;

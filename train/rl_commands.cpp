@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/data/rl/episode_windows.h"
@@ -28,13 +29,6 @@ namespace tapeformer {
 namespace fs = std::filesystem;
 
 namespace {
-
-// A dataset's checksum as runs record it (model.dt_dataset) and rl collect prints it.
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // Mean and sample standard deviation (0 for one value) of returns.
 std::pair<double, double> mean_sd(const std::vector<double>& v) {
@@ -89,7 +83,7 @@ int run_rl_collect(const RlCollectArgs& args) {
               "\"return_max\": %lld, \"best_return_mean\": %s, \"by_policy\": {%s}, \"checksum\": \"%s\"}\n",
               data.env.c_str(), static_cast<long long>(data.episodes.size()), static_cast<long long>(steps),
               json_number(mean).c_str(), json_number(sd).c_str(), static_cast<long long>(top),
-              json_number(best / n).c_str(), policies.c_str(), hex(checksum).c_str());
+              json_number(best / n).c_str(), policies.c_str(), hex64(checksum).c_str());
   return 0;
 }
 
@@ -135,7 +129,7 @@ void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path)
   for (int32_t s : data.feature_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
   cfg.model.options["dt_state_sizes"] = sizes;
   cfg.model.options["dt_max_timestep"] = data.max_steps;
-  cfg.model.options["dt_dataset"] = hex(data.checksum);
+  cfg.model.options["dt_dataset"] = hex64(data.checksum);
   cfg.model.vocab_size = data.actions;
   cfg.data.path = path;
 }
@@ -227,8 +221,8 @@ int run_rl_train(const RlTrainArgs& args) {
     const std::string path = args.data.empty() ? saved.data.path : args.data;
     data = std::make_unique<Trajectories>(load_trajectories(path));
     const std::string trained_on = saved.model.option_string("dt_dataset");
-    TAPEFORMER_CHECK(trained_on == hex(data->checksum), "rl train --resume: the dataset '", path, "' has checksum ",
-                     hex(data->checksum), " but the run trained on ", trained_on,
+    TAPEFORMER_CHECK(trained_on == hex64(data->checksum), "rl train --resume: the dataset '", path, "' has checksum ",
+                     hex64(data->checksum), " but the run trained on ", trained_on,
                      ": it changed since (collect it again with the same arguments, or start a new run)");
     trainer = Trainer::resume(args.out, episode_task(*data, saved), [&](TrainConfig& c) {
       for (const std::string& o : args.overrides) {
@@ -274,9 +268,9 @@ int run_rl_eval(const RlEvalArgs& args) {
   TAPEFORMER_CHECK(cfg.model.arch == "decision_transformer", "rl eval: '", ckpt, "' holds a model.arch \"",
                    cfg.model.arch, "\" run, not one of rl train");
   const Trajectories data = load_trajectories(cfg.data.path);
-  TAPEFORMER_CHECK(cfg.model.option_string("dt_dataset") == hex(data.checksum), "rl eval: the dataset '",
-                   cfg.data.path, "' changed since the run trained on it (checksum ", hex(data.checksum), ", trained on ",
-                   cfg.model.option_string("dt_dataset"), ")");
+  TAPEFORMER_CHECK(cfg.model.option_string("dt_dataset") == hex64(data.checksum), "rl eval: the dataset '",
+                   cfg.data.path, "' changed since the run trained on it (checksum ", hex64(data.checksum),
+                   ", trained on ", cfg.model.option_string("dt_dataset"), ")");
   cfg.model.vocab_size = data.actions;
   Rng unused(0);
   std::unique_ptr<LanguageModel> model = make_model(cfg.model, unused);
