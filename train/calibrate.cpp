@@ -139,9 +139,9 @@ int run_calibrate(const CalibrateArgs& args) {
   const bool writes = !args.dry_run && args.method != "evaluate";
   RunDirectory dir(args.run, writes);
   dir.lock_existing();  // a training process still writing there is refused
-  Checkpoint saved;  // what calibrate rewrites, its threshold changed
-  if (writes) saved = load_checkpoint(dir.checkpoint_path());
-  Loaded l = load_model(args.run);
+  const std::string path = checkpoint_file(args.run);
+  const Checkpoint saved = load_checkpoint(path);  // what calibrate rewrites, its threshold changed
+  Loaded l = load_model(saved, path);
   auto* model = dynamic_cast<EarlyExitLM*>(l.model.get());
   TAPEFORMER_CHECK(model != nullptr, "calibrate: the run's model.arch is \"", l.cfg.model.arch,
                    "\", which has no exits (train one with model.arch early_exit)");

@@ -31,10 +31,6 @@ namespace tapeformer {
 namespace fs = std::filesystem;
 namespace {
 
-std::string checkpoint_file(const std::string& path) {
-  return fs::is_directory(path) ? (fs::path(path) / "checkpoint.bin").string() : path;
-}
-
 // The file a checkpoint's model has its weights from, for errors about them.
 std::string weights_file(const std::string& checkpoint, const std::string& weights) {
   return weights.empty() ? checkpoint_file(checkpoint) : weights;
@@ -92,25 +88,38 @@ std::unique_ptr<ModelHooks> command_hooks(const Loaded& l, int64_t context, cons
 
 }  // namespace
 
-Loaded load_model(const std::string& checkpoint, const std::string& weights) {
-  const std::string path = checkpoint_file(checkpoint);
-  const Checkpoint c = load_checkpoint(path);
+std::string checkpoint_file(const std::string& checkpoint) {
+  return fs::is_directory(checkpoint) ? (fs::path(checkpoint) / "checkpoint.bin").string() : checkpoint;
+}
+
+std::unique_ptr<LanguageModel> load_checkpoint_model(const Checkpoint& c, const ModelConfig& cfg,
+                                                     const std::string& path) {
+  Rng unused(0);
+  std::unique_ptr<LanguageModel> model = make_model(cfg, unused);
+  try {
+    model->load_state(c.model);
+  } catch (const Error& e) {
+    fail("checkpoint '", path, "' does not match its own config: ", e.what());
+  }
+  model->eval();
+  return model;
+}
+
+Loaded load_model(const Checkpoint& c, const std::string& path, const std::string& weights) {
   Loaded l;
   l.cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + path + "'");
   TAPEFORMER_CHECK(!c.tokenizer.empty(), "checkpoint '", path, "' holds no tokenizer: its batches came from a "
                    "program's own task (a synthetic task), which evaluates and reads it itself");
   l.tokenizer = load_tokenizer(c.tokenizer);
   l.cfg.model.vocab_size = l.tokenizer->vocab_size();
-  Rng unused(0);
-  l.model = make_model(l.cfg.model, unused);
-  try {
-    l.model->load_state(c.model);
-  } catch (const Error& e) {
-    fail("checkpoint '", path, "' does not match its own config: ", e.what());
-  }
+  l.model = load_checkpoint_model(c, l.cfg.model, path);
   if (!weights.empty()) import_safetensors(*l.model, weights);  // the checkpoint's config, these weights
-  l.model->eval();
   return l;
+}
+
+Loaded load_model(const std::string& checkpoint, const std::string& weights) {
+  const std::string path = checkpoint_file(checkpoint);
+  return load_model(load_checkpoint(path), path, weights);
 }
 
 bool key_may_change_on_resume(const std::string& key) {

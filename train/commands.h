@@ -8,6 +8,7 @@
 
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/layers/transformer.h"
+#include "tapeformer/train/checkpoint.h"
 #include "tapeformer/train/config.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/sample.h"
@@ -23,6 +24,15 @@ struct Loaded {
   std::unique_ptr<LanguageModel> model;
 };
 Loaded load_model(const std::string& checkpoint, const std::string& weights = "");
+// The same from a checkpoint already read from `path` (calibrate rewrites it).
+Loaded load_model(const Checkpoint& c, const std::string& path, const std::string& weights = "");
+// A checkpoint's model alone, built from `cfg` (its config, with the
+// vocabulary the caller knows: rl eval's, the dataset's actions), in eval
+// mode; Error naming `path` when the weights do not fit the config.
+std::unique_ptr<LanguageModel> load_checkpoint_model(const Checkpoint& c, const ModelConfig& cfg,
+                                                     const std::string& path);
+// A run directory's checkpoint.bin, or `checkpoint` itself when it is a file.
+std::string checkpoint_file(const std::string& checkpoint);
 
 struct TrainArgs {
   std::string config;                  // JSON config; optional with resume

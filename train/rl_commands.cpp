@@ -256,7 +256,7 @@ int run_rl_train(const RlTrainArgs& args) {
 int run_rl_eval(const RlEvalArgs& args) {
   TAPEFORMER_CHECK(args.episodes >= 1, "rl eval: --episodes must be >= 1, got ", args.episodes);
   TAPEFORMER_CHECK(std::isfinite(args.target_return), "rl eval: --target-return must be finite");
-  const std::string ckpt = fs::is_directory(args.checkpoint) ? args.checkpoint + "/checkpoint.bin" : args.checkpoint;
+  const std::string ckpt = checkpoint_file(args.checkpoint);
   const Checkpoint c = load_checkpoint(ckpt);
   TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + ckpt + "'");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, std::fclose);
@@ -272,14 +272,7 @@ int run_rl_eval(const RlEvalArgs& args) {
                    cfg.data.path, "' changed since the run trained on it (checksum ", hex64(data.checksum),
                    ", trained on ", cfg.model.option_string("dt_dataset"), ")");
   cfg.model.vocab_size = data.actions;
-  Rng unused(0);
-  std::unique_ptr<LanguageModel> model = make_model(cfg.model, unused);
-  try {
-    model->load_state(c.model);
-  } catch (const Error& e) {
-    fail("checkpoint '", ckpt, "' does not match its own config: ", e.what());
-  }
-  model->eval();
+  const std::unique_ptr<LanguageModel> model = load_checkpoint_model(c, cfg.model, ckpt);
   std::unique_ptr<Environment> env = environment_kinds().get(data.env).make(data.options);
   const bool returns = cfg.model.option_bool("dt_returns");
   // Progress on stderr: one line rewritten in place on a terminal, else a line per tenth of the episodes.
