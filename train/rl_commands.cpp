@@ -134,6 +134,16 @@ void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path)
   cfg.data.path = path;
 }
 
+// v in consecutive pieces of at most n (the last may be shorter): held-out batches.
+template <class T>
+std::vector<std::vector<T>> pieces(const std::vector<T>& v, int64_t n) {
+  std::vector<std::vector<T>> out;
+  for (size_t i = 0; i < v.size(); i += static_cast<size_t>(n))
+    out.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(i),
+                     v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i + static_cast<size_t>(n))));
+  return out;
+}
+
 // Action loss and accuracy over batches of episodes' steps (B, K), both per
 // counted target: the memory, when given, carried from batch to batch.
 struct ActionScore {
@@ -176,9 +186,7 @@ TaskData episode_task(const Trajectories& data, const TrainConfig& cfg) {
   if (!memories_on(cfg.model).empty()) {
     auto streams = std::make_unique<EpisodeStreams>(data, train_eps, K, B, seed + 1);
     auto held_out = std::make_shared<std::vector<std::vector<Batch>>>();
-    for (size_t i = 0; i < val_eps.size(); i += static_cast<size_t>(B))
-      held_out->push_back(streams->read(std::vector<int64_t>(
-          val_eps.begin() + static_cast<int64_t>(i), val_eps.begin() + static_cast<int64_t>(std::min(val_eps.size(), i + B)))));
+    for (const std::vector<int64_t>& group : pieces(val_eps, B)) held_out->push_back(streams->read(group));
     task.batches = std::move(streams);
     task.evaluate = [held_out](LanguageModel& m, bool) {
       ActionScore score;
@@ -196,9 +204,7 @@ TaskData episode_task(const Trajectories& data, const TrainConfig& cfg) {
     for (int64_t s = 0; s < static_cast<int64_t>(data.episodes[static_cast<size_t>(e)].actions.size()); s += K)
       at.emplace_back(e, s);
   auto held_out = std::make_shared<std::vector<Batch>>();
-  for (size_t i = 0; i < at.size(); i += static_cast<size_t>(B))
-    held_out->push_back(windows->windows(std::vector<std::pair<int64_t, int64_t>>(
-        at.begin() + static_cast<int64_t>(i), at.begin() + static_cast<int64_t>(std::min(at.size(), i + B)))));
+  for (const auto& part : pieces(at, B)) held_out->push_back(windows->windows(part));
   task.batches = std::move(windows);
   task.evaluate = [held_out](LanguageModel& m, bool) {
     ActionScore score;
