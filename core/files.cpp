@@ -79,7 +79,9 @@ void write_atomic(const std::string& path, const std::function<void(int fd, File
   const TempName names = temp_name(path);
   const std::string tmp = (names.dir / (names.prefix + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
-  TAPEFORMER_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
+  // Messages name the file the user asked for; the temp file is ours.
+  TAPEFORMER_CHECK(fd >= 0, "cannot write '", path, "': ", std::strerror(errno), " (writing its temp file '", tmp,
+                   "')");
   // Any failure, including one that only shows at fsync or close (a full
   // disk, a quota, NFS), removes the temp file and leaves `path` as it was.
   const auto give_up = [&](const std::string& what, int error) {
@@ -96,14 +98,54 @@ void write_atomic(const std::string& path, const std::function<void(int fd, File
     std::remove(tmp.c_str());
     throw;
   }
-  if (!sink.flush()) give_up("writing '" + tmp + "' failed", sink.error());
-  if (::fsync(fd) != 0) give_up("syncing '" + tmp + "' failed", errno);
+  if (!sink.flush()) give_up("writing '" + path + "' failed", sink.error());
+  if (::fsync(fd) != 0) give_up("syncing '" + path + "' failed", errno);
   const int closed = ::close(fd);
   fd = -1;
-  if (closed != 0) give_up("closing '" + tmp + "' failed", errno);
+  if (closed != 0) give_up("closing '" + path + "' failed", errno);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     give_up("cannot rename '" + tmp + "' to '" + path + "'", errno);
   fsync_directory(names.dir.string());
+}
+
+std::optional<std::string> read_regular_file(const std::string& path, const std::string& what, size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  const bool stated = ::fstat(fd, &st) == 0;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char* kind = !stated                  ? "unknown"
+                       : S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISCHR(st.st_mode)    ? "a character device"
+                       : S_ISBLK(st.st_mode)    ? "a block device"
+                       : S_ISSOCK(st.st_mode)   ? "a socket"
+                                                : "not a file";
+    fail(what, " '", path, "' is ", kind, ", not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    fail(what, " '", path, "' holds ", st.st_size, " bytes, more than the ", max_bytes, " it may");
+  }
+  std::string text;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) {
+      const int error = got < 0 ? errno : 0;
+      ::close(fd);
+      TAPEFORMER_CHECK(error == 0, what, " '", path, "': cannot read (", std::strerror(error), ")");
+      return text;
+    }
+    if (text.size() + static_cast<size_t>(got) > max_bytes) {  // grew while being read
+      ::close(fd);
+      fail(what, " '", path, "' holds more than the ", max_bytes, " bytes it may");
+    }
+    text.append(chunk, static_cast<size_t>(got));
+  }
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <streambuf>
 #include <string>
@@ -30,6 +31,12 @@ namespace tapeformer {
 // Throws Error "WHAT 'PATH' is a KIND, not a regular file" when path names a
 // FIFO, a character or block device or a socket (after following symlinks).
 void check_regular_file(const std::string& path, const std::string& what);
+
+// The whole of a small file, opened without blocking and refused (Error
+// "WHAT 'PATH' is a FIFO, not a regular file") unless it is a regular file,
+// or when it holds more than max_bytes; nullopt when it cannot be opened
+// (errno says why), for the caller to word.
+std::optional<std::string> read_regular_file(const std::string& path, const std::string& what, size_t max_bytes);
 
 // FNV-1a 64 of n bytes, continuing from the hash h of the bytes before them.
 inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/profile.h"
 
 namespace tapeformer::parallel {
@@ -24,9 +25,8 @@ int hardware_threads() { return std::max(1, tbb::info::default_concurrency()); }
 int env_threads() {
   const char* s = std::getenv("TAPEFORMER_THREADS");
   if (!s || !*s) return 0;
-  char* end = nullptr;
-  long v = std::strtol(s, &end, 10);
-  TAPEFORMER_CHECK(end && *end == '\0' && v >= 0 && v <= 1024,
+  const int64_t v = number_error<int64_t>(s).empty() ? parse_number<int64_t>(s, "") : -1;
+  TAPEFORMER_CHECK(v >= 0 && v <= 1024,
                    "TAPEFORMER_THREADS: expected a thread count 0..1024, got '", s, "'");
   return static_cast<int>(v);
 }
