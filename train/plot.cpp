@@ -3,18 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/files.h"
+#include "tapeformer/core/subprocess.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/run_directory.h"
 
@@ -23,20 +22,62 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A string as a gnuplot single-quoted literal ('' escapes a quote).
-std::string quoted(const std::string& s) {
+// Metrics and rl eval logs are small; a larger input is not one of them.
+constexpr size_t kMaxInputBytes = size_t{1} << 30;
+
+// A name as an error message shows it: control characters as \n, \t, \xNN.
+std::string shown(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    char buf[8];
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) std::snprintf(buf, sizeof buf, "\\x%02x", c), out += buf;
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+// A label as a gnuplot single-quoted string. Inside one nothing is special
+// but the quote itself ('' stands for it): no backquoted command, no macro,
+// no backslash escape. A line break would end the command and start another,
+// so a label holding any control character is refused.
+std::string quoted(const std::string& s, const std::string& what) {
+  for (unsigned char c : s)
+    TAPEFORMER_CHECK(c >= 0x20 && c != 0x7f, "plot: ", what, " '", shown(s),
+                     "' holds a control character, which a plot's labels cannot show; rename it");
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
 }
 
-bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
+// An input as text: opened without blocking and refused unless a regular
+// file (a FIFO would hold the open, a device the read); nullopt when it
+// cannot be opened.
+std::optional<std::istringstream> read_input(const std::string& path, const std::string& what) {
+  std::optional<std::string> text = read_regular_file(path, what, kMaxInputBytes);
+  if (!text) return std::nullopt;
+  return std::istringstream(std::move(*text));
+}
 
-// The per-layer figure `layer` of one run's metrics into `file`: step and
-// value when it holds one value, else index and value at its last
+// The script's data: named blocks of "x y [z]" lines, so that the script
+// holds no file name of the user's or of a temp file.
+struct DataBlocks {
+  std::string text;  // "$name << EOD\n...\nEOD\n" each
+  int count = 0;
+  // A new block holding `lines`; returns its name ("$d3").
+  std::string add(const std::string& lines) {
+    const std::string name = "$d" + std::to_string(count++);
+    text += name + " << EOD\n" + lines + "EOD\n";
+    return name;
+  }
+};
+
+// The per-layer figure `layer` of one run's metrics as a data block: step
+// and value when it holds one value, else index and value at its last
 // evaluation (the x label goes into `script`). Returns the plot clause
 // without its style; Error when the run never logs it.
-std::string layer_series(std::istream& in, const std::string& run, const std::string& layer, const fs::path& file,
+std::string layer_series(std::istream& in, const std::string& run, const std::string& layer, DataBlocks& data,
                          std::ostringstream& script) {
   std::vector<std::pair<int64_t, std::vector<double>>> logged;  // (step, values)
   std::vector<std::string> names;                                // what the run logs, for the error
@@ -50,29 +91,30 @@ std::string layer_series(std::istream& in, const std::string& run, const std::st
   }
   std::string known;
   for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-  TAPEFORMER_CHECK(!logged.empty(), "plot: run '", run, "' logs no per-layer figure '", layer, "' (",
+  TAPEFORMER_CHECK(!logged.empty(), "plot: run '", run, "' logs no per-layer figure '", shown(layer), "' (",
                    known.empty() ? std::string("it logs none") : "it logs " + known, ")");
-  std::ofstream out(file);
+  std::ostringstream out;
   const bool scalar = std::all_of(logged.begin(), logged.end(), [](const auto& l) { return l.second.size() == 1; });
   if (scalar) {
     for (const auto& [step, values] : logged) out << step << ' ' << values[0] << '\n';
     script << "set xlabel 'step'\n";
-    return quoted(file.string()) + " with linespoints";
+    return data.add(out.str()) + " with linespoints";
   }
   const auto& [step, values] = logged.back();
   for (size_t k = 0; k < values.size(); ++k) out << k << ' ' << values[k] << '\n';
-  script << "set xlabel " << quoted("entry (index from 0) at the last evaluation, step " + std::to_string(step)) << "\n";
-  return quoted(file.string()) + " with linespoints";
+  script << "set xlabel 'entry (index from 0) at the last evaluation, step " << step << "'\n";
+  return data.add(out.str()) + " with linespoints";
 }
 
-// A run's rl eval lines as (target, mean, sd) sorted by target into `file`;
-// Error naming the file when it holds none.
-void achieved_series(const std::string& path, const fs::path& file) {
-  std::ifstream in(path);
-  TAPEFORMER_CHECK(in.good(), "plot --achieved: cannot read '", path, "' (a file of tapeformer rl eval --log lines)");
+// A run's rl eval lines as (target, mean, sd) sorted by target, as a data
+// block; Error naming the file when it holds none.
+std::string achieved_series(const std::string& path, DataBlocks& data) {
+  std::optional<std::istringstream> in = read_input(path, "plot --achieved: file");
+  TAPEFORMER_CHECK(in.has_value(), "plot --achieved: cannot read '", path,
+                   "' (a file of tapeformer rl eval --log lines)");
   std::vector<std::array<double, 3>> points;
   int64_t number = 0;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line; std::getline(*in, line);) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
@@ -85,8 +127,15 @@ void achieved_series(const std::string& path, const fs::path& file) {
   }
   TAPEFORMER_CHECK(!points.empty(), "plot --achieved: '", path, "' holds no rl eval lines");
   std::sort(points.begin(), points.end());
-  std::ofstream out(file);
+  std::ostringstream out;
   for (const auto& p : points) out << p[0] << ' ' << p[1] << ' ' << p[2] << '\n';
+  return data.add(out.str());
+}
+
+// A run directory's name for the legend ("out/a/" is "a").
+std::string run_name(const std::string& run) {
+  const fs::path p(run);
+  return p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
 }
 
 }  // namespace
@@ -102,78 +151,69 @@ int run_plot(const PlotArgs& args) {
     inputs.push_back(!args.achieved ? (fs::path(run) / "metrics.jsonl").string()
                                     : fs::is_directory(run) ? (fs::path(run) / "achieved.jsonl").string() : run);
   RunDirectory::check_output("plot", args.output, inputs);
-  TAPEFORMER_CHECK(have_gnuplot(), "plot: gnuplot is not installed (bash scripts/setup.sh gnuplot-nox)");
-  const fs::path work = fs::temp_directory_path() / ("tapeformer-plot-" + std::to_string(::getpid()));
-  fs::create_directories(work);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{work};
 
+  // gnuplot reads the script on its stdin and writes the PNG on its stdout:
+  // no path reaches the script, and no temp file is made.
   std::ostringstream script;
+  DataBlocks data;
   script << "set terminal pngcairo size 960,600 noenhanced\n"
-         << "set output " << quoted(args.output) << "\n"
          << "set grid\nset key top right\n";
   if (args.achieved) script << "set xlabel 'target return'\nset ylabel 'achieved return'\nset key top left\n";
   else if (args.layer.empty()) script << "set xlabel 'step'\nset ylabel 'loss (nats per token)'\n";
-  else script << "set ylabel " << quoted(args.layer) << "\n";
+  else script << "set ylabel " << quoted(args.layer, "--layer") << "\n";
   if (args.log_y) script << "set logscale y\n";
   std::string plots;
   if (args.achieved) {
     for (size_t i = 0; i < args.runs.size(); ++i) {
-      const fs::path file = work / ("achieved" + std::to_string(i));
-      achieved_series(inputs[i], file);
-      plots += (plots.empty() ? "" : ", ") + quoted(file.string()) + " with yerrorlines lw 2 pt 7 ps 0.6 lc " +
-               std::to_string(i + 1) + " title " +
-               quoted(fs::is_directory(args.runs[i]) ? fs::path(inputs[i]).lexically_normal().parent_path().filename().string()
-                                                     : fs::path(inputs[i]).stem().string());
+      const std::string title = fs::is_directory(args.runs[i])
+                                    ? fs::path(inputs[i]).lexically_normal().parent_path().filename().string()
+                                    : fs::path(inputs[i]).stem().string();
+      plots += (plots.empty() ? "" : ", ") + achieved_series(inputs[i], data) +
+               " with yerrorlines lw 2 pt 7 ps 0.6 lc " + std::to_string(i + 1) + " title " + quoted(title, "the file name");
     }
     plots += ", x with lines dt 2 lc rgb 'gray' title 'achieved = target'";
   }
   for (size_t i = 0; i < args.runs.size() && !args.achieved; ++i) {
     const std::string& run = args.runs[i];
-    const fs::path metrics = fs::path(run) / "metrics.jsonl";
-    std::ifstream in(metrics);
-    TAPEFORMER_CHECK(in.good(), "plot: run '", run, "' has no metrics.jsonl (is it a run directory of tapeformer train?)");
-    const std::string name = fs::path(run).filename().empty() ? fs::path(run).parent_path().filename().string()
-                                                               : fs::path(run).filename().string();
+    std::optional<std::istringstream> in = read_input(inputs[i], "plot: the metrics file");
+    TAPEFORMER_CHECK(in.has_value(), "plot: run '", run,
+                     "' has no metrics.jsonl (is it a run directory of tapeformer train?)");
+    const std::string name = run_name(run);
     const std::string colour = " lc " + std::to_string(i + 1);
     if (!args.layer.empty()) {
-      plots += (plots.empty() ? "" : ", ") + layer_series(in, run, args.layer, work / ("layer" + std::to_string(i)), script) +
-               " lw 2 pt 7 ps 0.6" + colour + " title " + quoted(name);
+      plots += (plots.empty() ? "" : ", ") + layer_series(*in, run, args.layer, data, script) + " lw 2 pt 7 ps 0.6" +
+               colour + " title " + quoted(name, "the run directory");
       continue;
     }
-    const fs::path train_file = work / ("train" + std::to_string(i)), val_file = work / ("val" + std::to_string(i));
-    std::ofstream train_out(train_file), val_out(val_file);
+    std::ostringstream train_lines, val_lines;
     int64_t rows = 0, val_rows = 0;
-    for (std::string line; std::getline(in, line);) {
+    for (std::string line; std::getline(*in, line);) {
       const std::optional<MetricsRecord> r = MetricsRecord::parse(line);
       if (!r) continue;
-      train_out << r->step << ' ' << r->train_loss << '\n';
+      train_lines << r->step << ' ' << r->train_loss << '\n';
       ++rows;
-      if (r->val_loss) val_out << r->step << ' ' << *r->val_loss << '\n', ++val_rows;
+      if (r->val_loss) val_lines << r->step << ' ' << *r->val_loss << '\n', ++val_rows;
     }
-    TAPEFORMER_CHECK(rows > 0, "plot: '", metrics.string(), "' holds no metrics lines");
+    TAPEFORMER_CHECK(rows > 0, "plot: '", inputs[i], "' holds no metrics lines");
     if (val_rows > 0)
-      plots += (plots.empty() ? "" : ", ") + quoted(val_file.string()) + " with linespoints lw 2 pt 7 ps 0.6" + colour +
-               " title " + quoted(name + " val");
+      plots += (plots.empty() ? "" : ", ") + data.add(val_lines.str()) + " with linespoints lw 2 pt 7 ps 0.6" + colour +
+               " title " + quoted(name + " val", "the run directory");
     if (args.train)
-      plots += (plots.empty() ? "" : ", ") + quoted(train_file.string()) + " with lines lw 1 dt 2" + colour +
-               " title " + quoted(name + " train");
+      plots += (plots.empty() ? "" : ", ") + data.add(train_lines.str()) + " with lines lw 1 dt 2" + colour +
+               " title " + quoted(name + " train", "the run directory");
   }
-  script << "plot " << plots << "\n";
-  const fs::path script_file = work / "plot.gp";
-  std::ofstream(script_file) << script.str();
-  const std::string command = "gnuplot " + quoted(script_file.string()) + " 2> " + quoted((work / "err").string());
-  if (std::system(command.c_str()) != 0) {
-    std::ifstream err(work / "err");
-    std::stringstream text;
-    text << err.rdbuf();
-    fail("plot: gnuplot could not draw '", args.output, "': ", text.str());
-  }
+  const ProgramResult drawn = [&] {
+    try {
+      return run_program({"gnuplot"}, data.text + script.str() + "plot " + plots + "\n");
+    } catch (const Error& e) {
+      fail("plot: ", e.what(), " (bash scripts/setup.sh gnuplot-nox)");
+    }
+  }();
+  static const std::string kPngMagic = "\x89PNG\r\n\x1a\n";
+  TAPEFORMER_CHECK(drawn.status == 0 && drawn.out.compare(0, kPngMagic.size(), kPngMagic) == 0,
+                   "plot: gnuplot could not draw '", args.output, "'",
+                   drawn.err.empty() ? " (exit status " + std::to_string(drawn.status) + ")" : ": " + drawn.err);
+  write_file_atomic(args.output, drawn.out);
   std::printf("plot: wrote %s (%zu run%s)\n", args.output.c_str(), args.runs.size(), args.runs.size() == 1 ? "" : "s");
   return 0;
 }

@@ -32,7 +32,13 @@ struct PlotArgs {
   bool achieved = false;          // runs are rl eval --log files: achieved against target return
 };
 
-// Errors name the run whose metrics are missing or empty, and a missing gnuplot.
+// gnuplot gets a fixed script on its stdin with the data inline and writes
+// the PNG on its stdout, which is then written to `output` atomically: no
+// path reaches the script, no temp file is made, and the only user text in
+// it, the legend's names, goes through gnuplot's single-quoted strings (a
+// name holding a control character is refused). Every input is opened
+// without blocking and must be a regular file. Errors name the run whose
+// metrics are missing or empty, and a missing gnuplot.
 int run_plot(const PlotArgs& args);
 
 }  // namespace tapeformer
