@@ -47,6 +47,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/layers/attention/adaptive_span.h"
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/attention/linear.h"
@@ -162,13 +163,14 @@ int run(int argc, char** argv) {
   int64_t tokens = 32768, min_n = 256, max_n = 16384, d = 64, repeats = 5;
   app.add_option("--kind", kind, "softmax | softmax-fused | linear")->capture_default_str();
   app.add_option("--out", out, "directory for metrics.jsonl (none: stdout only)");
-  app.add_option("--tokens", tokens, "B * N, fixed")->capture_default_str();
-  app.add_option("--min-n", min_n, "smallest N (a power of two)")->capture_default_str();
-  app.add_option("--max-n", max_n, "largest N")->capture_default_str();
-  app.add_option("--head-dim", d, "d_h")->capture_default_str();
-  app.add_option("--repeats", repeats, "timed calls per N (median)")->capture_default_str();
+  number_option(&app, "--tokens", tokens, "B * N, fixed")->capture_default_str();
+  number_option(&app, "--min-n", min_n, "smallest N (a power of two)")->capture_default_str();
+  number_option(&app, "--max-n", max_n, "largest N")->capture_default_str();
+  number_option(&app, "--head-dim", d, "d_h")->capture_default_str();
+  number_option(&app, "--repeats", repeats, "timed calls per N (median)")->capture_default_str();
   std::vector<std::string> options;
   app.add_option("--option", options, "a sparse pattern's option, name=value (e.g. window=256)");
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -183,7 +185,7 @@ int run(int argc, char** argv) {
   for (const std::string& o : options) {
     const size_t eq = o.find('=');
     TAPEFORMER_CHECK(eq != std::string::npos, "attention_scaling: --option ", o, " is not name=value");
-    cfg.options[o.substr(0, eq)] = static_cast<int64_t>(std::stoll(o.substr(eq + 1)));
+    cfg.options[o.substr(0, eq)] = parse_number<int64_t>(o.substr(eq + 1), "--option " + o.substr(0, eq));
   }
   const std::shared_ptr<const SparsePattern> pattern = sparse ? sparse->make(cfg) : nullptr;
   // A pattern that splits heads into groups gets one head per group (and so does dense, beside it).

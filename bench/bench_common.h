@@ -12,15 +12,17 @@
 #include <vector>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 
 namespace tapeformer::bench {
 
-// "64,128,256" -> {64, 128, 256}
-inline std::vector<int64_t> parse_list(const std::string& text) {
+// "64,128,256" -> {64, 128, 256}; Error naming `what` (the flag) for an item
+// that is no int64_t (core/numbers.h: "", "1e3", "0x10" and 2^63 are refused).
+inline std::vector<int64_t> parse_list(const std::string& text, const std::string& what) {
   std::vector<int64_t> out;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoll(item));
+  while (std::getline(in, item, ',')) out.push_back(parse_number<int64_t>(item, what));
   return out;
 }
 

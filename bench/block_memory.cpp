@@ -24,6 +24,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/storage.h"
@@ -50,19 +51,20 @@ int run(int argc, char** argv) {
   std::string block = "standard", out, depths_text = "2,4,8,12,16";
   int64_t ff_chunks = 1, T = 512, batch = 4, width = 128, repeats = 3;
   app.add_option("--block", block, "model.block: standard | reversible")->capture_default_str();
-  app.add_option("--ff-chunks", ff_chunks, "model.ff_chunks (reversible only)")->capture_default_str();
+  number_option(&app, "--ff-chunks", ff_chunks, "model.ff_chunks (reversible only)")->capture_default_str();
   app.add_option("--depths", depths_text, "comma-separated layer counts")->capture_default_str();
-  app.add_option("--seq", T, "sequence length T")->capture_default_str();
-  app.add_option("--batch", batch, "sequences per step")->capture_default_str();
-  app.add_option("--width", width, "model width C")->capture_default_str();
-  app.add_option("--repeats", repeats, "timed steps per depth (median)")->capture_default_str();
+  number_option(&app, "--seq", T, "sequence length T")->capture_default_str();
+  number_option(&app, "--batch", batch, "sequences per step")->capture_default_str();
+  number_option(&app, "--width", width, "model width C")->capture_default_str();
+  number_option(&app, "--repeats", repeats, "timed steps per depth (median)")->capture_default_str();
   app.add_option("--out", out, "directory for metrics.jsonl (none: stdout only)");
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const std::vector<int64_t> depths = bench::parse_list(depths_text);
+  const std::vector<int64_t> depths = bench::parse_list(depths_text, "--depths");
   TAPEFORMER_CHECK(!depths.empty() && repeats >= 1, "block_memory: need --depths and --repeats >= 1");
   bench::MetricsFile metrics(out, "block_memory");
   std::vector<Point> points;

@@ -6,11 +6,13 @@
 //   -> {"shape": [1, 3, V], "logits": [...]}
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/transformer.h"
 #include "tapeformer/train/commands.h"
@@ -25,6 +27,7 @@ int run(int argc, char** argv) {
   app.add_option("--checkpoint", checkpoint, "run directory")->required();
   app.add_option("--weights", weights, "safetensors file replacing the checkpoint's weights");
   app.add_option("--ids", ids_text, "comma-separated token ids")->required();
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -34,7 +37,12 @@ int run(int argc, char** argv) {
   LanguageModel& model = *l.model;
   Rng rng(0);
   std::vector<int32_t> ids;
-  for (const int64_t id : bench::parse_list(ids_text)) ids.push_back(static_cast<int32_t>(id));
+  for (const int64_t id : bench::parse_list(ids_text, "--ids")) {
+    // The model reads int32 ids: a larger one would wrap into another token.
+    TAPEFORMER_CHECK(id >= 0 && id <= std::numeric_limits<int32_t>::max(),
+                     "--ids: a token id must be in [0, 2147483647], got ", id);
+    ids.push_back(static_cast<int32_t>(id));
+  }
   NoGradGuard no_grad;
   const Tensor logits = model.forward(IndexTensor({1, static_cast<int64_t>(ids.size())}, ids), rng).value();
   std::string out = "{\"shape\": [1, " + std::to_string(ids.size()) + ", " + std::to_string(logits.dim(2)) +

@@ -24,6 +24,7 @@
 
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/rng.h"
 
@@ -92,9 +93,15 @@ void run(const GemmShape& s, double seconds) {
 
 int main(int argc, char** argv) {
   using tapeformer::GemmShape;
-  const double seconds = argc > 1 ? std::atof(argv[1]) : 0.5;
-  if (!(seconds > 0) || !std::isfinite(seconds)) {
-    std::fprintf(stderr, "gemm_shapes: SECONDS_PER_SHAPE must be a positive number, got '%s'\n", argv[1]);
+  // SECONDS_PER_SHAPE is read by core/numbers.h (not std::atof, which takes "abc" as 0 and "2s" as 2): text
+  // that is no finite number is NaN here, so it gets the error line of a value <= 0, not an uncaught exception.
+  const std::string seconds_text = argc > 1 ? argv[1] : "0.5";
+  const double seconds = tapeformer::number_error<double>(seconds_text).empty()
+                             ? tapeformer::parse_number<double>(seconds_text, "SECONDS_PER_SHAPE")
+                             : std::nan("");
+  if (!(seconds > 0)) {
+    std::fprintf(stderr, "gemm_shapes: SECONDS_PER_SHAPE must be a positive number, got '%s'\n",
+                 seconds_text.c_str());
     return 2;
   }
   tapeformer::parallel::set_num_threads(1);

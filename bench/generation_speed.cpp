@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/layers/transformer.h"
@@ -41,7 +42,8 @@ int run(int argc, char** argv) {
   app.add_option("--mode", mode, "linear | softmax-cache | softmax-recompute")->capture_default_str();
   app.add_option("--out", out, "directory for metrics.jsonl (none: stdout only)");
   app.add_option("--contexts", contexts_text, "comma-separated context lengths")->capture_default_str();
-  app.add_option("--tokens", tokens, "tokens timed per context (median)")->capture_default_str();
+  number_option(&app, "--tokens", tokens, "tokens timed per context (median)")->capture_default_str();
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -49,7 +51,7 @@ int run(int argc, char** argv) {
   }
   TAPEFORMER_CHECK(mode == "linear" || mode == "softmax-cache" || mode == "softmax-recompute",
                    "generation_speed: --mode must be linear, softmax-cache or softmax-recompute, got ", mode);
-  const std::vector<int64_t> contexts = bench::parse_list(contexts_text);
+  const std::vector<int64_t> contexts = bench::parse_list(contexts_text, "--contexts");
   TAPEFORMER_CHECK(!contexts.empty() && tokens >= 1, "generation_speed: need contexts and --tokens >= 1");
 
   ModelConfig cfg;  // the char-LM recipe's shape

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/train/commands.h"
 #include "tapeformer/train/knn.h"
@@ -61,15 +62,16 @@ int run(int argc, char** argv) {
   app.add_option("--stores", stores, "directory for the stores (kept, reused)")->required();
   app.add_option("--prefix", prefix, "the stores' file names start with it")->capture_default_str();
   app.add_option("--kinds", kinds_text, "comma-separated index kinds")->capture_default_str();
-  app.add_option("--rounds", rounds, "timed evals per kind (the fastest counts)")->capture_default_str();
-  app.add_option("--k", k, "neighbours")->capture_default_str();
-  app.add_option("--lambda", lambda, "kNN weight")->capture_default_str();
-  app.add_option("--nlist", nlist, "ivf cells (0: auto)")->capture_default_str();
-  app.add_option("--nprobe", nprobe, "ivf cells per query")->capture_default_str();
-  app.add_option("--hnsw-m", hnsw_m, "hnsw links per node")->capture_default_str();
-  app.add_option("--ef-search", ef_search, "hnsw candidates")->capture_default_str();
-  app.add_option("--threads", threads, "worker threads (0: all)")->capture_default_str();
+  number_option(&app, "--rounds", rounds, "timed evals per kind (the fastest counts)")->capture_default_str();
+  number_option(&app, "--k", k, "neighbours")->capture_default_str();
+  number_option(&app, "--lambda", lambda, "kNN weight")->capture_default_str();
+  number_option(&app, "--nlist", nlist, "ivf cells (0: auto)")->capture_default_str();
+  number_option(&app, "--nprobe", nprobe, "ivf cells per query")->capture_default_str();
+  number_option(&app, "--hnsw-m", hnsw_m, "hnsw links per node")->capture_default_str();
+  number_option(&app, "--ef-search", ef_search, "hnsw candidates")->capture_default_str();
+  number_option(&app, "--threads", threads, "worker threads (0: all)")->capture_default_str();
   app.add_option("--out", out, "directory for metrics.jsonl (none: stdout only)");
+  check_number_options(app);
   CLI11_PARSE(app, argc, argv);
   parallel::set_num_threads(threads);
   std::filesystem::create_directories(stores);

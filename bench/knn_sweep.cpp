@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/corpus.h"
@@ -58,11 +59,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::vector<double> parse_doubles(const std::string& text) {
+// "0,0.25" -> {0, 0.25}; Error naming `what` (the flag) for an item that is no finite number.
+std::vector<double> parse_doubles(const std::string& text, const std::string& what) {
   std::vector<double> out;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stod(item));
+  while (std::getline(in, item, ',')) out.push_back(parse_number<double>(item, what));
   return out;
 }
 
@@ -135,20 +137,21 @@ int run(int argc, char** argv) {
   app.add_option("--store", store_path, "the store (built when missing, then kept)")->required();
   app.add_option("--store-data", store_data, "text whose train split a missing store is built from (default --data)");
   app.add_option("--index", index.kind, "a missing store's index kind")->capture_default_str();
-  app.add_option("--nlist", index.nlist, "ivf cells of a missing store")->capture_default_str();
-  app.add_option("--nprobe", index.nprobe, "ivf cells scanned per query")->capture_default_str();
+  number_option(&app, "--nlist", index.nlist, "ivf cells of a missing store")->capture_default_str();
+  number_option(&app, "--nprobe", index.nprobe, "ivf cells scanned per query")->capture_default_str();
   app.add_option("--lambdas", lambdas_text, "kNN weights, comma-separated")->capture_default_str();
   app.add_option("--ks", ks_text, "neighbour counts, comma-separated")->capture_default_str();
-  app.add_option("--temperature", temperature, "distances are divided by it")->capture_default_str();
-  app.add_option("--threads", threads, "worker threads (0: all)")->capture_default_str();
+  number_option(&app, "--temperature", temperature, "distances are divided by it")->capture_default_str();
+  number_option(&app, "--threads", threads, "worker threads (0: all)")->capture_default_str();
   app.add_flag("--in-vocabulary-only", in_vocabulary_only,
                "read copies of the texts without the characters the tokenizer lacks (written to --out)");
   app.add_option("--out", out, "directory for metrics.jsonl (and the filtered copies)");
+  check_number_options(app);
   CLI11_PARSE(app, argc, argv);
   parallel::set_num_threads(threads);
   const auto started = std::chrono::steady_clock::now();
-  const std::vector<double> lambdas = parse_doubles(lambdas_text);
-  const std::vector<int64_t> ks = bench::parse_list(ks_text);
+  const std::vector<double> lambdas = parse_doubles(lambdas_text, "--lambdas");
+  const std::vector<int64_t> ks = bench::parse_list(ks_text, "--ks");
   TAPEFORMER_CHECK(!lambdas.empty() && !ks.empty(), "knn_sweep: --lambdas and --ks must not be empty");
   for (double l : lambdas) TAPEFORMER_CHECK(l >= 0 && l < 1, "knn_sweep: every lambda must be in [0, 1), got ", l);
   for (int64_t k : ks) TAPEFORMER_CHECK(k >= 1, "knn_sweep: every k must be >= 1, got ", k);

@@ -14,10 +14,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/rng.h"
 
@@ -107,15 +109,20 @@ const char* isa() {
 
 int main(int argc, char** argv) {
   using namespace tapeformer;
-  const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
-  if (!(seconds > 0) || !std::isfinite(seconds)) {
-    std::fprintf(stderr, "machine_peak: SECONDS must be a positive number, got '%s'\n", argv[1]);
+  // The arguments are read by core/numbers.h (not std::atof or std::atoi, which take "abc" as 0 and "2s" as 2):
+  // text that is no number is NaN or 0 here, so it gets the error line of a value out of range, not an uncaught
+  // exception.
+  const std::string seconds_text = argc > 1 ? argv[1] : "1";
+  const double seconds =
+      number_error<double>(seconds_text).empty() ? parse_number<double>(seconds_text, "SECONDS") : std::nan("");
+  if (!(seconds > 0)) {
+    std::fprintf(stderr, "machine_peak: SECONDS must be a positive number, got '%s'\n", seconds_text.c_str());
     return 2;
   }
   parallel::set_num_threads(0);
   std::vector<int> counts;
   for (int i = 2; i < argc; ++i) {
-    const int t = std::atoi(argv[i]);
+    const int t = number_error<int>(argv[i]).empty() ? parse_number<int>(argv[i], "THREADS") : 0;
     if (t < 1 || t > 1024) {
       std::fprintf(stderr, "machine_peak: a thread count must be in [1, 1024], got '%s'\n", argv[i]);
       return 2;

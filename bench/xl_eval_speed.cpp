@@ -25,6 +25,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/layers/transformer.h"
@@ -58,13 +59,14 @@ int run(int argc, char** argv) {
   int64_t repeats = 7;
   app.add_option("--out", out, "directory for metrics.jsonl (none: stdout only)");
   app.add_option("--lengths", lengths_text, "comma-separated attention lengths L")->capture_default_str();
-  app.add_option("--repeats", repeats, "timed calls per L (median)")->capture_default_str();
+  number_option(&app, "--repeats", repeats, "timed calls per L (median)")->capture_default_str();
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const std::vector<int64_t> lengths = bench::parse_list(lengths_text);
+  const std::vector<int64_t> lengths = bench::parse_list(lengths_text, "--lengths");
   TAPEFORMER_CHECK(!lengths.empty() && repeats >= 1, "xl_eval_speed: need --lengths and --repeats >= 1");
   bench::MetricsFile metrics(out, "xl_eval_speed");
   std::string speedups;

@@ -16,6 +16,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/data/corpus.h"
 #include "tapeformer/data/sampler.h"
@@ -43,7 +44,8 @@ int run(int argc, char** argv) {
   int64_t mem_len = 0;
   app.add_option("--checkpoint", checkpoint, "run directory (holding checkpoint.bin)")->required();
   app.add_option("--data", data, "text file of the run (default: its data.path)");
-  app.add_option("--mem-len", mem_len, "memory kept (0: the model's mem_len)")->capture_default_str();
+  number_option(&app, "--mem-len", mem_len, "memory kept (0: the model's mem_len)")->capture_default_str();
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

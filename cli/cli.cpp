@@ -12,6 +12,7 @@
 #include <new>
 
 #include "tapeformer/cli/cli.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/cli/kinds.h"
 #include "tapeformer/core/build_info.h"
 #include "tapeformer/core/error.h"
@@ -35,62 +36,6 @@ namespace tapeformer {
 
 namespace {
 
-// Flag-value checks: a bad value is a command-line mistake (exit status 2),
-// and CLI11 puts the flag's name before the message. Each checks the text
-// exactly as given, since the conversion afterwards would cap a value out of
-// its type's range (--tokens 9223372036854775808) without a word.
-// CLI11's NonNegativeNumber would print DBL_MAX in its message.
-double number(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  return end != text.c_str() && *end == '\0' ? v : std::nan("");
-}
-// A float flag's value as the float the option holds (1e39 becomes inf).
-float float_number(const std::string& text) { return static_cast<float>(number(text)); }
-const CLI::Validator finite_at_least_zero(
-    [](std::string& text) {
-      const float v = float_number(text);
-      return std::isfinite(v) && v >= 0 ? std::string() : "must be a finite number >= 0, got " + text;
-    },
-    "");
-const CLI::Validator probability_mass(
-    [](std::string& text) {
-      const float v = float_number(text);
-      return v > 0 && v <= 1 ? std::string() : "must be a number in (0, 1], got " + text;
-    },
-    "");
-const CLI::Validator open_fraction(
-    [](std::string& text) {
-      const double v = number(text);
-      return v > 0 && v < 1 ? std::string() : "must be a number in (0, 1), got " + text;
-    },
-    "");
-const CLI::Validator unit_interval(
-    [](std::string& text) {
-      const double v = number(text);
-      return v >= 0 && v <= 1 ? std::string() : "must be a number in [0, 1], got " + text;
-    },
-    "");
-const CLI::Validator finite_above_zero(
-    [](std::string& text) {
-      const double v = number(text);
-      return std::isfinite(v) && v > 0 ? std::string() : "must be a finite number > 0, got " + text;
-    },
-    "");
-// An integer in [lo, hi], digits only (no sign, exponent or fraction).
-CLI::Validator integer_in(uint64_t lo, uint64_t hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) {
-        const std::string range =
-            "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + text;
-        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return range;
-        errno = 0;
-        const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-        return errno == ERANGE || v < lo || v > hi ? range : std::string();
-      },
-      "");
-}
-CLI::Validator integer_up_to(uint64_t hi) { return integer_in(0, hi); }
 constexpr uint64_t kMaxCount = INT32_MAX;  // tokens, top-k, context, vocabulary size: as config counts
 
 // A kind that a config or checkpoint names but this program lacks was most
@@ -104,19 +49,17 @@ std::string with_registration_hint(const std::string& what) {
 // The kNN-LM flags of eval and sample (train/knn.h).
 void add_knn_flags(CLI::App* c, KnnOptions& knn) {
   c->add_option("--knn", knn.store, "mix in kNN-LM with this store (from tapeformer knn build)");
-  c->add_option("--knn-k", knn.k, "neighbours per position (at most the store's keys)")
-      ->check(integer_in(1, kMaxCount))
+  number_option(c, "--knn-k", knn.k, "neighbours per position (at most the store's keys)", integer_in(1, kMaxCount))
       ->capture_default_str();
-  c->add_option("--knn-lambda", knn.lambda, "weight of the kNN distribution: p = l p_kNN + (1 - l) p_LM")
-      ->check(unit_interval)
+  number_option(c, "--knn-lambda", knn.lambda, "weight of the kNN distribution: p = l p_kNN + (1 - l) p_LM",
+                unit_interval)
       ->capture_default_str();
-  c->add_option("--knn-temperature", knn.temperature, "p_kNN ~ exp(-distance / temperature)")
-      ->check(finite_above_zero)
+  number_option(c, "--knn-temperature", knn.temperature, "p_kNN ~ exp(-distance / temperature)", finite_above_zero)
       ->capture_default_str();
-  c->add_option("--knn-nprobe", knn.nprobe, "ivf store: cells scanned per query (0: as built)")
-      ->check(integer_up_to(kMaxCount));
-  c->add_option("--knn-ef-search", knn.ef_search, "hnsw store: candidates kept while searching (0: as built)")
-      ->check(integer_up_to(kMaxCount));
+  number_option(c, "--knn-nprobe", knn.nprobe, "ivf store: cells scanned per query (0: as built)",
+                integer_up_to(kMaxCount));
+  number_option(c, "--knn-ef-search", knn.ef_search, "hnsw store: candidates kept while searching (0: as built)",
+                integer_up_to(kMaxCount));
 }
 
 }  // namespace
@@ -219,33 +162,28 @@ int cli_main(int argc, char** argv) {
   s->add_option("--prompt-file", sample.prompt_file, "read the text to continue from this UTF-8 file")
       ->excludes("--prompt");
   s->add_option("--weights", sample.weights, "safetensors file replacing the checkpoint's weights");
-  s->add_option("--tokens", sample.options.tokens, "tokens to generate (0: print the prompt only)")
-      ->check(integer_up_to(kMaxCount))
+  number_option(s, "--tokens", sample.options.tokens, "tokens to generate (0: print the prompt only)",
+                integer_up_to(kMaxCount))
       ->capture_default_str();
-  s->add_option("--temperature", sample.options.temperature, "softmax temperature (0 = greedy)")
-      ->check(finite_at_least_zero)
+  number_option(s, "--temperature", sample.options.temperature, "softmax temperature (0 = greedy)",
+                finite_at_least_zero)
       ->capture_default_str();
-  s->add_option("--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)")
-      ->check(integer_up_to(kMaxCount))
+  number_option(s, "--top-k", sample.options.top_k, "keep the k most likely tokens (0 = off)", integer_up_to(kMaxCount))
       ->capture_default_str();
-  s->add_option("--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)")
-      ->check(probability_mass)
+  number_option(s, "--top-p", sample.options.top_p, "nucleus sampling mass (1 = off)", probability_mass)
       ->capture_default_str();
-  s->add_option("--seed", sample.options.seed, "random seed")
-      ->check(integer_up_to(UINT64_MAX))
+  number_option(s, "--seed", sample.options.seed, "random seed", integer_up_to(UINT64_MAX))
       ->capture_default_str();
-  s->add_option("--context", sample.options.context,
-                "positions softmax layers keep (0 = block size; past block size needs a scheme without a table)")
-      ->check(integer_up_to(kMaxCount))
+  number_option(s, "--context", sample.options.context,
+                "positions softmax layers keep (0 = block size; past block size needs a scheme without a table)",
+                integer_up_to(kMaxCount))
       ->capture_default_str();
   add_knn_flags(s, sample.knn);
   s->add_option("--png", sample.png, "draw images instead: --images samples of --tokens pixel letters (a = blank), "
                                      "printed one per line and drawn as a grid in this PNG (a model trained on "
                                      "scripts/digits.py's images)");
-  s->add_option("--image-width", sample.image_width, "with --png: pixels per image row")
-      ->check(integer_up_to(kMaxCount));
-  s->add_option("--images", sample.images, "with --png: images to sample")
-      ->check(integer_up_to(kMaxCount))
+  number_option(s, "--image-width", sample.image_width, "with --png: pixels per image row", integer_up_to(kMaxCount));
+  number_option(s, "--images", sample.images, "with --png: images to sample", integer_up_to(kMaxCount))
       ->capture_default_str();
 
   s->add_flag("--report-layers", sample.report_layers,
@@ -256,9 +194,9 @@ int cli_main(int argc, char** argv) {
   e->add_option("--checkpoint", eval.checkpoint, "run directory (or checkpoint.bin)")->required();
   e->add_option("--data", eval.data, "text file to evaluate on")->required();
   e->add_option("--weights", eval.weights, "safetensors file replacing the checkpoint's weights");
-  e->add_option("--context", eval.context,
-                "window length in tokens (0 = block size; past block size needs a scheme without a table)")
-      ->check(integer_up_to(kMaxCount))
+  number_option(e, "--context", eval.context,
+                "window length in tokens (0 = block size; past block size needs a scheme without a table)",
+                integer_up_to(kMaxCount))
       ->capture_default_str();
   e->add_option("--split", eval.split, "all | train | val: the part of the file (the run's data.val_fraction)")
       ->check(CLI::IsMember({"all", "train", "val"}))
@@ -281,18 +219,16 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str();
   cb->add_option("--confidence", calibrate.confidence, "max | margin | cosine (default: the model's)")
       ->check(CLI::IsMember({"max", "margin", "cosine"}));
-  cb->add_option("--delta", calibrate.delta, "tolerance: a window's share of tokens unlike the full model's")
-      ->check(open_fraction)
+  number_option(cb, "--delta", calibrate.delta, "tolerance: a window's share of tokens unlike the full model's",
+                open_fraction)
       ->capture_default_str();
-  cb->add_option("--epsilon", calibrate.epsilon, "ltt: the risk level")->check(open_fraction)->capture_default_str();
-  cb->add_option("--threshold", calibrate.threshold, "evaluate: the threshold to read with")->capture_default_str();
-  cb->add_option("--windows", calibrate.windows, "windows of the text to use (0: all)")
-      ->check(integer_up_to(kMaxCount))
+  number_option(cb, "--epsilon", calibrate.epsilon, "ltt: the risk level", open_fraction)->capture_default_str();
+  number_option(cb, "--threshold", calibrate.threshold, "evaluate: the threshold to read with")->capture_default_str();
+  number_option(cb, "--windows", calibrate.windows, "windows of the text to use (0: all)", integer_up_to(kMaxCount))
       ->capture_default_str();
-  cb->add_option("--splits", calibrate.splits, "random halvings checking the guarantee")
-      ->check(integer_in(1, 1 << 20))
+  number_option(cb, "--splits", calibrate.splits, "random halvings checking the guarantee", integer_in(1, 1 << 20))
       ->capture_default_str();
-  cb->add_option("--seed", calibrate.seed, "the halving into calibration and test windows")->capture_default_str();
+  number_option(cb, "--seed", calibrate.seed, "the halving into calibration and test windows")->capture_default_str();
   cb->add_option("--sweep", calibrate.sweep, "write one JSON line per threshold tried (gap, loss, mean layers used)");
   cb->add_flag("--dry-run", calibrate.dry_run, "print the result without writing the run");
 
@@ -307,23 +243,20 @@ int cli_main(int argc, char** argv) {
       ->check(CLI::IsMember({"all", "train", "val"}))
       ->capture_default_str();
   kb->add_option("--out", knn_build.out, "the store file to write")->required();
-  kb->add_option("--context", knn_build.context, "window length in tokens (0 = block size), as eval's")
-      ->check(integer_up_to(kMaxCount))
+  number_option(kb, "--context", knn_build.context, "window length in tokens (0 = block size), as eval's",
+                integer_up_to(kMaxCount))
       ->capture_default_str();
   kb->add_option("--index", knn_build.index.kind, "exact | ivf | hnsw")
       ->check(CLI::IsMember({"exact", "ivf", "hnsw"}))
       ->capture_default_str();
-  kb->add_option("--nlist", knn_build.index.nlist, "ivf: cells (0 = 4 sqrt(keys))")
-      ->check(integer_up_to(kMaxCount))
+  number_option(kb, "--nlist", knn_build.index.nlist, "ivf: cells (0 = 4 sqrt(keys))", integer_up_to(kMaxCount))
       ->capture_default_str();
-  kb->add_option("--nprobe", knn_build.index.nprobe, "ivf: cells scanned per query")
-      ->check(integer_in(1, kMaxCount))
+  number_option(kb, "--nprobe", knn_build.index.nprobe, "ivf: cells scanned per query", integer_in(1, kMaxCount))
       ->capture_default_str();
-  kb->add_option("--hnsw-m", knn_build.index.hnsw_m, "hnsw: links per node")
-      ->check(integer_in(2, 512))
+  number_option(kb, "--hnsw-m", knn_build.index.hnsw_m, "hnsw: links per node", integer_in(2, 512))
       ->capture_default_str();
-  kb->add_option("--ef-search", knn_build.index.ef_search, "hnsw: candidates kept while searching")
-      ->check(integer_in(1, 1 << 20))
+  number_option(kb, "--ef-search", knn_build.index.ef_search, "hnsw: candidates kept while searching",
+                integer_in(1, 1 << 20))
       ->capture_default_str();
 
   RlCollectArgs rl_collect;
@@ -336,11 +269,10 @@ int cli_main(int argc, char** argv) {
   rc->add_option("--policy", rl_collect.policy, "behaviour policies with weights: random, noisy, expert, e.g. "
                                                  "random:0.7,noisy:0.3")
       ->capture_default_str();
-  rc->add_option("--epsilon", rl_collect.epsilon, "noisy: the chance of a random action")->capture_default_str();
-  rc->add_option("--episodes", rl_collect.episodes, "episodes to play")
-      ->check(integer_in(1, 1 << 24))
+  number_option(rc, "--epsilon", rl_collect.epsilon, "noisy: the chance of a random action")->capture_default_str();
+  number_option(rc, "--episodes", rl_collect.episodes, "episodes to play", integer_in(1, 1 << 24))
       ->capture_default_str();
-  rc->add_option("--seed", rl_collect.seed, "the episodes' layouts and the policies' draws")->capture_default_str();
+  number_option(rc, "--seed", rl_collect.seed, "the episodes' layouts and the policies' draws")->capture_default_str();
   rc->add_option("--out", rl_collect.out, "the dataset file to write")->required();
   RlTrainArgs rl_train;
   auto* rt = rl->add_subcommand("train", "train a Decision Transformer (or behaviour cloning) on a dataset's episodes");
@@ -353,11 +285,10 @@ int cli_main(int argc, char** argv) {
   auto* re = rl->add_subcommand("eval", "the trained policy acting in its dataset's environment, conditioned on a "
                                         "target return");
   re->add_option("--checkpoint", rl_eval.checkpoint, "run directory of rl train")->required();
-  re->add_option("--target-return", rl_eval.target_return, "the return asked for at the first step")->required();
-  re->add_option("--episodes", rl_eval.episodes, "episodes to play")
-      ->check(integer_in(1, 1 << 20))
+  number_option(re, "--target-return", rl_eval.target_return, "the return asked for at the first step")->required();
+  number_option(re, "--episodes", rl_eval.episodes, "episodes to play", integer_in(1, 1 << 20))
       ->capture_default_str();
-  re->add_option("--seed", rl_eval.seed, "the episodes' layouts (none is in a dataset)")->capture_default_str();
+  number_option(re, "--seed", rl_eval.seed, "the episodes' layouts (none is in a dataset)")->capture_default_str();
   re->add_option("--log", rl_eval.log, "also append the result line to this file (tapeformer plot --achieved draws it)");
 
   PrepareArgs prep;
@@ -365,12 +296,11 @@ int cli_main(int argc, char** argv) {
   pr->add_option("--data", prep.data, "the text file")->required();
   pr->add_option("--out", prep.out, "directory for train.bin, val.bin and tokenizer.bin")->required();
   pr->add_option("--tokenizer", prep.tokenizer.kind, "char | byte | sentencepiece")->capture_default_str();
-  pr->add_option("--vocab-size", prep.tokenizer.vocab_size, "sentencepiece: pieces to learn from the train split")
-      ->check(integer_up_to(kMaxCount));
+  number_option(pr, "--vocab-size", prep.tokenizer.vocab_size, "sentencepiece: pieces to learn from the train split",
+                integer_up_to(kMaxCount));
   pr->add_option("--sp-type", prep.tokenizer.sp_type, "sentencepiece: bpe | unigram")->capture_default_str();
   pr->add_option("--sp-model", prep.tokenizer.sp_model, "sentencepiece: an existing .model file instead of learning one");
-  pr->add_option("--val-fraction", prep.val_fraction, "the last fraction of the text is validation")
-      ->check(open_fraction)
+  number_option(pr, "--val-fraction", prep.val_fraction, "the last fraction of the text is validation", open_fraction)
       ->capture_default_str();
 
   ExportArgs exp;
@@ -411,8 +341,14 @@ int cli_main(int argc, char** argv) {
       ->excludes("--readme");
 
   int threads = -1;
-  app.add_option("--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)")
-      ->check(integer_up_to(1024));
+  number_option(&app, "--threads", threads, "worker threads (default: train.threads, $TAPEFORMER_THREADS or all cores)",
+                integer_up_to(1024));
+
+  try {
+    check_number_options(app);
+  } catch (const std::exception& err) {
+    return fail_job(err.what());
+  }
 
   const std::string first = argc > 1 ? argv[1] : "";
   std::string commands;  // "train, sample, ... or check": the subcommands, in the order they were added
@@ -464,7 +400,10 @@ int cli_main(int argc, char** argv) {
     if (job_rank() <= 0) std::fprintf(stderr, "tapeformer: error: %s\n", diverged.what());
     return 3;
   } catch (const std::bad_alloc&) {
-    return fail_job("out of memory; make the model, batch or block size smaller");
+    // Advice only where the command has those sizes to give.
+    return fail_job(*t || *rt ? "out of memory; make the model, batch or block size smaller"
+                    : *rc     ? "rl collect: out of memory; collect fewer or shorter episodes (--episodes, --option)"
+                              : "out of memory");
   } catch (const std::exception& err) {
     return fail_job(with_registration_hint(err.what()));
   }

@@ -28,7 +28,9 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/tasks.h"
 #include "tapeformer/layers/attention/lsh.h"
@@ -95,30 +97,44 @@ int run(int argc, char** argv) {
   app.add_option("--config", config_path, "training config (model, optimizer, schedule, train, eval)")->required();
   app.add_option("--out", out, "output directory")->capture_default_str();
   app.add_option("--set", overrides, "override a config value (repeatable)");
-  app.add_option("--symbols", task_cfg.symbols, "distinct symbols")->capture_default_str();
-  app.add_option("--min-len", task_cfg.min_len, "shortest w")->capture_default_str();
-  app.add_option("--max-len", task_cfg.max_len, "longest w (model.block_size must be twice it)")->capture_default_str();
+  number_option(&app, "--symbols", task_cfg.symbols, "distinct symbols")->capture_default_str();
+  number_option(&app, "--min-len", task_cfg.min_len, "shortest w")->capture_default_str();
+  number_option(&app, "--max-len", task_cfg.max_len, "longest w (model.block_size must be twice it)")
+      ->capture_default_str();
   app.add_flag("--reverse", task_cfg.reverse, "the reversal task: w SEP reverse(w)");
   double target_loss = 0;
   bool divergence_ok = false;
   std::string lsh_eval;
   int64_t lsh_eval_chunk = 0;
-  app.add_option("--lsh-eval-chunk", lsh_eval_chunk,
-                 "E3d: the chunk the --lsh-eval rounds use (0: as trained; a model trained with one chunk needs one)")
+  number_option(&app, "--lsh-eval-chunk", lsh_eval_chunk,
+                "E3d: the chunk the --lsh-eval rounds use (0: as trained; a model trained with one chunk needs one)")
       ->capture_default_str();
   app.add_option("--lsh-eval", lsh_eval,
                  "E3d: after training, evaluate again with each LSH layer set to these hashing rounds, comma-separated, "
                  "\"full\" for one chunk (full shared-QK attention); adds \"lsh_eval\": {...} to the result");
-  app.add_option("--target-loss", target_loss, "report the first evaluation step whose val loss is at most this (0: off)")
+  number_option(&app, "--target-loss", target_loss,
+                "report the first evaluation step whose val loss is at most this (0: off)")
       ->capture_default_str();
   app.add_flag("--divergence-ok", divergence_ok,
                "a non-finite loss ends the run with \"diverged\": 1 in its result instead of an error (sweeps)");
   bool resume = false;
   app.add_flag("--resume", resume, "continue the run saved in OUT (give the same task flags and --set values)");
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  // --lsh-eval's items, read now so that a bad one fails before training rather than after it: "full", or
+  // hashing rounds >= 1.
+  std::vector<std::pair<std::string, int64_t>> lsh_rounds;  // (item, rounds; 0 for "full")
+  for (size_t at = 0; at < lsh_eval.size();) {
+    const size_t end = std::min(lsh_eval.find(',', at), lsh_eval.size());
+    const std::string v = lsh_eval.substr(at, end - at);
+    at = end + 1;
+    const int64_t rounds = v == "full" ? 0 : parse_number<int64_t>(v, "--lsh-eval");
+    TAPEFORMER_CHECK(v == "full" || rounds >= 1, "--lsh-eval: hashing rounds must be >= 1 (or full), got ", v);
+    lsh_rounds.push_back({v, rounds});
   }
 
   const TrainConfig cfg = TrainConfig::load(config_path, overrides);
@@ -172,23 +188,21 @@ int run(int argc, char** argv) {
                                            result.val_fields.at(1).second, result.val_fields.at(2).second};
   const double tokens = static_cast<double>(steps_run * cfg.train.batch_size * cfg.model.block_size);
   std::string lsh_results;  // ", \"lsh_eval\": {\"1\": acc, ..., \"full\": acc}"
-  if (!lsh_eval.empty() && !diverged) {
+  if (!lsh_rounds.empty() && !diverged) {
     std::vector<std::pair<int64_t, int64_t>> trained;  // each LSH layer's (hashes, chunk)
     model.visit([&](Module& m) {
       if (auto* l = dynamic_cast<LSHAttention*>(&m)) trained.push_back({l->n_hashes, l->chunk});
     });
     TAPEFORMER_CHECK(!trained.empty(), "copy_task: --lsh-eval needs model.attention lsh");
-    for (size_t at = 0; at < lsh_eval.size();) {
-      const size_t end = std::min(lsh_eval.find(',', at), lsh_eval.size());
-      const std::string v = lsh_eval.substr(at, end - at);
-      at = end + 1;
+    for (const std::pair<std::string, int64_t>& item : lsh_rounds) {
+      const std::string& v = item.first;
       model.visit([&](Module& m) {
         if (auto* l = dynamic_cast<LSHAttention*>(&m)) {
           if (v == "full") {
             l->set_hashes(1);
             l->chunk = cfg.model.block_size;  // one chunk: every earlier key
           } else {
-            l->set_hashes(std::stoll(v));
+            l->set_hashes(item.second);
             if (lsh_eval_chunk > 0) l->chunk = lsh_eval_chunk;
           }
         }

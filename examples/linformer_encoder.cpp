@@ -22,6 +22,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/layers/attention/linformer.h"
@@ -119,15 +120,18 @@ std::pair<IndexTensor, IndexTensor> batch(int64_t B, int64_t T, Rng& rng) {
 int run(int argc, char** argv) {
   CLI::App app{"A non-causal encoder with Linformer (or full) attention, classifying sequences"};
   std::string attention = "linformer";
-  int64_t length = 512, steps = 300, k = 64, layers = 2, width = 64, heads = 4, seed = 1, threads = 0;
+  int64_t length = 512, steps = 300, k = 64, layers = 2, width = 64, heads = 4;
+  uint64_t seed = 1;  // the Rng's type, so --seed -1 is refused rather than taken as 2^64 - 1
+  int threads = 0;    // parallel::set_num_threads's type: no narrowing after the flag's check
   app.add_option("--attention", attention, "linformer | full")->capture_default_str();
-  app.add_option("--length", length, "sequence length T")->capture_default_str();
-  app.add_option("--steps", steps, "training steps (batches of 16)")->capture_default_str();
-  app.add_option("--k", k, "linformer: projected length")->capture_default_str();
-  app.add_option("--layers", layers, "encoder blocks")->capture_default_str();
-  app.add_option("--width", width, "model width")->capture_default_str();
-  app.add_option("--seed", seed, "weights and data")->capture_default_str();
-  app.add_option("--threads", threads, "0: all")->capture_default_str();
+  number_option(&app, "--length", length, "sequence length T")->capture_default_str();
+  number_option(&app, "--steps", steps, "training steps (batches of 16)")->capture_default_str();
+  number_option(&app, "--k", k, "linformer: projected length")->capture_default_str();
+  number_option(&app, "--layers", layers, "encoder blocks")->capture_default_str();
+  number_option(&app, "--width", width, "model width")->capture_default_str();
+  number_option(&app, "--seed", seed, "weights and data")->capture_default_str();
+  number_option(&app, "--threads", threads, "0: all")->capture_default_str();
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -136,7 +140,7 @@ int run(int argc, char** argv) {
   TAPEFORMER_CHECK(attention == "linformer" || attention == "full", "--attention must be linformer or full, got ",
                    attention);
   TAPEFORMER_CHECK(length >= 2 && steps >= 1, "--length must be >= 2 and --steps >= 1");
-  parallel::set_num_threads(static_cast<int>(threads));
+  parallel::set_num_threads(threads);
   ModelConfig cfg;
   cfg.block_size = length;
   cfg.n_layer = layers;
@@ -146,7 +150,7 @@ int run(int argc, char** argv) {
   cfg.attention = "linformer";
   cfg.options["linformer_k"] = k;
   cfg.validate_kinds();
-  Rng rng(static_cast<uint64_t>(seed)), data(static_cast<uint64_t>(seed) + 1);
+  Rng rng(seed), data(seed + 1);
   Encoder model(cfg, attention == "linformer", rng);
   OptimizerConfig oc;
   oc.lr = 1e-3;
@@ -166,7 +170,7 @@ int run(int argc, char** argv) {
     opt->zero_grad();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  Rng eval(static_cast<uint64_t>(seed) + 1000);
+  Rng eval(seed + 1000);
   int64_t right = 0, total = 0;
   model.eval();
   NoGradGuard no_grad;

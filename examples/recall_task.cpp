@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "tapeformer/cli/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/tasks.h"
@@ -102,22 +103,24 @@ int run(int argc, char** argv) {
   app.add_option("--out", out, "output directory")->capture_default_str();
   app.add_option("--set", overrides, "override a config value (repeatable)");
   app.add_flag("--associative", associative, "the associative task: KEY value name, queried by name");
-  app.add_option("--distance", distance, "segments between a key (a fact) and its query")->capture_default_str();
-  app.add_option("--max-distance", max_distance,
-                 "associative: each far query's distance drawn from [--distance, --max-distance] (0: fixed)")
+  number_option(&app, "--distance", distance, "segments between a key (a fact) and its query")->capture_default_str();
+  number_option(&app, "--max-distance", max_distance,
+                "associative: each far query's distance drawn from [--distance, --max-distance] (0: fixed)")
       ->capture_default_str();
-  app.add_option("--eval-distances", eval_distances,
+  number_option(&app, "--eval-distances", eval_distances,
                  "associative: at the end, the far recall at each of these distances alone (recall_dN)")
       ->delimiter(',');
-  app.add_option("--fillers", fillers, "distinct filler symbols")->capture_default_str();
-  app.add_option("--keys", key_cfg.keys, "E4c: distinct keys (chance is 1 / keys)")->capture_default_str();
-  app.add_option("--names", assoc_cfg.names, "associative: distinct names (one returns at the earliest names / 2 "
-                 "facts later)")->capture_default_str();
-  app.add_option("--facts", assoc_cfg.facts, "associative: facts per segment")->capture_default_str();
-  app.add_option("--values", assoc_cfg.values, "associative: distinct values (chance is 1 / values)")
+  number_option(&app, "--fillers", fillers, "distinct filler symbols")->capture_default_str();
+  number_option(&app, "--keys", key_cfg.keys, "E4c: distinct keys (chance is 1 / keys)")->capture_default_str();
+  number_option(&app, "--names", assoc_cfg.names,
+                "associative: distinct names (one returns at the earliest names / 2 facts later)")
+      ->capture_default_str();
+  number_option(&app, "--facts", assoc_cfg.facts, "associative: facts per segment")->capture_default_str();
+  number_option(&app, "--values", assoc_cfg.values, "associative: distinct values (chance is 1 / values)")
       ->capture_default_str();
   bool resume = false;
   app.add_flag("--resume", resume, "continue the run saved in OUT (give the same task flags and --set values)");
+  check_number_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

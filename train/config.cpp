@@ -127,6 +127,8 @@ void read(const std::string& key, const json& j, float& out) {
   double d;
   read(key, j, d);
   out = static_cast<float>(d);
+  // A number JSON holds as a double may be beyond a float (1e39 would be inf).
+  if (!std::isfinite(out)) type_error(key, "a number within a float's range (|x| < 3.4e38)", j);
 }
 void read(const std::string& key, const json& j, bool& out) {
   if (!j.is_boolean()) type_error(key, "true or false", j);

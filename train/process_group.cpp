@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/profile.h"
 
 #ifdef TAPEFORMER_HAVE_MPI
@@ -18,7 +19,7 @@ namespace {
 // process with; 0 when no launcher did.
 int launcher_size() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"}) {
-    if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+    if (const char* v = std::getenv(var); v && *v) return parse_number<int>(v, var);
   }
   return 0;
 }

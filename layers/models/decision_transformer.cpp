@@ -7,6 +7,7 @@
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/layers/memory/memory.h"
 
 namespace tapeformer {
@@ -67,9 +68,8 @@ std::vector<int64_t> DecisionTransformer::state_sizes(const ModelConfig& cfg) {
   std::vector<int64_t> sizes;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    TAPEFORMER_CHECK(!item.empty() && end == item.c_str() + item.size() && v >= 1 && v <= (1 << 24),
+    const int64_t v = number_error<int64_t>(item).empty() ? parse_number<int64_t>(item, "") : 0;
+    TAPEFORMER_CHECK(v >= 1 && v <= (1 << 24),
                      "model.dt_state_sizes must list each state feature's number of values, e.g. \"36,37\"; got \"",
                      text, "\"");
     sizes.push_back(v);

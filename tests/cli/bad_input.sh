@@ -68,7 +68,7 @@ expect_error "invalid JSON" "invalid JSON" -- tf train --config "$work/text.txt"
 expect_error "block size larger than the data" "block size 4096" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o10" --set model.block_size=4096
 # Sizes whose tensors would not fit anywhere: refused before allocating (2^58
 # used to wrap the element count to a small buffer and crash).
-expect_error "block size beyond any memory" "model.block_size=1073741824" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o11" --set model.block_size=1073741824
+expect_error "block size beyond any data" "block size 1073741824 needs at least 1073741825 tokens, but the train split has" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o11" --set model.block_size=1073741824
 expect_error "width beyond any memory" "of memory (model.n_layer=1, model.n_embd=2147483647" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o12" --set model.n_embd=2147483647 --set model.n_head=1
 expect_error "evaluation batches beyond any memory" "eval.iters=2000000000" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o13" --set eval.iters=2000000000
 expect_error "count beyond 32 bits" "'train.grad_accum' must be at most 2147483647" -- tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o18" --set train.grad_accum=1000000000000000000
@@ -159,18 +159,18 @@ expect_error "flag without its value" "--config" --usage tf train --config
 expect_error "negative --threads" "--threads" --usage tf train --config "$work/tiny.json" --data "$work/text.txt" --out "$work/o14" --threads -5
 expect_error "negative --seed" "--seed" --usage tf sample --checkpoint "$work/run" --seed -1
 expect_error "negative --tokens" "--tokens" --usage tf sample --checkpoint "$work/run" --tokens -3
-expect_error "negative temperature" "--temperature: must be a finite number >= 0, got -1" --usage tf sample --checkpoint "$work/run" --temperature -1
-expect_error "negative top-k" "--top-k: must be an integer in [0, 2147483647], got -1" --usage tf sample --checkpoint "$work/run" --top-k -1
-expect_error "top-p above 1" "--top-p: must be a number in (0, 1], got 2" --usage tf sample --checkpoint "$work/run" --top-p 2
+expect_error "negative temperature" "--temperature: must be a finite number >= 0, got '-1'" --usage tf sample --checkpoint "$work/run" --temperature -1
+expect_error "negative top-k" "--top-k: must be an integer in [0, 2147483647], got '-1'" --usage tf sample --checkpoint "$work/run" --top-k -1
+expect_error "top-p above 1" "--top-p: must be a number in (0, 1], got '2'" --usage tf sample --checkpoint "$work/run" --top-p 2
 # Numbers past a flag's type are refused with the range, not capped.
-expect_error "--tokens past int64" "--tokens: must be an integer in [0, 2147483647], got 9223372036854775808" --usage tft sample --checkpoint "$work/run" --tokens 9223372036854775808
-expect_error "--seed past uint64" "--seed: must be an integer in [0, 18446744073709551615], got 18446744073709551616" --usage tft sample --checkpoint "$work/run" --seed 18446744073709551616
-expect_error "--top-k past int32" "--top-k: must be an integer in [0, 2147483647], got 4294967296" --usage tft sample --checkpoint "$work/run" --top-k 4294967296
-expect_error "--context past int64" "--context: must be an integer in [0, 2147483647], got 99999999999999999999" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --context 99999999999999999999
-expect_error "--threads past int32" "--threads: must be an integer in [0, 1024], got 4294967297" --usage tf --threads 4294967297 sample --checkpoint "$work/run"
-expect_error "--vocab-size past int64" "--vocab-size: must be an integer in [0, 2147483647], got 9223372036854775808" --usage tf prepare --data "$work/text.txt" --out "$work/o35" --vocab-size 9223372036854775808
-expect_error "--val-fraction 1" "--val-fraction: must be a number in (0, 1), got 1" --usage tf prepare --data "$work/text.txt" --out "$work/o36" --val-fraction 1
-expect_error "infinite temperature" "--temperature: must be a finite number >= 0, got inf" --usage tf sample --checkpoint "$work/run" --temperature inf
+expect_error "--tokens past int64" "--tokens: must be an integer in [0, 2147483647], got '9223372036854775808'" --usage tft sample --checkpoint "$work/run" --tokens 9223372036854775808
+expect_error "--seed past uint64" "--seed: must be an integer in [0, 18446744073709551615], got '18446744073709551616'" --usage tft sample --checkpoint "$work/run" --seed 18446744073709551616
+expect_error "--top-k past int32" "--top-k: must be an integer in [0, 2147483647], got '4294967296'" --usage tft sample --checkpoint "$work/run" --top-k 4294967296
+expect_error "--context past int64" "--context: must be an integer in [0, 2147483647], got '99999999999999999999'" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --context 99999999999999999999
+expect_error "--threads past int32" "--threads: must be an integer in [0, 1024], got '4294967297'" --usage tf --threads 4294967297 sample --checkpoint "$work/run"
+expect_error "--vocab-size past int64" "--vocab-size: must be an integer in [0, 2147483647], got '9223372036854775808'" --usage tf prepare --data "$work/text.txt" --out "$work/o35" --vocab-size 9223372036854775808
+expect_error "--val-fraction 1" "--val-fraction: must be a number in (0, 1), got '1'" --usage tf prepare --data "$work/text.txt" --out "$work/o36" --val-fraction 1
+expect_error "infinite temperature" "--temperature: must be a finite number >= 0, got 'inf'" --usage tf sample --checkpoint "$work/run" --temperature inf
 # Prompts from a file or stdin, beyond the 128 KiB a command-line argument holds.
 for i in $(seq 4000); do echo "The quick brown fox jumps over the lazy dog, line 1."; done > "$work/long_prompt.txt"
 checks=$((checks + 1))
@@ -255,10 +255,10 @@ expect_error "a checkpoint as kNN store" "not a tapeformer kNN store" -- tf eval
 expect_error "missing kNN store" "kNN store '$work/nope.knn': cannot open" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/nope.knn"
 expect_error "FIFO as kNN store" "kNN store '$work/fifo' is a FIFO, not a regular file" -- tft sample --checkpoint "$work/run" --knn "$work/fifo" --tokens 5
 expect_error "k larger than the store" "--knn-k 100000 exceeds the $keys keys of kNN store '$work/run.knn'" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-k 100000
-expect_error "--knn-lambda above 1" "--knn-lambda: must be a number in [0, 1], got 1.5" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-lambda 1.5
-expect_error "negative --knn-lambda" "--knn-lambda: must be a number in [0, 1], got -0.1" --usage tf sample --checkpoint "$work/run" --knn "$work/run.knn" --knn-lambda -0.1
-expect_error "--knn-temperature 0" "--knn-temperature: must be a finite number > 0, got 0" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-temperature 0
-expect_error "--knn-k 0" "--knn-k: must be an integer in [1, 2147483647], got 0" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-k 0
+expect_error "--knn-lambda above 1" "--knn-lambda: must be a number in [0, 1], got '1.5'" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-lambda 1.5
+expect_error "negative --knn-lambda" "--knn-lambda: must be a number in [0, 1], got '-0.1'" --usage tf sample --checkpoint "$work/run" --knn "$work/run.knn" --knn-lambda -0.1
+expect_error "--knn-temperature 0" "--knn-temperature: must be a finite number > 0, got '0'" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-temperature 0
+expect_error "--knn-k 0" "--knn-k: must be an integer in [1, 2147483647], got '0'" --usage tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-k 0
 expect_error "--knn-nprobe on an exact store" "--knn-nprobe applies to an ivf store" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-nprobe 4
 expect_error "lambda 1 and a token no neighbour has" "has probability 0 (none of its 1 neighbours has it)" -- tf eval --checkpoint "$work/run" --data "$work/text.txt" --knn "$work/run.knn" --knn-lambda 1 --knn-k 1
 expect_error "knn build on a missing data file" "'$work/nope.txt': cannot open" -- tf knn build --checkpoint "$work/run" --data "$work/nope.txt" --out "$work/o.knn"
