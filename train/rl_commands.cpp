@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/autograd/tape.h"
@@ -48,12 +49,7 @@ int run_rl_collect(const RlCollectArgs& args) {
   for (const std::string& o : args.options) {
     const size_t eq = o.find('=');
     TAPEFORMER_CHECK(eq != std::string::npos && eq > 0, "--option must be name=value, got \"", o, "\"");
-    const std::string value = o.substr(eq + 1);
-    char* end = nullptr;
-    const long long v = std::strtoll(value.c_str(), &end, 10);
-    TAPEFORMER_CHECK(!value.empty() && end == value.c_str() + value.size(), "--option ", o.substr(0, eq),
-                     ": the value must be an integer, got \"", value, "\"");
-    options[o.substr(0, eq)] = v;
+    options[o.substr(0, eq)] = parse_number<int64_t>(o.substr(eq + 1), "--option " + o.substr(0, eq));
   }
   const Trajectories data = collect(args.env, options, parse_policy_mix(args.policy, args.epsilon), args.episodes, args.seed);
   const uint64_t checksum = save_trajectories(args.out, data);
@@ -114,7 +110,8 @@ class DecisionTransformerHooks : public ModelHooks {
 }  // namespace
 
 ModelHooksKind decision_transformer_model_hooks() {
-  return {"decision_transformer", "episodes only: text training, evaluation and sampling are refused",
+  return {"decision_transformer", "episodes of an environment: train it with tapeformer rl train, act with rl eval; "
+                                  "text training, evaluation and sampling are refused",
           [](const HookSite& site) -> std::unique_ptr<ModelHooks> {
             return std::make_unique<DecisionTransformerHooks>(site);
           }};
@@ -124,6 +121,10 @@ namespace {
 
 // A run's config fitted to its dataset: the model reads its states, timesteps and actions.
 void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path) {
+  // Before the model is built (its build measures a forward over one window).
+  TAPEFORMER_CHECK(cfg.model.block_size <= data.max_steps, "rl train: model.block_size ", cfg.model.block_size,
+                   " steps per window is more than any episode of the dataset '", path, "' holds (environment \"",
+                   data.env, "\" ends every episode within ", data.max_steps, " steps)");
   cfg.model.arch = "decision_transformer";
   std::string sizes;
   for (int32_t s : data.feature_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
@@ -261,7 +262,6 @@ int run_rl_train(const RlTrainArgs& args) {
 
 int run_rl_eval(const RlEvalArgs& args) {
   TAPEFORMER_CHECK(args.episodes >= 1, "rl eval: --episodes must be >= 1, got ", args.episodes);
-  TAPEFORMER_CHECK(std::isfinite(args.target_return), "rl eval: --target-return must be finite");
   const std::string ckpt = checkpoint_file(args.checkpoint);
   const Checkpoint c = load_checkpoint(ckpt);
   TrainConfig cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + ckpt + "'");
@@ -280,6 +280,11 @@ int run_rl_eval(const RlEvalArgs& args) {
   cfg.model.vocab_size = data.actions;
   const std::unique_ptr<LanguageModel> model = load_checkpoint_model(c, cfg.model, ckpt);
   std::unique_ptr<Environment> env = environment_kinds().get(data.env).make(data.options);
+  const auto [least, most] = return_bounds(*env);
+  TAPEFORMER_CHECK(args.target_return >= least && args.target_return <= most, "rl eval: --target-return ",
+                   args.target_return, " is outside the returns environment \"", data.env, "\" can give: [", least,
+                   ", ", most, "] (", env->max_steps(), " steps of rewards in [", env->reward_range().first, ", ",
+                   env->reward_range().second, "])");
   const bool returns = cfg.model.option_bool("dt_returns");
   // Progress on stderr: one line rewritten in place on a terminal, else a line per tenth of the episodes.
   const bool tty = ::isatty(STDERR_FILENO) == 1;
@@ -291,12 +296,12 @@ int run_rl_eval(const RlEvalArgs& args) {
     Observation o = env->reset((args.seed ^ 0x5bd1e995ULL) * 998244353ULL + static_cast<uint64_t>(i));
     best += env->best_return();
     auto state = model->make_state(1);
-    double to_go = args.target_return, total = 0;
+    int64_t to_go = args.target_return, total = 0;  // both stay within return_bounds' span: int32
     int32_t previous = data.actions;
     for (int64_t t = 0;; ++t) {
       ModelInputs in = {{DecisionTransformer::kStates, IndexTensor({1, 1, static_cast<int64_t>(o.size())}, o)},
                         {DecisionTransformer::kTimesteps, IndexTensor({1, 1}, {static_cast<int32_t>(t)})}};
-      if (returns) in[DecisionTransformer::kReturns] = IndexTensor({1, 1}, {static_cast<int32_t>(std::lround(to_go))});
+      if (returns) in[DecisionTransformer::kReturns] = IndexTensor({1, 1}, {static_cast<int32_t>(to_go)});
       ModelContext ctx;
       ctx.state = state.get();
       ctx.inputs = &in;
@@ -309,8 +314,8 @@ int run_rl_eval(const RlEvalArgs& args) {
       o = r.observation;
       if (r.done) break;
     }
-    achieved.push_back(total);
-    so_far += total;
+    achieved.push_back(static_cast<double>(total));
+    so_far += static_cast<double>(total);
     if (tty || (i + 1) % std::max<int64_t>(1, args.episodes / 10) == 0 || i + 1 == args.episodes)
       std::fprintf(stderr, "%srl eval: episode %lld/%lld | mean return %.2f%s", tty ? "\r" : "",
                    static_cast<long long>(i + 1), static_cast<long long>(args.episodes),
@@ -321,7 +326,8 @@ int run_rl_eval(const RlEvalArgs& args) {
   char line[512];
   std::snprintf(line, sizeof line, "{\"target_return\": %s, \"episodes\": %lld, \"return_mean\": %s, \"return_sd\": %s, "
                 "\"best_return_mean\": %s, \"env\": \"%s\"}",
-                json_number(args.target_return).c_str(), static_cast<long long>(args.episodes), json_number(mean).c_str(),
+                std::to_string(args.target_return).c_str(), static_cast<long long>(args.episodes),
+                json_number(mean).c_str(),
                 json_number(sd).c_str(), json_number(best / static_cast<double>(args.episodes)).c_str(), data.env.c_str());
   std::printf("%s\n", line);
   if (log) {

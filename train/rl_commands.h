@@ -49,7 +49,7 @@ int run_rl_train(const RlTrainArgs& args);
 // {"target_return", "episodes", "return_mean", "return_sd", "best_return_mean", ...}.
 struct RlEvalArgs {
   std::string checkpoint;  // a run directory of rl train
-  double target_return = 0;
+  int64_t target_return = 0;  // within the environment's return_bounds
   int64_t episodes = 20;
   uint64_t seed = 1;
   std::string log;  // also append the result line here ("": no)

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapeformer/core/registry.h"
@@ -58,7 +59,17 @@ class Environment {
   virtual int32_t random_action(Rng& rng) const { return static_cast<int32_t>(rng.below(static_cast<uint64_t>(actions()))); }
   // The best return an episode of this layout can reach (what the expert gets).
   virtual int32_t best_return() const = 0;
+  // The least and the most reward one step can give. A dataset holding a
+  // reward outside is refused as forged, and so are returns outside
+  // return_bounds().
+  virtual std::pair<int32_t, int32_t> reward_range() const = 0;
 };
+
+// The least and the most an episode can return: up to max_steps() rewards,
+// each in reward_range() (0 included, for an episode that ends at once).
+// Returns to go (a target less the return so far) are int32 model inputs:
+// Error naming the environment when the span of these bounds exceeds one.
+std::pair<int64_t, int64_t> return_bounds(const Environment& env);
 
 // Options by name (the corridor's length), each kind's defaults filled in by make.
 using EnvironmentOptions = std::map<std::string, int64_t>;

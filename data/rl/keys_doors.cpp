@@ -87,6 +87,7 @@ class KeysDoors : public Environment {
     return 0;  // unreachable goal: cannot happen on this map
   }
 
+  std::pair<int32_t, int32_t> reward_range() const override { return {-1, 10}; }
   int32_t best_return() const override {
     KeysDoors copy = *this;
     copy.steps_ = 0;

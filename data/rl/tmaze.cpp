@@ -58,6 +58,7 @@ class TMaze : public Environment {
     return position_ < corridor_ ? 0 : 1 + static_cast<int32_t>(rng.below(2));
   }
   int32_t best_return() const override { return 1; }
+  std::pair<int32_t, int32_t> reward_range() const override { return {0, 1}; }
 
  private:
   int32_t corridor_;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/files.h"
 
 namespace tapeformer {
@@ -72,11 +73,8 @@ PolicyMix parse_policy_mix(const std::string& text, double epsilon) {
                      "\" in \"", text, "\" (known: random, noisy, expert)");
     double w = 1;
     if (colon != std::string::npos) {
-      char* end = nullptr;
-      const std::string number = item.substr(colon + 1);
-      w = std::strtod(number.c_str(), &end);
-      TAPEFORMER_CHECK(!number.empty() && end == number.c_str() + number.size() && std::isfinite(w) && w > 0,
-                       "--policy: the weight of \"", name, "\" must be a number > 0, got \"", number, "\"");
+      w = parse_number<double>(item.substr(colon + 1), "--policy: the weight of \"" + name + "\"");
+      TAPEFORMER_CHECK(w > 0, "--policy: the weight of \"", name, "\" must be a number > 0, got ", w);
     }
     for (const auto& [seen, unused] : mix.weights)
       TAPEFORMER_CHECK(seen != name, "--policy: \"", name, "\" is named twice in \"", text, "\"");
@@ -98,6 +96,8 @@ Trajectories collect(const std::string& env_name, const EnvironmentOptions& give
   data.feature_sizes = env->feature_sizes();
   data.actions = env->actions();
   data.max_steps = env->max_steps();
+  const std::pair<int32_t, int32_t> rewards = env->reward_range();
+  return_bounds(*env);
   double total_weight = 0;
   for (const auto& [name, w] : mix.weights) total_weight += w;
   for (int64_t i = 0; i < episodes; ++i) {
@@ -118,6 +118,12 @@ Trajectories collect(const std::string& env_name, const EnvironmentOptions& give
       int32_t a = env->expert_action();
       if (e.policy == "random" || (e.policy == "noisy" && rng.uniform() < mix.epsilon)) a = env->random_action(rng);
       const StepResult r = env->step(a);
+      // An environment that breaks its own contract would write a dataset no run can read.
+      TAPEFORMER_CHECK(r.reward >= rewards.first && r.reward <= rewards.second, "environment \"", kind.name,
+                       "\" gave reward ", r.reward, ", outside its reward_range [", rewards.first, ", ",
+                       rewards.second, "]");
+      TAPEFORMER_CHECK(static_cast<int64_t>(e.actions.size()) < data.max_steps, "environment \"", kind.name,
+                       "\" ran past its step cap of ", data.max_steps, " actions");
       e.observations.push_back(std::move(o));
       e.actions.push_back(a);
       e.rewards.push_back(r.reward);
@@ -184,6 +190,8 @@ Trajectories load_trajectories(const std::string& path) {
                        d.max_steps == env->max_steps(),
                    origin, ": its observation features, actions or step cap are not those of environment \"", d.env,
                    "\" with its options");
+  const std::pair<int32_t, int32_t> rewards = env->reward_range();
+  return_bounds(*env);  // refuses an environment whose returns would not fit an int32
   const auto F = static_cast<uint64_t>(d.feature_sizes.size());
   const uint64_t episodes = in.count("the episodes", 8 + 8 + 8 + 4 * (F + 2));
   for (uint64_t i = 0; i < episodes; ++i) {
@@ -208,6 +216,12 @@ Trajectories load_trajectories(const std::string& path) {
                        d.actions - 1);
     e.rewards.resize(T);
     in.bytes(e.rewards.data(), T * 4, "the rewards");
+    // Rewards within the environment's range keep every return to go within
+    // return_bounds, which fit the int32 the model reads them as.
+    for (uint64_t t = 0; t < T; ++t)
+      TAPEFORMER_CHECK(e.rewards[t] >= rewards.first && e.rewards[t] <= rewards.second, origin, ": episode ", i,
+                       " has reward ", e.rewards[t], " at step ", t, ", outside environment \"", d.env, "\"'s range [",
+                       rewards.first, ", ", rewards.second, "] (a forged or damaged dataset)");
     d.episodes.push_back(std::move(e));
   }
   TAPEFORMER_CHECK(in.left == 0, origin, ": ", in.left, " bytes after the last episode");

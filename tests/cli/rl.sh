@@ -58,7 +58,7 @@ if rows(w + "/mem/metrics.jsonl") != [r for r in rows(w + "/mem_split/metrics.js
     sys.exit("FAIL: the resumed memory run's metrics differ from the straight run's")
 PY
 out=$("$bin" rl eval --checkpoint "$work/mem" --target-return 1 --episodes 5 --log "$work/no/such/dir.jsonl" 2> "$work/err"); rc=$?
-[ $rc -eq 1 ] && [ -z "$out" ] && grep -q "cannot append to --log" "$work/err" \
+[ $rc -eq 1 ] && [ -z "$out" ] && grep -q "rl eval --log: cannot write '$work/no/such/dir.jsonl': its directory '$work/no/such' does not exist" "$work/err" \
   || { echo "FAIL: an unwritable --log: rc $rc, '$out', '$(cat "$work/err")'"; exit 1; }
 for target in 0 1; do
   out=$("$bin" rl eval --checkpoint "$work/mem" --target-return $target --episodes 5 --log "$work/achieved.jsonl" 2> /dev/null) \

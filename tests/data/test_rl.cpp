@@ -370,3 +370,67 @@ TEST_CASE("episode streams: whole episodes in segments from their starts; restar
   EpisodeStreams short_first(shorter, {0}, 2, 2, 4);
   CHECK_THROWS_WITH_AS(load_into(short_first, position_of(only_first)), doctest::Contains("past its episodes"), Error);
 }
+
+namespace {
+
+// An environment that breaks its own contract: rewards of `reward` each step
+// for `steps` steps, and a reward range of [lo, hi].
+class Liar : public Environment {
+ public:
+  Liar(int32_t reward, int32_t lo, int32_t hi, int64_t cap) : reward_(reward), lo_(lo), hi_(hi), cap_(cap) {}
+  std::string name() const override { return "liar"; }
+  std::vector<int32_t> feature_sizes() const override { return {2}; }
+  int32_t actions() const override { return 2; }
+  int64_t max_steps() const override { return cap_; }
+  Observation reset(uint64_t) override {
+    steps_ = 0;
+    return {0};
+  }
+  StepResult step(int32_t) override {
+    ++steps_;
+    return {{0}, reward_, steps_ >= 3};
+  }
+  int32_t expert_action() const override { return 0; }
+  int32_t best_return() const override { return 0; }
+  std::pair<int32_t, int32_t> reward_range() const override { return {lo_, hi_}; }
+
+ private:
+  int32_t reward_, lo_, hi_;
+  int64_t cap_, steps_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("rewards and returns: within each environment's range; bounds that would wrap an int32 refused") {
+  // Every reward of many episodes of each policy lies in the environment's range.
+  for (const auto& [name, options] : std::vector<std::pair<std::string, EnvironmentOptions>>{
+           {"keys_doors", {}}, {"tmaze", {{"corridor", 3}}}}) {
+    const Trajectories d = collect(name, options, parse_policy_mix("random:0.5,noisy:0.3,expert:0.2", 0.3), 200, 11);
+    const std::unique_ptr<Environment> env = make_env(name, options);
+    const auto [lo, hi] = env->reward_range();
+    const auto [least, most] = return_bounds(*env);
+    for (const Episode& e : d.episodes) {
+      for (int32_t r : e.rewards) CHECK((r >= lo && r <= hi));
+      CHECK((e.total() >= least && e.total() <= most));
+    }
+  }
+  CHECK(return_bounds(*make_env("keys_doors")) == std::pair<int64_t, int64_t>{-30, 300});
+  CHECK(return_bounds(*make_env("tmaze", {{"corridor", 4}})) == std::pair<int64_t, int64_t>{0, 8});
+  // 2^31 - 1 per step for 2 steps spans more than an int32; so does [-2^31, 0] for one.
+  CHECK_THROWS_WITH_AS(return_bounds(Liar(0, 0, INT32_MAX, 2)), doctest::Contains("span more returns than the 32-bit"),
+                       Error);
+  CHECK_THROWS_WITH_AS(return_bounds(Liar(0, INT32_MIN, 0, 1)), doctest::Contains("span more returns than the 32-bit"),
+                       Error);
+  CHECK(return_bounds(Liar(0, 0, INT32_MAX, 1)) == std::pair<int64_t, int64_t>{0, INT32_MAX});
+  CHECK(return_bounds(Liar(0, -3, 5, 7)) == std::pair<int64_t, int64_t>{-21, 35});
+  // collect refuses an environment that gives a reward outside its own range.
+  EnvironmentKind liar;
+  liar.name = "liar_test";
+  liar.summary = "rewards 7 outside [0, 1]";
+  liar.make = [](const EnvironmentOptions&) -> std::unique_ptr<Environment> {
+    return std::make_unique<Liar>(7, 0, 1, 5);
+  };
+  environment_kinds().add(liar);
+  CHECK_THROWS_WITH_AS(collect("liar_test", {}, parse_policy_mix("expert", 0.3), 1, 1),
+                       "environment \"liar_test\" gave reward 7, outside its reward_range [0, 1]", Error);
+}
