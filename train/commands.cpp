@@ -108,8 +108,8 @@ std::unique_ptr<LanguageModel> load_checkpoint_model(const Checkpoint& c, const 
 Loaded load_model(const Checkpoint& c, const std::string& path, const std::string& weights) {
   Loaded l;
   l.cfg = TrainConfig::parse(c.config_json, "in checkpoint '" + path + "'");
-  TAPEFORMER_CHECK(!c.tokenizer.empty(), "checkpoint '", path, "' holds no tokenizer: its batches came from a "
-                   "program's own task (a synthetic task), which evaluates and reads it itself");
+  TAPEFORMER_CHECK(!c.tokenizer.empty(), "checkpoint '", path, "' holds no tokenizer, so it reads no text: it was "
+                   "trained on ", task_run_origin(l.cfg.model.arch));
   l.tokenizer = load_tokenizer(c.tokenizer);
   l.cfg.model.vocab_size = l.tokenizer->vocab_size();
   l.model = load_checkpoint_model(c, l.cfg.model, path);
@@ -187,10 +187,15 @@ std::string layers_json(const std::vector<std::pair<std::string, std::vector<dou
   return out + "}";
 }
 
+// What --report-layers says when the layers logged nothing.
+constexpr const char* kNoLayerFigures =
+    "the model's layers logged no figures here (layers that adapt their depth log them only while they adapt: "
+    "an early-exit model once `tapeformer calibrate` has set its threshold, a Universal Transformer always)";
+
 // The figures layers log, one line each on stderr ("sample: exit_layers_mean 2.31").
 void report_layers(const LanguageModel& model) {
   const auto layers = model.layer_metrics();
-  if (layers.empty()) std::fprintf(stderr, "sample: the model's layers log no figures\n");
+  if (layers.empty()) std::fprintf(stderr, "sample: %s\n", kNoLayerFigures);
   for (const auto& [name, values] : layers) {
     std::string line = "sample: " + name;
     for (double v : values) line += " " + json_number(v);
@@ -222,6 +227,9 @@ int run_sample(const SampleArgs& args) {
     prompt_printed = true;
   };
   if (!args.png.empty()) {  // images: each sampled from the prompt, one per line, then the grid
+    // Before any image: the grid never goes over an input or a run's file.
+    RunDirectory::check_output("sample --png", args.png,
+                               {checkpoint_file(args.checkpoint), args.weights, args.prompt_file, args.knn.store});
     TAPEFORMER_CHECK(args.image_width >= 1 && args.options.tokens % args.image_width == 0 && args.images >= 1,
                      "sample --png: --tokens (", args.options.tokens, ", the pixels of an image) must be a multiple "
                      "of --image-width (", args.image_width, "), and --images (", args.images, ") >= 1");
@@ -335,6 +343,7 @@ int run_eval(const EvalArgs& args) {
                 json_number(args.knn.temperature).c_str());
   if (args.report_layers) std::printf(", \"layers\": %s", layers_json(r.layers).c_str());
   std::printf("}\n");
+  if (args.report_layers && r.layers.empty()) std::fprintf(stderr, "eval: %s\n", kNoLayerFigures);
   return 0;
 }
 
@@ -350,8 +359,10 @@ int run_export(const ExportArgs& args) {
 }
 
 int run_prepare(const PrepareArgs& args) {
+  // A directory that does not exist yet holds none of the inputs: prepare makes it.
   for (const char* name : {"train.bin", "val.bin", "tokenizer.bin"})
-    RunDirectory::check_output("prepare", (fs::path(args.out) / name).string(), {args.data, args.tokenizer.sp_model});
+    if (fs::is_directory(args.out))
+      RunDirectory::check_output("prepare", (fs::path(args.out) / name).string(), {args.data, args.tokenizer.sp_model});
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const PreparedFiles p = prepare_token_files(args.data, args.out, args.tokenizer, args.val_fraction,
                                               [&](const char* stage, int64_t done, int64_t total) {

@@ -16,4 +16,10 @@ std::unique_ptr<ModelHooks> make_model_hooks(const HookSite& site) {
   return std::make_unique<ModelHooks>();
 }
 
+std::string task_run_origin(const std::string& arch) {
+  if (const ModelHooksKind* kind = model_hooks_kinds().find(arch))
+    return "model.arch \"" + arch + "\" (" + kind->summary + ")";
+  return "a program's own task (a synthetic task), which only that program reads";
+}
+
 }  // namespace tapeformer

@@ -102,4 +102,10 @@ Registry<ModelHooksKind>& model_hooks_kinds();
 // The hooks of site.cfg's model.arch, or the defaults.
 std::unique_ptr<ModelHooks> make_model_hooks(const HookSite& site);
 
+// What trained a run whose checkpoint holds no tokenizer, for the errors of
+// the commands that need a text: the summary of its model.arch's hooks
+// ("model.arch \"decision_transformer\": episodes only, ...") or a
+// program's own task.
+std::string task_run_origin(const std::string& arch);
+
 }  // namespace tapeformer

@@ -1,6 +1,10 @@
 #include "tapeformer/train/run_directory.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -126,6 +130,12 @@ void RunDirectory::check_output(const std::string& who, const std::string& outpu
   TAPEFORMER_CHECK(!(is_run_file_name(out.filename().string()) && is_run_directory(parent.string())), who,
                    ": the output '", output, "' is the ", out.filename().string(), " of the run directory '",
                    parent.string(), "': writing it would break that run; choose another output file");
+  const fs::path dir = fs::path(output).has_parent_path() ? fs::path(output).parent_path() : fs::path(".");
+  std::error_code ec;
+  TAPEFORMER_CHECK(fs::is_directory(dir, ec), who, ": cannot write '", output, "': its directory '", dir.string(),
+                   "' does not exist");
+  TAPEFORMER_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, who, ": cannot write '", output, "': its directory '",
+                   dir.string(), "' is not writable (", std::strerror(errno), ")");
 }
 
 }  // namespace tapeformer

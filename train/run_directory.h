@@ -63,7 +63,9 @@ class RunDirectory {
   static bool is_run_directory(const std::string& dir);
   // Refuses, with an Error naming both, to write `output` when it is one of
   // the command's own `inputs` (the same file by any path: links, "..") or
-  // a file a run directory keeps. `who` names the command ("export").
+  // a file a run directory keeps, and when its directory does not exist or
+  // is not writable, so that a command fails before its work, not after.
+  // `who` names the command ("export").
   static void check_output(const std::string& who, const std::string& output, const std::vector<std::string>& inputs);
   // Only the first rule: for a run's own files (train's checkpoint against its --data).
   static void check_not_input(const std::string& who, const std::string& output, const std::vector<std::string>& inputs);

@@ -10,24 +10,27 @@
 #include <string>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 
 namespace tapeformer {
 namespace {
 
-// The PID the holder wrote into the lock file, or "?".
+// "process PID" as the holder wrote it into the lock file, or "another
+// process" when the file holds no PID (emptied, or written over by hand).
 std::string holder_of(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return "?";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return "another process";
   char buf[32] = {};
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
   ::close(fd);
   std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
   while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-  return holder.empty() ? "?" : holder;
+  return number_error<int32_t>(holder).empty() && parse_number<int32_t>(holder, "") > 0 ? "process " + holder
+                                                                                         : "another process";
 }
 
 [[noreturn]] void refuse(const std::string& dir, const std::string& path, int error) {
-  TAPEFORMER_CHECK(error != EWOULDBLOCK, "run directory '", dir, "' is in use by process ", holder_of(path),
+  TAPEFORMER_CHECK(error != EWOULDBLOCK, "run directory '", dir, "' is in use by ", holder_of(path),
                    " (it holds the directory and '", path,
                    "'): one run writes a directory at a time; wait for it to end or choose another --out");
   fail("cannot lock the run directory '", dir, "' ('", path, "'): ", std::strerror(error));

@@ -84,7 +84,7 @@ if kill -0 "$second" 2>/dev/null; then
   fail "2a: a --resume into a run whose lock file was deleted runs beside it"; kill -9 "$second"
 else
   wait "$second" && fail "2a: the second writer exited 0"
-  grep -q "is in use by process" "$work/a2.err" || { fail "2a: the second writer's message:"; cat "$work/a2.err"; }
+  grep -q "is in use by another process" "$work/a2.err" || { fail "2a: the second writer's message:"; cat "$work/a2.err"; }
 fi
 kill -TERM "$first"; wait "$first"; status=$?
 [ "$status" = 143 ] || { fail "2a: the first run ended with $status, not 143"; cat "$work/a.err"; }
