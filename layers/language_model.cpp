@@ -1,5 +1,7 @@
 #include "tapeformer/layers/language_model.h"
 
+#include <algorithm>
+
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/storage.h"
@@ -65,9 +67,29 @@ std::unique_ptr<LanguageModel> make_model(const ModelConfig& cfg, Rng& rng) {
 
 ModelFootprint model_footprint(const ModelConfig& cfg) { return model_kinds().get(cfg.arch).footprint(cfg); }
 
-double activation_floats(LanguageModel& model) {
+double activation_floats(LanguageModel& model) { return activation_floats(model, model.config().block_size); }
+
+std::optional<double> activation_floats_floor(const ModelConfig& cfg) {
+  constexpr int64_t kShort = 512, kLong = 1024;
+  const auto T = static_cast<double>(cfg.block_size);
+  if (T <= kLong) return std::nullopt;
+  double shorter = 0, longer = 0;
+  try {
+    ModelConfig probe_cfg = cfg;
+    probe_cfg.block_size = kLong;
+    Rng rng(0);  // its own weights: the run's initialisation stream is untouched
+    const std::unique_ptr<LanguageModel> probe = make_model(probe_cfg, rng);
+    shorter = activation_floats(*probe, kShort);
+    longer = activation_floats(*probe, kLong);
+  } catch (const Error&) {  // a kind that cannot be this short (a block tied to other sizes)
+    return std::nullopt;
+  }
+  const double slope = std::max(0.0, (longer - shorter) / static_cast<double>(kLong - kShort));
+  return longer + slope * (T - static_cast<double>(kLong));
+}
+
+double activation_floats(LanguageModel& model, int64_t T) {
   const ModelConfig& cfg = model.config();
-  const int64_t T = cfg.block_size;
   const IndexTensor ids({1, T}, std::vector<int32_t>(static_cast<size_t>(T), 0));
   const ModelKind& kind = model_kinds().get(cfg.arch);
   const ModelInputs inputs = kind.example_inputs ? kind.example_inputs(cfg, 1, T) : ModelInputs();

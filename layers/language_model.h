@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,5 +124,17 @@ ModelFootprint model_footprint(const ModelConfig& cfg);
 // model's parameters, memories, mode and batch statistics (zero) are left
 // as they were; its dropout draws come from a generator of its own.
 double activation_floats(LanguageModel& model);
+// The same over a window of T <= block_size tokens.
+double activation_floats(LanguageModel& model, int64_t T);
+// A floor of activation_floats for cfg's model, measured on a model of the
+// same config but a block of 1024 tokens, over two windows (512 and 1024
+// tokens) instead of the whole block: what a forward keeps grows with the
+// window at least along the line through those two (linearly, or faster
+// for scores kept whole). So a block no machine could hold is refused
+// before its model is built (a learned position table of a million rows
+// takes seconds to initialise) and without a forward over the whole block.
+// nullopt when block_size <= 1024 (the measure itself is quick) or when the
+// kind does not build or read at that size.
+std::optional<double> activation_floats_floor(const ModelConfig& cfg);
 
 }  // namespace tapeformer

@@ -197,8 +197,12 @@ struct Trainer::State {
     val_tokens = std::move(data.val);
     val_tokens_per_char = data.val_tokens_per_char;
     cfg.model.vocab_size = tokenizer->vocab_size();
-    build_model(save_tokenizer(*tokenizer));
     const int64_t B = cfg.train.batch_size, T = cfg.model.block_size;
+    // What needs no model first: the model's build measures a forward over
+    // one block, which a block longer than the data makes long.
+    RandomWindowSampler(*train_tokens, B, T, 0, "train split");
+    RandomWindowSampler(*val_tokens, B, T, 0, "val split");
+    build_model(save_tokenizer(*tokenizer));
     TAPEFORMER_CHECK(cfg.data.align == 1 || !carries_memory(), "data.align ", cfg.data.align,
                      " does not combine with a segment memory (model.mem_len): its segments follow the text in order");
     if (carries_memory()) {
@@ -259,6 +263,9 @@ struct Trainer::State {
   void build_model(const std::string& data) {
     const int64_t num_shards = shard_count(cfg);
     check_fits_in_memory(cfg, num_shards);  // before anything is allocated
+    // A long block's floor, from a small model of the same kinds: refused before the model is built.
+    if (const std::optional<double> floor = activation_floats_floor(cfg.model))
+      check_fits_in_memory(cfg, num_shards, floor);
     Rng init(stream_seed(cfg.train.seed, kInit));
     model = make_model(cfg.model, init);
     check_fits_in_memory(cfg, num_shards, activation_floats(*model));  // before the optimizer's moments and any batch
@@ -526,9 +533,9 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   const std::string path = "checkpoint '" + s.dir->checkpoint_path() + "'";
   TAPEFORMER_CHECK(!s.is_task() || c.tokenizer.empty(), path, " is a run on a text corpus, not on ", s.task.name,
                    "'s task; resume it with: ", program_name(), " train --out ", out_dir, " --resume");
-  TAPEFORMER_CHECK(s.is_task() || !c.tokenizer.empty(), path, " holds no tokenizer: its batches came from a "
-                   "program's own task (a synthetic task), so only that program can resume it");
   s.cfg = TrainConfig::parse(c.config_json, "in " + path);
+  TAPEFORMER_CHECK(s.is_task() || !c.tokenizer.empty(), path, " holds no tokenizer, so it cannot resume on a text: it "
+                   "was trained on ", task_run_origin(s.cfg.model.arch));
   if (adjust) adjust(s.cfg);
   TAPEFORMER_CHECK(s.cfg.train.max_iters >= c.step, "cannot resume '", out_dir, "': train.max_iters = ",
                    s.cfg.train.max_iters, " is below the checkpoint's step ", c.step,
