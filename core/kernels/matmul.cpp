@@ -9,6 +9,8 @@
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/activation_packet.h"
+#include "tapeformer/core/kernels/matmul_bf16.h"
+#include "tapeformer/core/kernels/precision.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/profile.h"
 
@@ -402,9 +404,43 @@ void dispatch_b(const MA& a, const MatRef& b, eigen::MatrixMap c, bool accumulat
   }
 }
 
+// The bf16 product on any CPU (precision.h): rounded copies of A and B, each
+// pair (k = 2p, 2p + 1) swapped so that the float32 kernel's sum in order of k
+// takes the odd product first, with denormals flushed, as the instruction
+// does. Every product of two bf16 values is exact in float32, and an FMA
+// rounds the sum once: the bits equal gemm_bf16's.
+void gemm_bf16_portable(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias) {
+  const int64_t M = a.rows, N = b.cols, K = a.cols, Kp = (K + 1) / 2 * 2;
+  thread_local std::vector<Scalar> ra, rb;
+  ra.assign(static_cast<size_t>(M * Kp), 0.0f);
+  rb.assign(static_cast<size_t>(Kp * N), 0.0f);
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t to = k ^ 1;  // its place in the swapped pair
+    for (int64_t i = 0; i < M; ++i) ra[i * Kp + to] = round_bf16(a.data[i * a.row_stride + k * a.col_stride]);
+    for (int64_t j = 0; j < N; ++j) rb[to * N + j] = round_bf16(b.data[k * b.row_stride + j * b.col_stride]);
+  }
+  const FlushDenormals flushed;
+  const Operands o{ra.data(), Kp, 1, rb.data(), N, c, ldc, Kp, bias, accumulate, {}};
+  product_packet<false, Epilogue::Op::Store>(o, M, N);
+}
+
 MatRef matrix_of(const Tensor& t, const Scalar* base) {
   const int r = t.rank();
   return MatRef{base, t.dim(r - 2), t.dim(r - 1), t.strides()[r - 2], t.strides()[r - 1]};
+}
+
+// The epilogue on rows x cols of finished sums at c (row stride ldc), for the
+// products whose kernels store plain sums.
+void apply_epilogue(const Epilogue& epilogue, Scalar* c, int64_t ldc, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows && epilogue.op != Epilogue::Op::Store; ++i) {
+    Scalar* row = c + i * ldc;
+    Scalar* aux = epilogue.aux ? epilogue.aux + i * ldc : nullptr;
+    if (epilogue.op == Epilogue::Op::Multiply) {
+      eigen::array(row, cols) *= eigen::array(aux, cols);
+    } else {
+      activate_rows(epilogue.act, row, aux, cols);
+    }
+  }
 }
 
 }  // namespace
@@ -425,6 +461,16 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
   TAPEFORMER_CHECK(!accumulate || epilogue.op == Epilogue::Op::Store, "gemm: an epilogue needs accumulate == false");
   TAPEFORMER_CHECK(epilogue.op != Epilogue::Op::Multiply || epilogue.aux, "gemm: a multiply epilogue needs its factor");
   if (a.rows == 0 || b.cols == 0) return;
+  if (const Precision p = product_precision(); p != Precision::fp32 && a.cols > 0) {
+    // bf16 operands (precision.h); the epilogue on the finished float32 sums.
+    if (p == Precision::bf16) {
+      gemm_bf16(a, b, c, ldc, accumulate, bias);
+    } else {
+      gemm_bf16_portable(a, b, c, ldc, accumulate, bias);
+    }
+    apply_epilogue(epilogue, c, ldc, a.rows, b.cols);
+    return;
+  }
   // A size-1 dim may have an arbitrary stride; normalise so the dispatch below
   // sees a consistent layout.
   MatRef aa = a, bb = b;
@@ -457,15 +503,7 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
     dispatch_b(eigen::col_matrix(aa.data, aa.rows, aa.cols, aa.col_stride), bb, cm, accumulate);
   }
   if (bias) cm.rowwise() += eigen::matrix(bias, 1, bb.cols).row(0);
-  for (int64_t i = 0; i < aa.rows && epilogue.op != Epilogue::Op::Store; ++i) {
-    Scalar* row = c + i * ldc;
-    Scalar* aux = epilogue.aux ? epilogue.aux + i * ldc : nullptr;
-    if (epilogue.op == Epilogue::Op::Multiply) {
-      eigen::array(row, bb.cols) *= eigen::array(aux, bb.cols);
-    } else {
-      activate_rows(epilogue.act, row, aux, bb.cols);
-    }
-  }
+  apply_epilogue(epilogue, c, ldc, aa.rows, bb.cols);
 }
 
 void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias,
