@@ -123,7 +123,8 @@ Loaded load_model(const std::string& checkpoint, const std::string& weights) {
 }
 
 bool key_may_change_on_resume(const std::string& key) {
-  return key == "train.max_iters" || key == "train.threads" || key == "train.shards" || key == "data.path" ||
+  return key == "train.max_iters" || key == "train.threads" || key == "train.shards" || key == "train.precision" ||
+         key == "data.path" ||
          key.rfind("eval.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("log.", 0) == 0;
 }
 
@@ -133,7 +134,7 @@ void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const st
     if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
       fail("cannot resume '", out_dir, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
            " but the config asks for ", now[i].second,
-           " (only train.max_iters, train.threads, train.shards, data.path, eval.*, checkpoint.* and log.* may change)");
+           " (only train.max_iters, train.threads, train.shards, train.precision, data.path, eval.*, checkpoint.* and log.* may change)");
   }
   const int64_t vocab_size = saved.model.vocab_size;
   saved = wanted;

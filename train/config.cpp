@@ -83,6 +83,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("train.seed", c.train.seed);
   v("train.threads", c.train.threads);
   v("train.shards", c.train.shards);
+  v("train.precision", c.train.precision);
   v("optimizer.name", c.optimizer.name);
   v("optimizer.lr", c.optimizer.lr);
   v("optimizer.betas", c.optimizer.betas);
@@ -409,6 +410,9 @@ void TrainConfig::validate() const {
                    train.threads);
   TAPEFORMER_CHECK(train.shards >= 0 && train.shards <= 1024, "config: 'train.shards' must be in [0, 1024], got ",
                    train.shards);
+  TAPEFORMER_CHECK(train.precision == "fp32" || train.precision == "bf16" || train.precision == "bf16_portable",
+                   "config: 'train.precision' must be \"fp32\", \"bf16\" or \"bf16_portable\", got \"", train.precision,
+                   "\"");
   TAPEFORMER_CHECK(optimizer_kinds().find(optimizer.name) != nullptr, "config: 'optimizer.name' must be one of ",
                    optimizer_kinds().names(), ", got \"", optimizer.name, "\"");
   // An optimizer kind's own key, set for a kind this config does not select, is refused.

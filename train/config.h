@@ -44,6 +44,11 @@ struct LoopConfig {
   // 0 = one per thread. Results depend on the shard count (by rounding), not
   // on the thread count: set it to reproduce a run on another machine.
   int64_t shards = 0;
+  // The products' operands (core/kernels/precision.h): "fp32"; "bf16"
+  // (AVX512-BF16 dot products, float32 sums; weights, optimizer state, norms,
+  // softmax and the loss stay float32); "bf16_portable" (the same bits on any
+  // CPU, slowly: the reference bf16 is tested against). May change on resume.
+  std::string precision = "fp32";
 };
 
 struct OptimizerConfig {

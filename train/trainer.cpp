@@ -13,6 +13,7 @@
 
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/precision.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/serialize.h"
@@ -253,6 +254,11 @@ struct Trainer::State {
   }
 
   void start_process() {
+    // bf16 on a CPU without the instructions: refused before anything is built.
+    if (cfg.train.precision == "bf16") {
+      const std::string why = kernels::bf16_unsupported();
+      TAPEFORMER_CHECK(why.empty(), "config: ", why);
+    }
     parallel::set_num_threads(static_cast<int>(cfg.train.threads));
     Storage::keep_freed_memory_mapped();
     group = ProcessGroup::world();
@@ -580,6 +586,10 @@ void Trainer::set_quiet(bool on) { s_->quiet = on; }
 TrainResult Trainer::run() {
   State& s = *s_;
   const TrainConfig& c = s.cfg;
+  // The products of every step and evaluation of the run (core/kernels/precision.h).
+  const kernels::ProductPrecision precision(c.train.precision == "bf16"            ? kernels::Precision::bf16
+                                            : c.train.precision == "bf16_portable" ? kernels::Precision::bf16_portable
+                                                                                   : kernels::Precision::fp32);
   const int64_t tokens_per_step = c.train.batch_size * c.model.block_size * c.train.grad_accum;
   Progress progress(c.train.max_iters, s.writes() && !s.quiet);
   if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.dir->checkpoint_path());

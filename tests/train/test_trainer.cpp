@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/precision.h"
 #include "tapeformer/data/corpus.h"
 #include "tapeformer/data/token_file.h"
 #include "temp_dir.h"
@@ -461,4 +462,56 @@ TEST_CASE("--profile: profile.json has the step's phases and kernels, and steady
   // Profiling changes no result.
   Trainer plain(c, (dir.path / "plain").string());
   CHECK(plain.run().val_loss == r.val_loss);
+}
+
+TEST_CASE("bf16: resume exact; the same bits for any thread count and on the portable path; fp32 and back") {
+  // The portable path runs on every machine; the fast one where the CPU has AVX512-BF16.
+  check_resume_is_exact("bf16-portable", [](TrainConfig& c) {
+    c.train.precision = "bf16_portable";
+    c.model.dropout = 0.1f;
+    c.train.shards = 2;
+  });
+  TempDir dir("trainer-bf16");
+  const std::string data = write_text(dir.path, numbered_lines(80));
+  const auto run = [&](const std::string& name, const std::string& precision, int threads) {
+    TrainConfig c = tiny(data, 20);
+    c.train.precision = precision;
+    c.train.threads = threads;
+    c.train.shards = 2;
+    Trainer t(c, (dir.path / name).string());
+    const TrainResult r = t.run();
+    return std::make_pair(r, without_timing(read_all(dir.path / name / "metrics.jsonl")));
+  };
+  const auto [fp32, fp32_lines] = run("fp32", "fp32", 2);
+  const auto [portable, portable_lines] = run("portable-1", "bf16_portable", 1);
+  const auto [portable2, portable2_lines] = run("portable-2", "bf16_portable", 2);
+  CHECK(portable_lines == portable2_lines);
+  CHECK(portable.val_loss == portable2.val_loss);
+  // bf16 operands move the loss, a little: an fp32 product would leave it as it was.
+  CHECK(portable.train_loss != fp32.train_loss);
+  CHECK(std::abs(portable.val_loss - fp32.val_loss) < 0.05);
+  if (kernels::bf16_unsupported().empty()) {
+    const auto [fast, fast_lines] = run("fast", "bf16", 2);
+    CHECK(fast_lines == portable_lines);
+    const auto [fast1, fast1_lines] = run("fast-1", "bf16", 1);
+    CHECK(fast1_lines == portable_lines);
+  } else {
+    TrainConfig c = tiny(data, 20);
+    c.train.precision = "bf16";
+    CHECK_THROWS_WITH_AS(Trainer(c, (dir.path / "refused").string()), doctest::Contains("AVX512-BF16"), Error);
+    CHECK_FALSE(fs::exists(dir.path / "refused"));
+  }
+  // A bf16 run resumes in fp32 and back: the checkpoint holds float32 weights.
+  {
+    auto t = Trainer::resume((dir.path / "portable-2").string(), [](TrainConfig& c) {
+      c.train.max_iters = 30;
+      c.train.precision = "fp32";
+    });
+    CHECK(t->run().steps == 30);
+  }
+  auto t = Trainer::resume((dir.path / "portable-2").string(), [](TrainConfig& c) {
+    c.train.max_iters = 40;
+    c.train.precision = "bf16_portable";
+  });
+  CHECK(t->run().steps == 40);
 }
