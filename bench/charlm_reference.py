@@ -7,8 +7,13 @@ evaluation protocol (eval.iters val batches at each eval, eval.final_iters at th
 end). Prints one JSON line on stdout; progress goes to stderr.
 
   /usr/bin/python3 bench/charlm_reference.py --config configs/shakespeare_char_cpu.json \
-      --data input.txt [--threads N] [--set train.max_iters=200 ...]
+      --data input.txt [--threads N] [--set train.max_iters=200 ...] [--precision bf16]
+
+--precision bf16 runs every forward (training and evaluation) under
+torch.autocast("cpu", dtype=torch.bfloat16), as nanoGPT does with
+dtype='bfloat16': float32 weights and optimizer, bf16 products.
 """
+import contextlib
 import argparse
 import json
 import math
@@ -183,6 +188,8 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: forward passes under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--gelu", choices=["tanh", "exact"], default="tanh",
                     help="GELU form: tanh (GPT-2's approximation, as tapeformer and nanoGPT's old new_gelu) "
                          "or exact (erf, nn.GELU() in later nanoGPT)")
@@ -207,6 +214,8 @@ def main():
     gf = torch.Generator().manual_seed(t["seed"] + 3)
     final_batches = [batch(val, gf) for _ in range(e["final_iters"])]
 
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.precision == "bf16" \
+        else contextlib.nullcontext
     model = GPT(m, vocab)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, o)
@@ -214,7 +223,8 @@ def main():
     @torch.no_grad()
     def evaluate(batches):
         model.eval()
-        loss = sum(model(x, y).item() for x, y in batches) / len(batches)
+        with autocast():
+            loss = sum(model(x, y).item() for x, y in batches) / len(batches)
         model.train()
         return loss
 
@@ -225,7 +235,8 @@ def main():
             group["lr"] = get_lr(it, o, s)
         for _ in range(t["grad_accum"]):
             x, y = batch(train, g_train)
-            loss = model(x, y)
+            with autocast():
+                loss = model(x, y)
             (loss / t["grad_accum"]).backward()
         if o["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(params, o["grad_clip"])
@@ -241,7 +252,7 @@ def main():
         "impl": "pytorch", "torch": torch.__version__, "steps": t["max_iters"], "train_loss": loss.item(),
         "val_loss": evaluate(final_batches), "train_seconds": round(train_seconds, 3),
         "tokens_per_s": round(B * T * t["grad_accum"] * t["max_iters"] / train_seconds, 1),
-        "threads": torch.get_num_threads(), "flash_attention": FLASH, "params": sum(p.numel() for p in params),
+        "threads": torch.get_num_threads(), "flash_attention": FLASH, "precision": args.precision, "params": sum(p.numel() for p in params),
     }
     print(json.dumps(result))
 

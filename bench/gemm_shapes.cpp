@@ -3,7 +3,7 @@
 // bench/gemm_vs_pytorch.sh runs this, then bench/gemm_shapes.py (torch.mm,
 // one thread) on the same shapes, and prints the ratios.
 //
-//   gemm_shapes [SECONDS_PER_SHAPE] [recipe|large]   # default 0.5, recipe
+//   gemm_shapes [SECONDS_PER_SHAPE] [recipe|large|square]   # default 0.5, recipe
 //
 // The shapes are one data-parallel shard's linear-layer products in a
 // training step of the recipe (batch 12 x block 64 split in 2 shards: 384
@@ -13,7 +13,9 @@
 // forward reads the embedding transposed, which the layer copies first; that
 // copy is not timed here. Attention's batched products are not included.
 // Prints one JSON line per shape: {"shape", "m", "k", "n", "transposed_a",
-// "tapeformer_gflops", "eigen_gflops"}. Best of five timed repeats each.
+// "tapeformer_gflops", "eigen_gflops", "tapeformer_bf16_gflops"} (bf16
+// operands, core/kernels/precision.h; null on a CPU without AVX512-BF16).
+// Best of five timed repeats each.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +26,7 @@
 
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/precision.h"
 #include "tapeformer/core/numbers.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/rng.h"
@@ -71,6 +74,12 @@ void run(const GemmShape& s, double seconds) {
   const double ours = gflops(s.m, s.k, s.n, seconds, [&] {
     kernels::gemm(a_ref, b_ref, c.data(), s.n, /*accumulate=*/false);
   });
+  // bf16 operands on the CPU's dot-product instructions, where it has them.
+  double bf16 = 0;
+  if (kernels::bf16_unsupported().empty()) {
+    const kernels::ProductPrecision scope(kernels::Precision::bf16);
+    bf16 = gflops(s.m, s.k, s.n, seconds, [&] { kernels::gemm(a_ref, b_ref, c.data(), s.n, /*accumulate=*/false); });
+  }
 
   const auto a_rows = eigen::matrix(static_cast<const Scalar*>(a_store.data()), s.m, s.k);  // unless transposed
   const auto a_cols = eigen::col_matrix(a_store.data(), s.m, s.k, s.m);                    // A^T stored row-major
@@ -82,9 +91,9 @@ void run(const GemmShape& s, double seconds) {
   });
   std::printf(
       "{\"shape\": \"%s\", \"m\": %lld, \"k\": %lld, \"n\": %lld, \"transposed_a\": %s, "
-      "\"tapeformer_gflops\": %.1f, \"eigen_gflops\": %.1f}\n",
+      "\"tapeformer_gflops\": %.1f, \"eigen_gflops\": %.1f, \"tapeformer_bf16_gflops\": %s}\n",
       s.name, static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(s.n),
-      s.transposed_a ? "true" : "false", ours, eigen);
+      s.transposed_a ? "true" : "false", ours, eigen, bf16 > 0 ? std::to_string(bf16).c_str() : "null");
   std::fflush(stdout);
 }
 
@@ -126,12 +135,15 @@ int main(int argc, char** argv) {
       {"mlp proj dW", 1536, 8192, 384, true},    {"attn proj dW", 384, 8192, 384, true},
       {"head dX", 8192, 65, 384, false},         {"head dW", 65, 8192, 384, true},
   };
+  // The square product machine_peak and scale.py time.
+  const std::vector<GemmShape> square = {{"square", 1536, 1536, 1536, false}};
   const std::string which = argc > 2 ? argv[2] : "recipe";
-  if (which != "recipe" && which != "large") {
-    std::fprintf(stderr, "gemm_shapes: the shape set must be 'recipe' or 'large', got '%s'\n", which.c_str());
+  if (which != "recipe" && which != "large" && which != "square") {
+    std::fprintf(stderr, "gemm_shapes: the shape set must be 'recipe', 'large' or 'square', got '%s'\n",
+                 which.c_str());
     return 2;
   }
-  const std::vector<GemmShape>& shapes = which == "large" ? large : recipe;
+  const std::vector<GemmShape>& shapes = which == "large" ? large : which == "square" ? square : recipe;
   for (const GemmShape& s : shapes) tapeformer::run(s, seconds);
   return 0;
 }

@@ -7,6 +7,7 @@ in PyTorch) on the same data, alternating which goes first.
     python3 bench/scale.py DATA                       # threads 1, 2, 4, ... up to min(cores, 16)
     python3 bench/scale.py DATA --threads 1,2 --large-steps 12 --small-steps 300
     python3 bench/scale.py DATA --no-results          # print only; leave docs/results.md alone
+    python3 bench/scale.py DATA --precisions fp32     # no bf16 runs (the default where the CPU has AVX512-BF16)
 
 For each recipe and thread count it prints tokens/s of each, their ratio, the
 model-FLOP rate of each (nanoGPT's 6N + 12 L H Q T FLOPs per token) against the
@@ -15,12 +16,20 @@ on every core used, and the best GEMM), and the peak RSS of each. The table
 goes to docs/results.md (section "scale") with the command and the machine.
 tokens/s are over all the run's steps (the first included) and exclude
 evaluation, as the trainers report them.
+
+With bf16 (`train.precision=bf16`; PyTorch: `torch.autocast("cpu",
+dtype=torch.bfloat16)`, `charlm_reference.py --precision bf16`), a second
+table puts each in both precisions side by side, against Debian's PyTorch
+and the newest PyTorch on PyPI, installed for this bench in a virtual
+environment (--torch-venv, made on first use; --torch-venv none skips it):
+never a dependency of tapeformer itself.
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
@@ -56,11 +65,49 @@ def flops_per_token(config_path, params):
     return 6 * n + 12 * m["n_layer"] * m["n_embd"] * m["block_size"]  # H * Q = C
 
 
+def newest_torch(venv):
+    """The interpreter of a virtual environment holding the newest PyTorch on PyPI (made on first use),
+    or None for --torch-venv none."""
+    if venv == "none":
+        return None
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        print(f"scale.py: installing the newest PyTorch from PyPI into {venv} (for this bench only)...",
+              file=sys.stderr)
+        subprocess.run(["python3", "-m", "venv", venv], check=True)
+        subprocess.run([python, "-m", "pip", "install", "--quiet", "torch", "numpy"], check=True)
+    return python
+
+
+def torch_version(python):
+    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], check=True,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+
+
+def bf16_supported():
+    """Whether this CPU has the bf16 dot products tapeformer's bf16 needs (core/kernels/precision.h)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return all(f" {flag}" in flags for flag in ("avx512f", "avx512bw", "avx512_bf16"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchlib.add_arguments(ap, "scale")
     ap.add_argument("--threads", help="comma-separated thread counts (default 1, 2, 4, ... up to min(cores, 16))")
+    ap.add_argument("--precisions", help="fp32 and/or bf16, comma-separated (default: both on a CPU with "
+                                         "AVX512-BF16, else fp32)")
+    ap.add_argument("--torch-venv", default=os.path.join(ROOT, "out", "torch-venv"),
+                    help="virtual environment of the newest PyTorch (made on first use; 'none': skip it)")
     args = ap.parse_args()
+    precisions = (args.precisions or ("fp32,bf16" if bf16_supported() else "fp32")).split(",")
+    if not precisions or any(p not in ("fp32", "bf16") for p in precisions) or "fp32" not in precisions:
+        fail(f"--precisions must be fp32 or fp32,bf16, got '{args.precisions}'")
+    if "bf16" in precisions and not bf16_supported():
+        fail("--precisions bf16 needs a CPU with AVX512-BF16 (avx512_bf16 in /proc/cpuinfo)")
     chosen = benchlib.selected(args, fail)
     cores = os.cpu_count() or 1
     if args.threads:
@@ -77,6 +124,12 @@ def main():
     print("scale.py: building (Release)...", file=sys.stderr)
     benchlib.build("tapeformer_command", "machine_peak")
     os.makedirs(args.out, exist_ok=True)
+    # The PyTorch builds compared: Debian's, and in bf16 runs also the newest on PyPI.
+    peers = [("Debian", "/usr/bin/python3")]
+    newest = newest_torch(args.torch_venv) if "bf16" in precisions else None
+    if newest:
+        peers.append(("PyPI", newest))
+    versions = {label: torch_version(python) for label, python in peers}
 
     peaks = {}
     out = subprocess.run(["build/bench/machine_peak", "1"] + [str(t) for t in threads], cwd=ROOT, check=True,
@@ -97,29 +150,38 @@ def main():
         sets = benchlib.overrides(steps)
         for i, t in enumerate(threads):
             env = dict(os.environ, OMP_NUM_THREADS=str(t), TAPEFORMER_THREADS=str(t))
-            run_dir = os.path.join(args.out, f"{name}-{t}")
-            ours_cmd = ["build/cli/tapeformer", "train", "--config", recipe["config"], "--data", args.data,
-                        "--out", run_dir, "--threads", str(t)] + sets
-            theirs_cmd = ["/usr/bin/python3", "bench/charlm_reference.py", "--config", recipe["config"], "--data",
-                          args.data, "--threads", str(t)] + sets
-            results = {}
-            order = [("tapeformer", ours_cmd), ("pytorch", theirs_cmd)]
+            runs = []  # (impl, precision, command): tapeformer and each PyTorch, in each precision
+            for p in precisions:
+                run_dir = os.path.join(args.out, f"{name}-{t}-{p}")
+                runs.append(("tapeformer", p, ["build/cli/tapeformer", "train", "--config", recipe["config"], "--data",
+                                               args.data, "--out", run_dir, "--threads", str(t),
+                                               "--set", f"train.precision={p}"] + sets))
+                for label, python in peers:
+                    runs.append((f"pytorch-{label}", p, [python, "bench/charlm_reference.py", "--config",
+                                                         recipe["config"], "--data", args.data, "--threads", str(t),
+                                                         "--precision", p] + sets))
             if i % 2:
-                order.reverse()  # alternate which goes first: a slow spell of a shared machine hits both
-            for impl, cmd in order:
-                print(f"scale.py: {name} recipe, {t} threads: {impl}...", file=sys.stderr)
-                subprocess.run(["rm", "-rf", run_dir])
-                results[impl] = benchlib.run_timed(cmd, env, os.path.join(args.out, f"{name}-{t}-{impl}.log"), fail)
-            ours, theirs = results["tapeformer"], results["pytorch"]
+                runs.reverse()  # alternate which goes first: a slow spell of a shared machine hits all alike
+            results = {}
+            for impl, p, cmd in runs:
+                print(f"scale.py: {name} recipe, {t} threads: {impl} {p}...", file=sys.stderr)
+                subprocess.run(["rm", "-rf", os.path.join(args.out, f"{name}-{t}-{p}")])
+                results[(impl, p)] = benchlib.run_timed(cmd, env, os.path.join(args.out, f"{name}-{t}-{impl}-{p}.log"),
+                                                        fail)
+            ours, theirs = results[("tapeformer", "fp32")], results[("pytorch-Debian", "fp32")]
             fpt = flops_per_token(recipe["config"], ours["params"])
             row = {"recipe": recipe["label"], "threads": t, "steps": steps, "ours": ours, "theirs": theirs,
                    "ratio": ours["tokens_per_s"] / theirs["tokens_per_s"],
                    "ours_gflops": ours["tokens_per_s"] * fpt / 1e9, "theirs_gflops": theirs["tokens_per_s"] * fpt / 1e9,
                    "fma_peak": peaks[t]["fma_gflops"], "gemm_peak": peaks[t]["best_gemm"],
-                   "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"], "torch": theirs.get("torch", "?")}
+                   "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"], "torch": theirs.get("torch", "?"),
+                   "runs": {f"{impl} {p}": r for (impl, p), r in results.items()}}
             rows.append(row)
             print(f"  tapeformer {ours['tokens_per_s']:.0f} tok/s, PyTorch {theirs['tokens_per_s']:.0f} tok/s: "
                   f"{row['ratio']:.2f}x; RSS {ours['peak_rss_mb']:.0f} / {theirs['peak_rss_mb']:.0f} MB", file=sys.stderr)
+            if "bf16" in precisions:
+                print("  bf16: " + ", ".join(f"{impl} {r['tokens_per_s']:.0f} tok/s" for (impl, p), r in results.items()
+                                            if p == "bf16"), file=sys.stderr)
             with open(os.path.join(args.out, "scale.jsonl"), "a") as f:
                 f.write(json.dumps(row) + "\n")
 
@@ -147,9 +209,30 @@ def main():
     table = "\n".join(lines)
     print(table)
     print("\n".join(scaling))
+    bf16_lines = []
+    if "bf16" in precisions:
+        head = "| recipe | threads | tapeformer fp32 | tapeformer bf16 | bf16 / fp32 |"
+        for label, _ in peers:
+            v = versions[label]
+            head += f" PyTorch {v} fp32 | PyTorch {v} bf16 | tapeformer bf16 / PyTorch {v} bf16 |"
+        head += " peak RSS MB, tapeformer fp32 / bf16 |"
+        bf16_lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        for r in rows:
+            tok = {k: v["tokens_per_s"] for k, v in r["runs"].items()}
+            line = (f"| {r['recipe']} | {r['threads']} | {tok['tapeformer fp32']:,.0f} | {tok['tapeformer bf16']:,.0f} | "
+                    f"**{tok['tapeformer bf16'] / tok['tapeformer fp32']:.2f}x** |")
+            for label, _ in peers:
+                fp32, bf16 = tok[f"pytorch-{label} fp32"], tok[f"pytorch-{label} bf16"]
+                line += f" {fp32:,.0f} | {bf16:,.0f} | **{tok['tapeformer bf16'] / bf16:.2f}x** |"
+            line += (f" {r['runs']['tapeformer fp32']['peak_rss_mb']:,.0f} / "
+                     f"{r['runs']['tapeformer bf16']['peak_rss_mb']:,.0f} |")
+            bf16_lines.append(line)
+        print("\n".join(bf16_lines))
     if args.no_results:
         return
-    cmd = benchlib.reproduce("scale.py", args, f" --threads {args.threads}" if args.threads else "")
+    extra = (f" --threads {args.threads}" if args.threads else "") + \
+        (f" --precisions {args.precisions}" if args.precisions else "")
+    cmd = benchlib.reproduce("scale.py", args, extra)
     torch_version = rows[0]["torch"] if rows else "?"
     isa = next(iter(peaks.values()))["isa"] if peaks else "?"
     intro = (
@@ -162,8 +245,15 @@ def main():
         f"machine's measured peaks at that thread count ({isa}; {peak_text}): an FMA loop in registers on every "
         "thread (`build/bench/machine_peak`) and the best GEMM at hand, tapeformer's or PyTorch's on a 1536³ "
         "product; peak RSS from `/usr/bin/time -v`.")
+    body = [table, "", "\n".join(scaling)]
+    if bf16_lines:
+        body += ["", "bf16 (`train.precision=bf16`: bf16 operands of every product, float32 sums, weights and "
+                 "optimizer; PyTorch: `torch.autocast(\"cpu\", dtype=torch.bfloat16)` around each forward, as "
+                 "nanoGPT's `dtype='bfloat16'`), tokens/s, the same runs as above and in the same turns, with "
+                 "Debian's PyTorch and the newest on PyPI (" + ", ".join(f"{versions[l]} ({l})" for l, _ in peers) +
+                 "):", "", "\n".join(bf16_lines)]
     benchlib.write_section(args.results, "scale", "Threads: tapeformer against PyTorch on the two recipes", intro,
-                           cmd, [table, "", "\n".join(scaling)])
+                           cmd, body)
 
 
 if __name__ == "__main__":
