@@ -153,6 +153,7 @@ struct Trainer::State {
   double val_tokens_per_char = 1;                         // turns nats per token into bits per character
   std::unique_ptr<LanguageModel> model;
   std::shared_ptr<ProcessGroup> group;  // the ranks of an mpirun job; null: one process
+  std::optional<kernels::ProductPrecision> precision;  // train.precision, while the Trainer lives
   std::unique_ptr<DataParallel> shards;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Schedule> schedule;
@@ -254,11 +255,16 @@ struct Trainer::State {
   }
 
   void start_process() {
-    // bf16 on a CPU without the instructions: refused before anything is built.
+    // The products of the whole run (core/kernels/precision.h): its memory
+    // measure, steps and evaluations. bf16 on a CPU without the instructions
+    // is refused here, before anything is built.
     if (cfg.train.precision == "bf16") {
       const std::string why = kernels::bf16_unsupported();
       TAPEFORMER_CHECK(why.empty(), "config: ", why);
     }
+    precision.emplace(cfg.train.precision == "bf16"            ? kernels::Precision::bf16
+                      : cfg.train.precision == "bf16_portable" ? kernels::Precision::bf16_portable
+                                                               : kernels::Precision::fp32);
     parallel::set_num_threads(static_cast<int>(cfg.train.threads));
     Storage::keep_freed_memory_mapped();
     group = ProcessGroup::world();
@@ -586,10 +592,6 @@ void Trainer::set_quiet(bool on) { s_->quiet = on; }
 TrainResult Trainer::run() {
   State& s = *s_;
   const TrainConfig& c = s.cfg;
-  // The products of every step and evaluation of the run (core/kernels/precision.h).
-  const kernels::ProductPrecision precision(c.train.precision == "bf16"            ? kernels::Precision::bf16
-                                            : c.train.precision == "bf16_portable" ? kernels::Precision::bf16_portable
-                                                                                   : kernels::Precision::fp32);
   const int64_t tokens_per_step = c.train.batch_size * c.model.block_size * c.train.grad_accum;
   Progress progress(c.train.max_iters, s.writes() && !s.quiet);
   if (s.resumed) progress.note("resuming at step " + std::to_string(s.step) + " from " + s.dir->checkpoint_path());

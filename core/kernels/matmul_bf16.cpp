@@ -275,7 +275,8 @@ void product_block(const MatRef& a, const uint32_t* panel, int64_t i0, int64_t m
 }
 
 // C (+)= A B (+ bias) in blocks of K, N and M. Two loop orders, the same sums:
-// - B whole, packed once, when it is small (at most kWholeB bytes) and A has
+// - B whole, packed once, when it is small (at most kWholeB bytes, what one
+//   panel of the other order may take, so the buffers never grow) and A has
 //   many rows: then each block of rows runs through every K block while its
 //   rows of C stay in L2. Otherwise C, written out and read back per K block,
 //   streams from memory: 8192 x 1152 floats of C cost the 10.7M model's
@@ -283,7 +284,7 @@ void product_block(const MatRef& a, const uint32_t* panel, int64_t i0, int64_t m
 // - GotoBLAS's otherwise: K blocks outermost, a panel of B packed for each
 //   and reused by every block of rows (the dW products: a few hundred rows,
 //   K in the thousands).
-constexpr size_t kWholeB = size_t{8} << 20;
+constexpr size_t kWholeB = size_t{2} << 20;
 
 void run(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias) {
   const Blocking& bl = blocking();
