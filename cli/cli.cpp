@@ -16,6 +16,7 @@
 #include "tapeformer/cli/kinds.h"
 #include "tapeformer/core/build_info.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/precision.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/block/block.h"
@@ -137,7 +138,10 @@ int cli_main(int argc, char** argv) {
   CLI::App app{"tapeformer: train small Transformer language models on a CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tapeformer ") + TAPEFORMER_VERSION + " (checkpoint format " +
-                                        std::to_string(kCheckpointVersion) + "; " + vector_description() + ")");
+                                        std::to_string(kCheckpointVersion) + "; " + vector_description() + "; " +
+                                        (kernels::bf16_unsupported().empty() ? "bf16 products on AVX512-BF16"
+                                                                             : "bf16 products: not on this CPU") +
+                                        ")");
   app.fallthrough();  // --threads works before or after the subcommand
   // Command-line mistakes get one line, like every other error.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {

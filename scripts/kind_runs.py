@@ -6,7 +6,9 @@ trains a tiny model for a few steps with its small test options; attention
 kinds are crossed with every positional scheme, run again on rows longer than
 one kernel tile with dropout, and with a segment memory; every memory kind
 (with the kinds it builds on) runs on every block kind that carries
-memories; SPALM trains from a store built on a run. Each run is then
+memories; SPALM trains from a store built on a run; every kind alone runs
+again with bf16 products (train.precision bf16 on a CPU with AVX512-BF16,
+else bf16_portable: the same bits, so one stored run checks both). Each run is then
 sampled and evaluated. What is kept of a run: its metrics.jsonl with the
 timing fields dropped, the sampled text and the eval line (or the one error
 line of a refused combination), as SHA-256 digests beside the final losses.
@@ -26,6 +28,7 @@ per vector width (DIR/<width>.json); --check exits 77 (skipped) when DIR has
 none for this build, 1 naming every run that differs.
 """
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -89,6 +92,10 @@ def plan(families):
                 extra = ["data.vocab_size=320"]
             runs.append((f"{key}={name}", extra + kind_sets(key, name)))
 
+    # Every kind alone again with bf16 products: train.precision bf16 where the CPU has AVX512-BF16, else
+    # bf16_portable, whose bits are the same (run() picks), so one stored run serves both.
+    runs += [("bf16," + name, sets + ["train.precision=bf16"]) for name, sets in list(runs)]
+
     attention = list(kinds["model.attention"])
     positional = list(kinds["model.positional"])
     # Attention x positional: every score term, rotation and relative term through every kernel.
@@ -140,8 +147,17 @@ def strip_timing(metrics):
     return "\n".join(out)
 
 
+@functools.lru_cache(maxsize=None)
+def bf16_on_cpu(binary):
+    """Whether the build runs bf16 products on this CPU's instructions (`tapeformer --version`)."""
+    v = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    return "bf16 products on AVX512-BF16" in v
+
+
 def run(binary, work, name, sets, base_args=None):
     """Trains, samples and evaluates one run; returns what is kept of it."""
+    if "train.precision=bf16" in sets and not bf16_on_cpu(binary):
+        sets = [s if s != "train.precision=bf16" else "train.precision=bf16_portable" for s in sets]
     out = os.path.join(work, re.sub(r"[^A-Za-z0-9_.=-]", "_", name))
     args = base_args or ["--config", os.path.join(work, "cfg.json"), "--data", os.path.join(work, "text.txt")]
     cmd = [binary, "train", *args, "--out", out]
