@@ -47,7 +47,7 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "tapeformer/cli/flags.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/layers/attention/adaptive_span.h"
 #include "tapeformer/layers/attention/attention.h"
 #include "tapeformer/layers/attention/linear.h"

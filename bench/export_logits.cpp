@@ -12,10 +12,11 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "tapeformer/cli/flags.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/transformer.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 
 using namespace tapeformer;
 

@@ -26,9 +26,10 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "tapeformer/cli/flags.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/parallel.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/knn.h"
 
 using namespace tapeformer;

@@ -41,12 +41,13 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "tapeformer/cli/flags.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/corpus.h"
 #include "tapeformer/data/utf8.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/evaluator.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/metrics.h"

@@ -16,13 +16,14 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "bench/bench_common.h"
-#include "tapeformer/cli/flags.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/data/corpus.h"
 #include "tapeformer/data/sampler.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/layers/transformer.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/config.h"
 #include "tapeformer/train/metrics.h"
 

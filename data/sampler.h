@@ -39,7 +39,7 @@ struct Batch {
   std::vector<int64_t> starts;
   // Inputs beside the ids a model kind reads, by name, each (B, T, ...):
   // SPALM's "retrieved" tokens (B, T, K), added by its batch source
-  // (train/spalm.h); empty for the others.
+  // (train/hooks/spalm.h); empty for the others.
   std::map<std::string, IndexTensor> extra;
 };
 

@@ -28,14 +28,14 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "tapeformer/cli/flags.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/numbers.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/tasks.h"
 #include "tapeformer/layers/attention/lsh.h"
 #include "tapeformer/layers/block/universal.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/config.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/trainer.h"
 
@@ -138,11 +138,11 @@ int run(int argc, char** argv) {
   }
 
   const TrainConfig cfg = TrainConfig::load(config_path, overrides);
-  // Random streams from train.seed, s = seed * 1000003: the weights s (the
-  // Trainer's), training batches s + 1, evaluation batches s + 2, dropout s + 3.
-  const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
-  auto train_task = std::make_unique<CopyTask>(task_cfg, cfg.train.batch_size, seed + 1);
-  CopyTask val_task(task_cfg, cfg.train.batch_size, seed + 2);
+  // Random streams from train.seed (train/streams.h): the Trainer's weights, and the task's batches,
+  // evaluation batches and dropout.
+  const int64_t seed = cfg.train.seed;
+  auto train_task = std::make_unique<CopyTask>(task_cfg, cfg.train.batch_size, stream_seed(seed, TaskStream::batches));
+  CopyTask val_task(task_cfg, cfg.train.batch_size, stream_seed(seed, TaskStream::evaluation));
   TAPEFORMER_CHECK(cfg.model.block_size == train_task->sequence_length(), "copy_task: model.block_size (",
                    cfg.model.block_size, ") must be 2 * --max-len = ", train_task->sequence_length(),
                    " (add --set model.block_size=", train_task->sequence_length(), ")");
@@ -154,7 +154,7 @@ int run(int argc, char** argv) {
   task.name = "copy_task";
   task.vocab_size = train_task->vocab_size();
   task.batches = std::move(train_task);
-  task.dropout_seed = seed + 3;
+  task.dropout_seed = stream_seed(seed, TaskStream::dropout);
   task.evaluate = [&](LanguageModel& m, bool final) {
     const Accuracy acc = evaluate(m, final ? final_val : val);
     if (!final) std::fprintf(stderr, "copy accuracy %.4f\n", acc.tokens);

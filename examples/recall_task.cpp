@@ -38,11 +38,11 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "tapeformer/cli/flags.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/data/tasks.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/config.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/trainer.h"
 
@@ -140,13 +140,12 @@ int run(int argc, char** argv) {
     if (associative) return std::make_unique<AssociativeRecallTask>(assoc_cfg, batch, seed);
     return std::make_unique<RecallTask>(key_cfg, batch, seed);
   };
-  // Random streams from train.seed, s = seed * 1000003: the weights s (the
-  // Trainer's), training segments s + 1, evaluation s + 2 and final
-  // evaluation s + 4, dropout s + 3.
-  const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
+  // Random streams from train.seed (train/streams.h): the Trainer's weights, and the task's training
+  // segments, evaluation, final evaluation and dropout.
+  const int64_t seed = cfg.train.seed;
   TaskData task;
   task.name = "recall_task";
-  task.batches = make_task(seed + 1);
+  task.batches = make_task(stream_seed(seed, TaskStream::batches));
   const auto at_distance = [&](int64_t d) {  // the task with every far query d segments back
     AssociativeRecallConfig c = assoc_cfg;
     c.distance = d;
@@ -157,17 +156,18 @@ int run(int argc, char** argv) {
   task.vocab_size = associative ? AssociativeRecallTask(assoc_cfg, batch, 0).vocab_size()
                                 : RecallTask(key_cfg, batch, 0).vocab_size();
   task.warmup_batches = farthest;  // the first segments have no far query to answer yet
-  task.dropout_seed = seed + 3;
+  task.dropout_seed = stream_seed(seed, TaskStream::dropout);
   task.evaluate = [&](LanguageModel& m, bool final) {
-    const Recall v = evaluate(m, [&] { return make_task(final ? seed + 4 : seed + 2); }, farthest,
+    const Recall v = evaluate(m, [&] { return make_task(stream_seed(seed, final ? TaskStream::final_evaluation : TaskStream::evaluation)); }, farthest,
                               final ? cfg.eval.final_iters : cfg.eval.iters);
     if (!final) std::fprintf(stderr, "recall %.4f\n", v.accuracy);
     TaskEvaluation e{v.loss, {{"recall", v.accuracy}}};
     if (associative) e.fields.emplace_back("local_recall", v.local_accuracy);
     if (final)
       for (const int64_t d : eval_distances) {
+        const uint64_t final_seed = stream_seed(seed, TaskStream::final_evaluation);
         const Recall at = evaluate(
-            m, [&] { return std::make_unique<AssociativeRecallTask>(at_distance(d), batch, seed + 4); }, d,
+            m, [&] { return std::make_unique<AssociativeRecallTask>(at_distance(d), batch, final_seed); }, d,
             cfg.eval.final_iters);
         e.fields.emplace_back("recall_d" + std::to_string(d), at.accuracy);
       }

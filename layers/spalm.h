@@ -39,7 +39,7 @@
 // "spalm_gate.weight" [C, 1] (w_g, starts at 0) and "spalm_gate.bias" [1]
 // (b_g, starts at model.spalm_gate_bias). Where the retrieved tokens come
 // from (the frozen retriever, the store, leaving a position's own entry out
-// in training) is train/spalm.h's business (the kind's hooks): the model
+// in training) is train/hooks/spalm.h's business (the kind's hooks): the model
 // reads them as the extra input "retrieved".
 #pragma once
 
@@ -60,7 +60,7 @@ Var spalm_mix(const Var& h, const IndexTensor& retrieved, const Var& embedding, 
               const Var& gate_bias);
 
 // The model kind "spalm": options model.spalm_k (K), model.spalm_gate_bias
-// (b_g's initial value) and, read by train/spalm.h when training,
+// (b_g's initial value) and, read by train/hooks/spalm.h when training,
 // model.spalm_store, model.spalm_retriever, model.spalm_nprobe and
 // model.spalm_init.
 class SpalmLM : public LanguageModel {

@@ -10,57 +10,6 @@
 
 namespace tapeformer {
 
-Registry<OptimizerKind>& optimizer_kinds() {
-  const auto adam_args = [](const OptimizerConfig& c) {
-    return std::make_tuple(static_cast<float>(c.betas[0]), static_cast<float>(c.betas[1]), static_cast<float>(c.eps));
-  };
-  const auto groups = [](const OptimizerConfig& c, const NamedVars& params) {
-    return decay_groups(params, static_cast<float>(c.lr), static_cast<float>(c.weight_decay));
-  };
-  static Registry<OptimizerKind> kinds(
-      "optimizer.name",
-      {{"adamw", "Adam with decoupled weight decay",
-        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
-          const auto [b1, b2, eps] = adam_args(c);
-          return std::make_unique<AdamW>(groups(c, params), b1, b2, eps);
-        }},
-       {"adam", "Adam, weight decay as L2 in the gradient",
-        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
-          const auto [b1, b2, eps] = adam_args(c);
-          return std::make_unique<Adam>(groups(c, params), b1, b2, eps);
-        }},
-       {"sgd", "SGD with momentum (optionally Nesterov)",
-        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
-          return std::make_unique<SGD>(groups(c, params), static_cast<float>(c.momentum), 0.0f, c.nesterov);
-        }}});
-  return kinds;
-}
-
-Registry<ScheduleKind>& schedule_kinds() {
-  // The schedules' common arguments: peak lr, warmup, decay end, floor.
-  using Args = std::tuple<float, int64_t, int64_t, float>;
-  const auto args = [](const TrainConfig& c) {
-    return Args{static_cast<float>(c.optimizer.lr), c.schedule.warmup_iters, c.schedule.decay_iters,
-                static_cast<float>(c.schedule.min_lr)};
-  };
-  const auto warmup_decay = [args](auto make) {
-    return [args, make](const TrainConfig& c) -> std::unique_ptr<Schedule> { return std::apply(make, args(c)); };
-  };
-  static Registry<ScheduleKind> kinds(
-      "schedule.name",
-      {{"constant", "optimizer.lr throughout",
-        [](const TrainConfig& c) -> std::unique_ptr<Schedule> {
-          return std::make_unique<ConstantSchedule>(static_cast<float>(c.optimizer.lr));
-        }},
-       {"linear", "warmup, then linear decay to min_lr at decay_iters",
-        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<LinearSchedule>(lr, w, d, m); })},
-       {"cosine", "warmup, then cosine decay to min_lr at decay_iters",
-        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<CosineSchedule>(lr, w, d, m); })},
-       {"step", "warmup, lr, then min_lr from decay_iters",
-        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<StepSchedule>(lr, w, d, m); })}});
-  return kinds;
-}
-
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params) {
   return optimizer_kinds().get(c.name).make(c, params);
 }

@@ -17,37 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "tapeformer/core/registry.h"
 #include "tapeformer/optim/optimizer.h"
 #include "tapeformer/optim/schedule.h"
 #include "tapeformer/train/config.h"
 #include "tapeformer/train/data_parallel.h"
 
 namespace tapeformer {
-
-// The optimizers and schedules a config names (`optimizer.name`,
-// `schedule.name`): one table each, which the config check and these
-// factories both read, so a name cannot be accepted by one and missing in
-// the other. A program adds its own at start-up, with the keys it reads
-// beyond the common ones (read back with c.option_number("lion_beta2")):
-//   optimizer_kinds().add({"lion", "sign of an interpolated momentum",
-//                          [](const OptimizerConfig& c, const NamedVars& params) { return std::make_unique<Lion>(...); },
-//                          {{"lion_beta2", 0.99, "lion: decay of the momentum it keeps"}}});
-struct OptimizerKind {
-  std::string name;
-  std::string summary;  // one line, for docs
-  std::function<std::unique_ptr<Optimizer>(const OptimizerConfig&, const NamedVars&)> make;
-  // Its own optimizer.* keys (name without "optimizer."), with defaults and
-  // docs: a config may set them only when it selects this kind.
-  std::vector<ModelOption> options = {};
-};
-struct ScheduleKind {
-  std::string name;
-  std::string summary;
-  std::function<std::unique_ptr<Schedule>(const TrainConfig&)> make;
-};
-Registry<OptimizerKind>& optimizer_kinds();
-Registry<ScheduleKind>& schedule_kinds();
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const NamedVars& params);
 std::unique_ptr<Schedule> make_schedule(const TrainConfig& c);

@@ -9,13 +9,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/data/utf8.h"
 #include "tapeformer/optim/optimizer.h"
-#include "tapeformer/train/build.h"
 
 namespace tapeformer {
 namespace {
@@ -477,6 +477,76 @@ void TrainConfig::validate() const {
 std::string json_error_text(const std::string& what) {
   const size_t tag_end = what.find("] ");
   return what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos ? what.substr(tag_end + 2) : what;
+}
+
+Registry<OptimizerKind>& optimizer_kinds() {
+  const auto adam_args = [](const OptimizerConfig& c) {
+    return std::make_tuple(static_cast<float>(c.betas[0]), static_cast<float>(c.betas[1]), static_cast<float>(c.eps));
+  };
+  const auto groups = [](const OptimizerConfig& c, const NamedVars& params) {
+    return decay_groups(params, static_cast<float>(c.lr), static_cast<float>(c.weight_decay));
+  };
+  static Registry<OptimizerKind> kinds(
+      "optimizer.name",
+      {{"adamw", "Adam with decoupled weight decay",
+        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
+          const auto [b1, b2, eps] = adam_args(c);
+          return std::make_unique<AdamW>(groups(c, params), b1, b2, eps);
+        }},
+       {"adam", "Adam, weight decay as L2 in the gradient",
+        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
+          const auto [b1, b2, eps] = adam_args(c);
+          return std::make_unique<Adam>(groups(c, params), b1, b2, eps);
+        }},
+       {"sgd", "SGD with momentum (optionally Nesterov)",
+        [=](const OptimizerConfig& c, const NamedVars& params) -> std::unique_ptr<Optimizer> {
+          return std::make_unique<SGD>(groups(c, params), static_cast<float>(c.momentum), 0.0f, c.nesterov);
+        }}});
+  return kinds;
+}
+
+Registry<ScheduleKind>& schedule_kinds() {
+  // The schedules' common arguments: peak lr, warmup, decay end, floor.
+  using Args = std::tuple<float, int64_t, int64_t, float>;
+  const auto args = [](const TrainConfig& c) {
+    return Args{static_cast<float>(c.optimizer.lr), c.schedule.warmup_iters, c.schedule.decay_iters,
+                static_cast<float>(c.schedule.min_lr)};
+  };
+  const auto warmup_decay = [args](auto make) {
+    return [args, make](const TrainConfig& c) -> std::unique_ptr<Schedule> { return std::apply(make, args(c)); };
+  };
+  static Registry<ScheduleKind> kinds(
+      "schedule.name",
+      {{"constant", "optimizer.lr throughout",
+        [](const TrainConfig& c) -> std::unique_ptr<Schedule> {
+          return std::make_unique<ConstantSchedule>(static_cast<float>(c.optimizer.lr));
+        }},
+       {"linear", "warmup, then linear decay to min_lr at decay_iters",
+        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<LinearSchedule>(lr, w, d, m); })},
+       {"cosine", "warmup, then cosine decay to min_lr at decay_iters",
+        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<CosineSchedule>(lr, w, d, m); })},
+       {"step", "warmup, lr, then min_lr from decay_iters",
+        warmup_decay([](float lr, int64_t w, int64_t d, float m) { return std::make_unique<StepSchedule>(lr, w, d, m); })}});
+  return kinds;
+}
+
+bool key_may_change_on_resume(const std::string& key) {
+  return key == "train.max_iters" || key == "train.threads" || key == "train.shards" || key == "train.precision" ||
+         key == "data.path" ||
+         key.rfind("eval.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("log.", 0) == 0;
+}
+
+void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir) {
+  const auto was = saved.fields(), now = wanted.fields();
+  for (size_t i = 0; i < was.size(); ++i) {
+    if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
+      fail("cannot resume '", out_dir, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
+           " but the config asks for ", now[i].second,
+           " (only train.max_iters, train.threads, train.shards, train.precision, data.path, eval.*, checkpoint.* and log.* may change)");
+  }
+  const int64_t vocab_size = saved.model.vocab_size;
+  saved = wanted;
+  saved.model.vocab_size = vocab_size;
 }
 
 }  // namespace tapeformer

@@ -16,8 +16,14 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+#include <memory>
+
+#include "tapeformer/core/registry.h"
 #include "tapeformer/data/tokenizer.h"
 #include "tapeformer/layers/transformer.h"
+#include "tapeformer/optim/optimizer.h"
+#include "tapeformer/optim/schedule.h"
 
 namespace tapeformer {
 
@@ -52,7 +58,7 @@ struct LoopConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";  // "adamw" | "adam" | "sgd" (optimizer_kinds(), train/build.h)
+  std::string name = "adamw";  // "adamw" | "adam" | "sgd" (optimizer_kinds(), below)
   double lr = 1e-3;  // peak learning rate (the schedule scales it)
   std::array<double, 2> betas{0.9, 0.99};  // adam/adamw moment decay rates
   double eps = 1e-8;  // adam/adamw denominator term
@@ -60,7 +66,7 @@ struct OptimizerConfig {
   double momentum = 0.9;  // sgd only
   bool nesterov = false;  // sgd only
   double grad_clip = 1.0;  // 0 = no clipping
-  // Keys an optimizer kind declares itself (OptimizerKind::options, train/build.h), by name.
+  // Keys an optimizer kind declares itself (OptimizerKind::options, below), by name.
   std::map<std::string, OptionValue> options;
 
   // The value of an option the selected kind declares: set, else its
@@ -119,5 +125,40 @@ struct TrainConfig {
 // nlohmann-json's exception text without its "[json.exception.parse_error.101] "
 // tag, for error lines that name the file and field themselves.
 std::string json_error_text(const std::string& what);
+
+// The optimizers and schedules a config names (`optimizer.name`,
+// `schedule.name`): one table each, which the config check and the
+// factories of train/build.h both read, so a name cannot be accepted by one and missing in
+// the other. A program adds its own at start-up, with the keys it reads
+// beyond the common ones (read back with c.option_number("lion_beta2")):
+//   optimizer_kinds().add({"lion", "sign of an interpolated momentum",
+//                          [](const OptimizerConfig& c, const NamedVars& params) { return std::make_unique<Lion>(...); },
+//                          {{"lion_beta2", 0.99, "lion: decay of the momentum it keeps"}}});
+struct OptimizerKind {
+  std::string name;
+  std::string summary;  // one line, for docs
+  std::function<std::unique_ptr<Optimizer>(const OptimizerConfig&, const NamedVars&)> make;
+  // Its own optimizer.* keys (name without "optimizer."), with defaults and
+  // docs: a config may set them only when it selects this kind.
+  std::vector<ModelOption> options = {};
+};
+struct ScheduleKind {
+  std::string name;
+  std::string summary;
+  std::function<std::unique_ptr<Schedule>(const TrainConfig&)> make;
+};
+Registry<OptimizerKind>& optimizer_kinds();
+Registry<ScheduleKind>& schedule_kinds();
+
+
+// Keys that may differ between a checkpoint's config and the one given with
+// --resume (they change how long, how verbosely and in which precision a run
+// goes, not its model or data).
+bool key_may_change_on_resume(const std::string& key);
+
+// A resumed run's config: `saved` (the checkpoint's) becomes `wanted` (the
+// command's), which may differ only in the keys above; otherwise Error
+// naming the key and both values. The vocabulary stays the checkpoint's.
+void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir);
 
 }  // namespace tapeformer

@@ -11,24 +11,14 @@
 
 namespace tapeformer {
 
-Evaluator::Evaluator(const LanguageModel& model, std::vector<ModelHooks*> hooks) : model_(model) {
-  for (ModelHooks* h : hooks)
-    if (h != nullptr) hooks_.push_back(h);
-  for (ModelHooks* h : hooks_)
-    if (h->mixes()) {
-      TAPEFORMER_CHECK(mixer_ == nullptr, "Evaluator: two hooks mix the next-token distribution");
-      mixer_ = h;
-    }
-  if (mixer_ != nullptr)
-    for (const ModelHooks* h : hooks_) {
-      const std::string why = h->refuses_mixture();
-      TAPEFORMER_CHECK(why.empty(), "a kNN-LM mixture does not apply: ", why);
-    }
+Evaluator::Evaluator(const LanguageModel& model, ReadHooks hooks)
+    : model_(model), hooks_(hooks.model), mixer_(hooks.mixture && hooks.mixture->mixes() ? hooks.mixture : nullptr) {
+  hooks.check("eval");
 }
 
 void Evaluator::read_text(const EvalText& text, int64_t T, int64_t mem_limit, bool features,
                           const std::function<void(const Window&, const Var&)>& fn) const {
-  for (ModelHooks* h : hooks_) h->begin_text(text, text.path, text.split, text.val_fraction);
+  if (hooks_) hooks_->begin_text(text);
   NoGradGuard no_grad;
   const MemoryUse use = model_.memory_use();
   // A model with a segment memory reads the text as one stream, segment by
@@ -41,7 +31,7 @@ void Evaluator::read_text(const EvalText& text, int64_t T, int64_t mem_limit, bo
   for_each_window(text.ids, T, use.carried() ? use.ext_len : 0, [&](const Window& w) {
     stop_point(nullptr, phase);  // one process: eval, knn build, a kind's tables
     inputs.clear();
-    for (const ModelHooks* h : hooks_) h->window_inputs(w, inputs);
+    if (hooks_) hooks_->window_inputs(w, inputs);
     ModelContext ctx;
     ctx.memory = use.carried() ? &memory : nullptr;
     ctx.inputs = inputs.empty() ? nullptr : &inputs;
@@ -56,7 +46,7 @@ Evaluator::TextLoss Evaluator::text_loss(const EvalText& text, int64_t T, int64_
     read_text(text, T, mem_limit, /*features=*/true, [&](const Window& w, const Var& f) {
       mixer_->score(f.value(), model_.logits_from_features(f).value(), w);  // logits as forward() computes them
     });
-    const ModelHooks::Sums s = mixer_->finish();
+    const Mixture::Sums s = mixer_->finish();
     return {s.loss, s.lm_loss, s.counted};
   }
   read_text(text, T, mem_limit, /*features=*/false, [&](const Window& w, const Var& logits) {
@@ -84,14 +74,8 @@ double Evaluator::batches_loss(DataParallel& shards, const std::vector<Batch>& b
 }
 
 double Evaluator::stream_loss(DataParallel& shards, BatchSource& source, int64_t n, int64_t mem_limit, Rng rng) const {
-  std::vector<std::unique_ptr<BatchSource>> wrapped;
-  BatchSource* val = &source;
-  for (ModelHooks* h : hooks_) {
-    if (std::unique_ptr<BatchSource> w = h->val_source(*val)) {
-      wrapped.push_back(std::move(w));
-      val = wrapped.back().get();
-    }
-  }
+  BatchSource* wrapped = hooks_ ? hooks_->batches(source, /*eval=*/true) : nullptr;
+  BatchSource* val = wrapped ? wrapped : &source;
   SegmentMemory memory;
   memory.limit = mem_limit;
   double total = 0;

@@ -4,7 +4,7 @@
 // a model kind's hooks (its extra inputs) and a mixture (kNN-LM's) enter it
 // the same way for all of them (train/model_hooks.h).
 //
-//   Evaluator ev(model, {hooks.get()});                         // model in eval mode
+//   Evaluator ev(model, {hooks.get(), mixture.get()});          // model in eval mode
 //   const Evaluator::TextLoss r = ev.text_loss(text, /*T=*/64, /*mem_limit=*/0);
 //   ev.read_text(text, 64, 0, /*features=*/true, [&](const Window& w, const Var& f) { ... });   // f (1, W, C)
 //
@@ -30,18 +30,18 @@ namespace tapeformer {
 
 class Evaluator {
  public:
-  // hooks: the model kind's and a mixture's (null entries are skipped). A
-  // hook that refuses a mixture beside another that mixes is an Error.
-  explicit Evaluator(const LanguageModel& model, std::vector<ModelHooks*> hooks = {});
+  // hooks: the model kind's and a mixture (either may be null); hooks that
+  // refuse the mixture beside it are an Error (ReadHooks::check).
+  explicit Evaluator(const LanguageModel& model, ReadHooks hooks = {});
 
   // fn(window, output) for each window of `text`, in order: the logits
-  // (1, W, V), or with `features` the context vectors (1, W, C). Calls each
-  // hook's begin_text first and takes each window's extra inputs from them.
+  // (1, W, V), or with `features` the context vectors (1, W, C). Calls the
+  // hooks' begin_text first and takes each window's extra inputs from them.
   void read_text(const EvalText& text, int64_t T, int64_t mem_limit, bool features,
                  const std::function<void(const Window&, const Var&)>& fn) const;
 
   // -sum log p(y) over the text's predicted positions and their count; with
-  // a hook that mixes, the mixture's, with the model's own in lm_loss_sum
+  // a mixture that mixes, the mixture's, with the model's own in lm_loss_sum
   // (else lm_loss_sum = loss_sum).
   struct TextLoss {
     double loss_sum = 0, lm_loss_sum = 0;
@@ -53,14 +53,14 @@ class Evaluator {
   // is): the mean loss of `batches` (random windows, each scored whole, the
   // means averaged in batch order); and the mean loss of the first n batches
   // of `source` read in order with a fresh memory of mem_limit positions,
-  // each hook's val_source wrapping it.
+  // the hooks' batches(source, eval = true) wrapping it.
   double batches_loss(DataParallel& shards, const std::vector<Batch>& batches, Rng& rng) const;
   double stream_loss(DataParallel& shards, BatchSource& source, int64_t n, int64_t mem_limit, Rng rng) const;
 
  private:
   const LanguageModel& model_;
-  std::vector<ModelHooks*> hooks_;
-  ModelHooks* mixer_ = nullptr;  // the hook that mixes, if any
+  ModelHooks* hooks_;   // or null
+  Mixture* mixer_;      // a mixture that mixes, or null
 };
 
 }  // namespace tapeformer

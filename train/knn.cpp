@@ -13,10 +13,10 @@
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/load_model.h"
+#include "tapeformer/train/program_name.h"
 #include "tapeformer/train/evaluator.h"
 #include "tapeformer/train/run_directory.h"
-#include "tapeformer/train/trainer.h"
 
 namespace tapeformer {
 namespace {
@@ -258,33 +258,6 @@ Datastore build_knn_store(const KnnBuildArgs& args, const std::function<void(int
   store.finish();
   store.save(args.out);
   return store;
-}
-
-int run_knn_build(const KnnBuildArgs& args) {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  const auto started = std::chrono::steady_clock::now();
-  int last_percent = -1;
-  bool indexing_said = false;
-  const Datastore store = build_knn_store(args, [&](int64_t done, int64_t total) {
-    if (!tty) return;
-    const int percent = static_cast<int>(100 * done / std::max<int64_t>(1, total));
-    if (percent != last_percent)
-      std::fprintf(stderr, "\rknn build: keys %3d%% (%lld of %lld positions)", percent, static_cast<long long>(done),
-                   static_cast<long long>(total));
-    last_percent = percent;
-    if (done == total && !indexing_said) {
-      std::fprintf(stderr, "\nknn build: indexing (%s) and writing %s\n", args.index.describe().c_str(),
-                   args.out.c_str());
-      indexing_said = true;
-    }
-    std::fflush(stderr);
-  });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::printf("{\"store\": %s, \"keys\": %lld, \"dim\": %lld, \"index\": \"%s\", \"seconds\": %.3f}\n",
-              nlohmann::json(args.out).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
-              static_cast<long long>(store.size()), static_cast<long long>(store.info().dim),
-              store.index().options().describe().c_str(), seconds);
-  return 0;
 }
 
 }  // namespace tapeformer

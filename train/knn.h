@@ -88,7 +88,7 @@ void knn_mix_logits(Scalar* logits, int64_t V, const float* distances, const int
 // The values of a search's neighbours, (n, k), -1 where there is none.
 std::vector<int32_t> neighbour_values(const Neighbours& nb, const Datastore& store);
 
-// Sums kNN-LM losses over eval's windows (train/commands.cpp).
+// Sums kNN-LM losses over eval's windows (train/eval_file.h).
 class KnnEval {
  public:
   KnnEval(const Datastore& store, const KnnOptions& opt) : store_(store), opt_(opt) {}
@@ -124,11 +124,11 @@ class KnnMixer {
   const KnnOptions& opt_;
 };
 
-// kNN-LM as hooks (train/model_hooks.h), which `eval` and `sample` add for
-// --knn: every next-token distribution mixed with p_kNN (KnnEval's sums in
-// evaluation, KnnMixer's distribution in sampling). With lambda = 0 it mixes
-// nothing and the model's own path runs, bit for bit.
-class KnnHooks : public ModelHooks {
+// kNN-LM as a Mixture (train/model_hooks.h), which `eval` and `sample` add
+// for --knn: every next-token distribution mixed with p_kNN (KnnEval's sums
+// in evaluation, KnnMixer's distribution in sampling). With lambda = 0 it
+// mixes nothing and the model's own path runs, bit for bit.
+class KnnHooks : public Mixture {
  public:
   KnnHooks(const Datastore& store, const KnnOptions& opt) : opt_(opt), eval_(store, opt_), mixer_(store, opt_) {}
   bool mixes() const override { return opt_.lambda > 0; }
@@ -148,7 +148,7 @@ class KnnHooks : public ModelHooks {
 };
 
 // KnnHooks with the store they read: `eval`'s and `sample`'s --knn.
-class KnnMixture : public ModelHooks {
+class KnnMixture : public Mixture {
  public:
   KnnMixture(Datastore store, const KnnOptions& opt) : store_(std::move(store)), hooks_(store_, opt) {}
   int64_t keys() const { return store_.size(); }
@@ -184,9 +184,5 @@ struct KnnBuildArgs {
 // the store atomically. progress(done, total) is called after each window.
 Datastore build_knn_store(const KnnBuildArgs& args,
                           const std::function<void(int64_t done, int64_t total)>& progress = {});
-// The `knn build` command: build_knn_store with a progress bar on stderr
-// (when it is a terminal); prints {"store", "keys", "dim", "index",
-// "seconds"} on stdout.
-int run_knn_build(const KnnBuildArgs& args);
 
 }  // namespace tapeformer

@@ -149,4 +149,8 @@ void Progress::finish() {
   line_open_ = false;
 }
 
+const char* const kNoLayerFigures =
+    "the model's layers logged no figures here (layers that adapt their depth log them only while they adapt: "
+    "an early-exit model once `tapeformer calibrate` has set its threshold, a Universal Transformer always)";
+
 }  // namespace tapeformer

@@ -21,6 +21,10 @@ std::string json_number(double v, int digits = 6);
 // The same with `digits` fixed decimals ("%.*f"), null for NaN or infinity.
 std::string json_fixed(double v, int digits);
 
+// What `sample` and `eval --report-layers` say when a model's layers logged
+// no figures (Module::layer_metrics) while reading.
+extern const char* const kNoLayerFigures;
+
 struct MetricsRecord {
   int64_t step = 0;
   double lr = 0;

@@ -63,19 +63,12 @@ int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, 
 
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
-                              const std::function<void(int32_t)>& on_token, const std::vector<ModelHooks*>& given) {
+                              const std::function<void(int32_t)>& on_token, ReadHooks hooks) {
   opt.validate();
   TAPEFORMER_CHECK(!prompt.empty(), "sample: the prompt is empty (give at least one token)");
-  std::vector<ModelHooks*> hooks;
-  ModelHooks* mixer = nullptr;  // the hook that rewrites each distribution, if any
-  for (ModelHooks* h : given) {
-    if (h == nullptr) continue;
-    hooks.push_back(h);
-    if (h->mixes()) mixer = h;
-  }
-  if (mixer != nullptr)
-    for (const ModelHooks* h : hooks)
-      TAPEFORMER_CHECK(h->refuses_mixture().empty(), "sample: a kNN-LM mixture does not apply: ", h->refuses_mixture());
+  hooks.check("sample");
+  // The mixture that rewrites each distribution, if any.
+  const Mixture* mixer = hooks.mixture && hooks.mixture->mixes() ? hooks.mixture : nullptr;
   const int64_t V = model.config().vocab_size, limit = model.max_positions();
   const int64_t context = sample_context(model, opt);
   for (int32_t id : prompt)
@@ -97,7 +90,7 @@ std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& 
     const auto t = static_cast<int64_t>(seq.cend() - begin);
     const IndexTensor ids({1, t}, std::vector<int32_t>(begin, seq.cend()));
     inputs.clear();
-    for (ModelHooks* h : hooks) h->sample_inputs(ids, restart, inputs);
+    if (hooks.model) hooks.model->sample_inputs(ids, restart, inputs);
     ModelContext ctx;
     ctx.state = state.get();
     ctx.inputs = inputs.empty() ? nullptr : &inputs;

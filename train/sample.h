@@ -58,14 +58,13 @@ int32_t sample_token(const Scalar* logits, int64_t V, const SampleOptions& opt, 
 
 // Returns prompt followed by opt.tokens sampled tokens. `on_token`, when set,
 // is called with each new token as it is produced (for streaming output).
-// `hooks` (train/model_hooks.h; null entries skipped): the model kind's,
+// `hooks` (train/model_hooks.h; either may be null): the model kind's,
 // which give the extra inputs of every token fed (SPALM's retrieved tokens),
-// and a mixture's (kNN-LM's). With a hook that mixes, the model returns its
-// features and logits_from_features() the same logits, which the hook
+// and a mixture (kNN-LM's). With a mixture that mixes, the model returns its
+// features and logits_from_features() the same logits, which the mixture
 // rewrites before each draw.
 std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& opt, Rng& rng,
-                              const std::function<void(int32_t)>& on_token = {},
-                              const std::vector<ModelHooks*>& hooks = {});
+                              const std::function<void(int32_t)>& on_token = {}, ReadHooks hooks = {});
 
 }  // namespace tapeformer

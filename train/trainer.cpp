@@ -55,9 +55,6 @@ std::string evaluation_note(const MetricsRecord& r) {
   return buf;
 }
 
-// Seeds of the independent random streams of a run, all derived from train.seed.
-uint64_t stream_seed(int64_t seed, uint64_t stream) { return static_cast<uint64_t>(seed) * 1000003ULL + stream; }
-enum Stream : uint64_t { kInit = 0, kDropout = 1, kTrainBatches = 2, kValBatches = 3, kFinalBatches = 4 };
 
 // The train batch source's position in the checkpoint.
 struct SourcePosition {
@@ -126,17 +123,6 @@ struct StreamState {
 
 }  // namespace
 
-namespace {
-std::string& program_name_storage() {
-  static std::string name = "tapeformer";
-  return name;
-}
-}  // namespace
-
-const std::string& program_name() { return program_name_storage(); }
-void set_program_name(const std::string& name) {
-  if (!name.empty()) program_name_storage() = name;
-}
 
 Diverged::Diverged(const std::string& message, int64_t step, double train_seconds)
     : Error(message), step_(step), train_seconds_(train_seconds) {}
@@ -160,6 +146,7 @@ struct Trainer::State {
   std::unique_ptr<RandomWindowSampler> train_batches;  // random windows; or, with a segment memory,
   std::unique_ptr<StreamSampler> train_streams;        // consecutive segments of B streams
   SegmentMemory train_memory;                          // carried from step to step (Transformer-XL)
+  HookSite site;                                       // where the hooks were made
   std::unique_ptr<ModelHooks> hooks;                   // the model kind's (train/model_hooks.h)
   BatchSource* train_source_ = nullptr;                // what the loop reads: the batches, through the hooks
   std::vector<Batch> val_batches, final_batches;
@@ -180,8 +167,22 @@ struct Trainer::State {
   // A fresh run's directory, claimed after the build (so a run refused for
   // its data or config leaves none behind), with the files the hooks keep.
   void claim_run_directory() {
-    dir->claim(hooks->files(out_dir));
-    if (writes()) hooks->keep(out_dir);
+    keep_files(/*claim=*/true);
+  }
+  // The files the model kind keeps in the run's directory: claimed with the
+  // directory (a fresh run) or their stale temp files cleared (a resumed
+  // one), then written by rank 0.
+  void keep_files(bool claim) {
+    const std::vector<KeptFile> kept = hooks->kept_files(out_dir);
+    std::vector<std::string> paths;
+    for (const KeptFile& k : kept) paths.push_back(k.path);
+    if (claim) {
+      dir->claim(paths);
+    } else {
+      dir->remove_stale_temp_files(paths);
+    }
+    if (writes())
+      for (const KeptFile& k : kept) k.write();
   }
 
   bool is_task() const { return task.batches != nullptr; }
@@ -221,21 +222,22 @@ struct Trainer::State {
                        ", so the val split would start inside one (set data.val_fraction so the split falls "
                        "between records)");
       train_batches = std::make_unique<RandomWindowSampler>(
-          *train_tokens, B, T, stream_seed(cfg.train.seed, kTrainBatches), "train split", align);
-      RandomWindowSampler val(*val_tokens, B, T, stream_seed(cfg.train.seed, kValBatches), "val split", align);
+          *train_tokens, B, T, stream_seed(cfg.train.seed, Stream::train_batches), "train split", align);
+      RandomWindowSampler val(*val_tokens, B, T, stream_seed(cfg.train.seed, Stream::val_batches), "val split", align);
       for (int64_t i = 0; i < cfg.eval.iters; ++i) val_batches.push_back(val.next());
-      RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, kFinalBatches), "val split", align);
+      RandomWindowSampler fin(*val_tokens, B, T, stream_seed(cfg.train.seed, Stream::final_batches), "val split", align);
       for (int64_t i = 0; i < cfg.eval.final_iters; ++i) final_batches.push_back(fin.next());
     }
-    HookSite site;
     site.cfg = &cfg;
     site.tokenizer = tokenizer.get();
     site.train = train_tokens.get();
     site.val = val_tokens.get();
     site.run_dir = out_dir;
     hooks = make_model_hooks(site);
-    train_source_ = &hooks->train_source(train_streams ? static_cast<BatchSource&>(*train_streams) : *train_batches);
-    dropout_rng = Rng(stream_seed(cfg.train.seed, kDropout));
+    BatchSource& inner = train_streams ? static_cast<BatchSource&>(*train_streams) : *train_batches;
+    BatchSource* wrapped = hooks->batches(inner, /*eval=*/false);
+    train_source_ = wrapped ? wrapped : &inner;
+    dropout_rng = Rng(stream_seed(cfg.train.seed, Stream::dropout));
   }
 
   // Builds a task's run from cfg and `task`.
@@ -246,12 +248,12 @@ struct Trainer::State {
     start_process();
     cfg.model.vocab_size = task.vocab_size;
     build_model(task.name);
-    HookSite site;
     site.cfg = &cfg;
     site.task = task.name;
     hooks = make_model_hooks(site);
-    train_source_ = &hooks->train_source(*task.batches);
-    dropout_rng = Rng(task.dropout_seed ? *task.dropout_seed : stream_seed(cfg.train.seed, kDropout));
+    BatchSource* wrapped = hooks->batches(*task.batches, /*eval=*/false);
+    train_source_ = wrapped ? wrapped : task.batches.get();
+    dropout_rng = Rng(task.dropout_seed ? *task.dropout_seed : stream_seed(cfg.train.seed, Stream::dropout));
   }
 
   void start_process() {
@@ -278,7 +280,7 @@ struct Trainer::State {
     // A long block's floor, from a small model of the same kinds: refused before the model is built.
     if (const std::optional<double> floor = activation_floats_floor(cfg.model))
       check_fits_in_memory(cfg, num_shards, floor);
-    Rng init(stream_seed(cfg.train.seed, kInit));
+    Rng init(stream_seed(cfg.train.seed, Stream::init));
     model = make_model(cfg.model, init);
     check_fits_in_memory(cfg, num_shards, activation_floats(*model));  // before the optimizer's moments and any batch
     optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
@@ -505,7 +507,7 @@ Trainer::Trainer(TrainConfig cfg, std::string out_dir) : s_(std::make_unique<Sta
   s_->cfg = std::move(cfg);
   s_->out_dir = std::move(out_dir);
   s_->build(nullptr);
-  s_->hooks->initialise(*s_->model);  // a fresh run's starting weights, where the model kind's hooks give them
+  initialise_model(s_->site, *s_->model);  // a fresh run's starting weights, where the model kind gives them
   s_->shards->sync_buffers();
   s_->check_same_state_on_every_rank(0, 0);
   s_->dir = std::make_unique<RunDirectory>(s_->out_dir, s_->writes());
@@ -577,8 +579,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   s.step = c.step;
   s.train_seconds = c.train_seconds;
   s.resumed = true;
-  s.dir->remove_stale_temp_files(s.hooks->files(out_dir));
-  if (s.writes()) s.hooks->keep(out_dir);
+  s.keep_files(/*claim=*/false);
   const double loss_at_checkpoint = s.dir->trim_metrics_after(s.step);
   if (std::isnan(s.last_train_loss)) s.last_train_loss = loss_at_checkpoint;  // a version 1 checkpoint
   return t;

@@ -38,15 +38,11 @@
 #include "tapeformer/data/sampler.h"
 #include "tapeformer/layers/language_model.h"
 #include "tapeformer/train/config.h"
+#include "tapeformer/train/program_name.h"
 #include "tapeformer/train/signals.h"
+#include "tapeformer/train/streams.h"
 
 namespace tapeformer {
-
-// The command a user runs this program as ("tapeformer"; cli_main sets it
-// from argv[0], so a program that registers kinds of its own is named in
-// the messages that tell the user what to run next).
-const std::string& program_name();
-void set_program_name(const std::string& name);
 
 struct TrainResult {
   int64_t steps = 0;

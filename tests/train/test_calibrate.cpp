@@ -4,7 +4,7 @@
 // testing stopping at the first failure, and the grid search.
 #include <doctest/doctest.h>
 
-#include "tapeformer/train/calibrate.h"
+#include "tapeformer/train/calibration.h"
 
 using namespace tapeformer;
 using namespace tapeformer::calibration;

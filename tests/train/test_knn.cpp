@@ -12,7 +12,8 @@
 #include "expect_error.h"
 #include "fresh_checkpoint.h"
 #include "tapeformer/train/checkpoint.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/knn.h"
 #include "temp_dir.h"
 
@@ -278,14 +279,14 @@ TEST_CASE("sample --knn: lambda 0 draws the model's tokens; lambda 1 greedy foll
   so.tokens = 10;
   so.seed = 5;
   Rng r1(5), r2(5);
-  CHECK(generate(*l.model, prompt, so, r1, {}, {&nothing_mixed}) == generate(*l.model, prompt, so, r2));
+  CHECK(generate(*l.model, prompt, so, r1, {}, {nullptr, &nothing_mixed}) == generate(*l.model, prompt, so, r2));
 
   opt.lambda = 1;
   opt.k = 1;
   so.temperature = 0;
   KnnHooks neighbours_only(store, opt);
   Rng r3(5);
-  const std::vector<int32_t> seq = generate(*l.model, prompt, so, r3, {}, {&neighbours_only});
+  const std::vector<int32_t> seq = generate(*l.model, prompt, so, r3, {}, {nullptr, &neighbours_only});
   REQUIRE(seq.size() == prompt.size() + 10);
   NoGradGuard no_grad;
   ModelContext ctx;

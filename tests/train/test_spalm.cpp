@@ -1,4 +1,4 @@
-// SPALM's retrieval and training (train/spalm.h): a position's own store
+// SPALM's retrieval and training (train/hooks/spalm.h): a position's own store
 // entry left out on the store's text (and only there), the gate closed
 // giving the retriever's eval loss bit for bit, resume bit-exact with the
 // retrieved tokens in every batch, and the refusals of the model.spalm_* keys.
@@ -16,10 +16,11 @@
 #include "fresh_checkpoint.h"
 #include "tapeformer/layers/spalm.h"
 #include "tapeformer/train/checkpoint.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/sample.h"
-#include "tapeformer/train/spalm.h"
+#include "tapeformer/train/hooks/spalm.h"
 #include "tapeformer/train/trainer.h"
 #include "temp_dir.h"
 

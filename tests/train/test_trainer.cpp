@@ -16,7 +16,8 @@
 #include "tapeformer/data/token_file.h"
 #include "temp_dir.h"
 #include "tapeformer/train/checkpoint.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/trainer.h"
 #include "memory_models.h"
 

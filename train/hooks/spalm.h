@@ -55,7 +55,7 @@
 
 namespace tapeformer {
 
-struct Loaded;  // train/commands.h
+struct Loaded;  // train/load_model.h
 
 // The tokens a model that reads retrieved tokens gets beside each position
 // while sampling (SPALM's hooks use one). It is passed every token fed, in
@@ -140,13 +140,14 @@ class RetrievingSource : public BatchSource {
 // tables (SPALM's training hooks).
 struct SpalmData {
   // The tables are read from run_dir (spalm_train.table, spalm_val.table)
-  // where keep() wrote them, else computed.
+  // where an earlier run kept them, else computed.
   SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train, const TokenSource& val,
             const std::string& run_dir);
-  // Writes the tables that were computed into run_dir (the Trainer's rank 0,
-  // once the run's directory exists).
-  void keep(const std::string& run_dir) const;
-  static std::vector<std::string> files(const std::string& run_dir);
+  // The two tables' files in run_dir, each written (by the Trainer's rank 0,
+  // once the run's directory exists) when it was computed, not read.
+  std::vector<KeptFile> kept_files(const std::string& run_dir) const;
+  static std::string train_path(const std::string& run_dir);
+  static std::string val_path(const std::string& run_dir);
   std::unique_ptr<SpalmRetriever> retriever;
   SpalmTable train_table, val_table;
 };

@@ -1,4 +1,4 @@
-// Number flags for programs built on CLI11 (the tapeformer command, bench/,
+// Number flags for programs built on CLI11 (the tapeformer commands, bench/,
 // examples/): one parser for every value, core/numbers.h's.
 //
 //   CLI::App app{"my program"};
@@ -106,6 +106,10 @@ inline CLI::Validator integer_in(uint64_t lo, uint64_t hi) {
       "");
 }
 inline CLI::Validator integer_up_to(uint64_t hi) { return integer_in(0, hi); }
+
+// Counts a flag may give (tokens, top-k, context, vocabulary size): as a
+// config's counts, at most 2^31 - 1.
+inline constexpr uint64_t kMaxCount = INT32_MAX;
 
 // Every option that holds a number was added by number_option: a flag added
 // with add_option alone would wrap and cap its values unchecked.

@@ -1,16 +1,26 @@
-#include "tapeformer/train/rl_commands.h"
-
-#include <algorithm>
-#include <cmath>
-#include <filesystem>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <map>
-#include <memory>
-
+// `tapeformer rl collect | train | eval`: offline reinforcement learning on
+// the environments of data/rl/environment.h, with the Decision Transformer
+// (layers/models/decision_transformer.h).
+//
+//   tapeformer rl collect --env keys_doors --policy random:0.7,noisy:0.3 --episodes 2000 --out grid.traj
+//   tapeformer rl train --config configs/dt_grid.json --data grid.traj --out out/dt
+//   tapeformer rl eval --checkpoint out/dt --target-return 0 --episodes 20
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "tapeformer/commands/command.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/numbers.h"
 #include "tapeformer/core/files.h"
@@ -20,16 +30,61 @@
 #include "tapeformer/data/rl/trajectories.h"
 #include "tapeformer/layers/models/decision_transformer.h"
 #include "tapeformer/train/checkpoint.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/load_model.h"
+#include "tapeformer/train/streams.h"
 #include "tapeformer/train/trainer.h"
 #include "tapeformer/train/metrics.h"
-#include "tapeformer/train/model_hooks.h"
 #include "tapeformer/train/run_directory.h"
 
 namespace tapeformer {
+namespace {
 namespace fs = std::filesystem;
 
-namespace {
+// `rl collect`: episodes of an environment played by scripted behaviour
+// policies, written as a dataset (data/rl/trajectories.h).
+struct RlCollectArgs {
+  std::string env;                  // an environment kind
+  std::vector<std::string> options;  // name=value, the environment's options (tmaze: corridor=30)
+  std::string policy = "random";    // a policy mix, e.g. random:0.7,noisy:0.3
+  double epsilon = 0.3;             // "noisy": the chance of a random action
+  int64_t episodes = 1000;
+  uint64_t seed = 1;
+  std::string out;                  // the dataset file to write
+};
+
+// Prints {"episodes", "steps", "return_mean", "return_sd", "return_max",
+// "best_return_mean", "by_policy": {name: {"episodes", "return_mean"}}, "checksum"}.
+int run_rl_collect(const RlCollectArgs& args);
+
+// `rl train`: a Decision Transformer (model.arch decision_transformer, or
+// behaviour cloning with model.dt_returns = false) trained by the stock
+// Trainer on windows of model.block_size steps of a dataset's episodes
+// (data/rl/episode_windows.h); the last tenth of the episodes (at least one)
+// is held out, and evaluations report its loss and action accuracy. The
+// model's state features, timestep table and the dataset's checksum
+// (model.dt_dataset) come from the dataset; a resumed run refuses a dataset
+// whose checksum changed.
+struct RlTrainArgs {
+  std::string config;                  // training config; optional with resume
+  std::string data;                    // the dataset (rl collect); with resume, default: the run's
+  std::string out;
+  std::vector<std::string> overrides;  // key=value
+  bool resume = false;
+};
+int run_rl_train(const RlTrainArgs& args);
+
+// `rl eval`: the run's model acting in its dataset's environment, conditioned
+// on `target_return` (R_1; after each reward r, R <- R - r), greedy, over
+// `episodes` layouts none of which is in the dataset. Prints
+// {"target_return", "episodes", "return_mean", "return_sd", "best_return_mean", ...}.
+struct RlEvalArgs {
+  std::string checkpoint;  // a run directory of rl train
+  int64_t target_return = 0;  // within the environment's return_bounds
+  int64_t episodes = 20;
+  uint64_t seed = 1;
+  std::string log;  // also append the result line here ("": no)
+};
+int run_rl_eval(const RlEvalArgs& args);
 
 // Mean and sample standard deviation (0 for one value) of returns.
 std::pair<double, double> mean_sd(const std::vector<double>& v) {
@@ -39,8 +94,6 @@ std::pair<double, double> mean_sd(const std::vector<double>& v) {
   for (double x : v) sd += (x - mean) * (x - mean);
   return {mean, v.size() > 1 ? std::sqrt(sd / static_cast<double>(v.size() - 1)) : 0.0};
 }
-
-}  // namespace
 
 int run_rl_collect(const RlCollectArgs& args) {
   TAPEFORMER_CHECK(!args.out.empty(), "rl collect: name the dataset to write with --out FILE");
@@ -82,42 +135,6 @@ int run_rl_collect(const RlCollectArgs& args) {
               json_number(best / n).c_str(), policies.c_str(), hex64(checksum).c_str());
   return 0;
 }
-
-namespace {
-
-// A Decision Transformer trains on episodes, never on a text: a run that
-// would read text windows is refused. A program's task (its own batch
-// source of episode windows) trains it through the stock Trainer.
-class DecisionTransformerHooks : public ModelHooks {
- public:
-  explicit DecisionTransformerHooks(const HookSite& site) : task_(!site.task.empty()) {}
-  BatchSource& train_source(BatchSource& inner) override {
-    TAPEFORMER_CHECK(task_, "model.arch \"decision_transformer\" trains on episodes of an environment (a program's "
-                            "batch source of episode windows), not on a text");
-    return inner;
-  }
-  void begin_text(const EvalText&, const std::string& path, const std::string&, double) override {
-    fail("model.arch \"decision_transformer\" reads episodes, not the text '", path, "'");
-  }
-  void sample_inputs(const IndexTensor&, bool, ModelInputs&) override {
-    fail("model.arch \"decision_transformer\" acts in an environment: it samples no text");
-  }
-
- private:
-  bool task_;
-};
-
-}  // namespace
-
-ModelHooksKind decision_transformer_model_hooks() {
-  return {"decision_transformer", "episodes of an environment: train it with tapeformer rl train, act with rl eval; "
-                                  "text training, evaluation and sampling are refused",
-          [](const HookSite& site) -> std::unique_ptr<ModelHooks> {
-            return std::make_unique<DecisionTransformerHooks>(site);
-          }};
-}
-
-namespace {
 
 // A run's config fitted to its dataset: the model reads its states, timesteps and actions.
 void fit_to(TrainConfig& cfg, const Trajectories& data, const std::string& path) {
@@ -179,13 +196,13 @@ TaskData episode_task(const Trajectories& data, const TrainConfig& cfg) {
   const int64_t val = std::max<int64_t>(1, n / 10), K = cfg.model.block_size, B = cfg.train.batch_size;
   std::vector<int64_t> train_eps, val_eps;
   for (int64_t i = 0; i < n; ++i) (i < n - val ? train_eps : val_eps).push_back(i);
-  const auto seed = static_cast<uint64_t>(cfg.train.seed) * 1000003ULL;
+  const uint64_t batches_seed = stream_seed(cfg.train.seed, TaskStream::batches);
   TaskData task;
   task.name = "rl train";
   task.vocab_size = data.actions;
-  task.dropout_seed = seed + 3;
+  task.dropout_seed = stream_seed(cfg.train.seed, TaskStream::dropout);
   if (!memories_on(cfg.model).empty()) {
-    auto streams = std::make_unique<EpisodeStreams>(data, train_eps, K, B, seed + 1);
+    auto streams = std::make_unique<EpisodeStreams>(data, train_eps, K, B, batches_seed);
     auto held_out = std::make_shared<std::vector<std::vector<Batch>>>();
     for (const std::vector<int64_t>& group : pieces(val_eps, B)) held_out->push_back(streams->read(group));
     task.batches = std::move(streams);
@@ -199,7 +216,7 @@ TaskData episode_task(const Trajectories& data, const TrainConfig& cfg) {
     };
     return task;
   }
-  auto windows = std::make_unique<EpisodeWindows>(data, train_eps, K, B, seed + 1);
+  auto windows = std::make_unique<EpisodeWindows>(data, train_eps, K, B, batches_seed);
   std::vector<std::pair<int64_t, int64_t>> at;
   for (int64_t e : val_eps)
     for (int64_t s = 0; s < static_cast<int64_t>(data.episodes[static_cast<size_t>(e)].actions.size()); s += K)
@@ -214,8 +231,6 @@ TaskData episode_task(const Trajectories& data, const TrainConfig& cfg) {
   };
   return task;
 }
-
-}  // namespace
 
 int run_rl_train(const RlTrainArgs& args) {
   TAPEFORMER_CHECK(!args.out.empty(), "rl train: name the run's directory with --out DIR");
@@ -336,6 +351,71 @@ int run_rl_eval(const RlEvalArgs& args) {
                      std::strerror(errno));
   }
   return 0;
+}
+
+}  // namespace
+
+Command rl_command() {
+  return {"rl", "offline reinforcement learning: rl collect, rl train, rl eval", [](CLI::App& rl) -> CommandRunner {
+            auto collect = std::make_shared<RlCollectArgs>();
+            auto train = std::make_shared<RlTrainArgs>();
+            auto eval = std::make_shared<RlEvalArgs>();
+            rl.require_subcommand(1);
+            auto* rc = rl.add_subcommand("collect",
+                                         "play episodes of an environment with scripted behaviour policies and "
+                                                     "write them as a dataset");
+            rc->add_option("--env", collect->env, "keys_doors | tmaze")->required();
+            rc->add_option("--option", collect->options,
+                           "an environment option name=value (tmaze: corridor=30; repeatable)");
+            rc->add_option("--policy", collect->policy, "behaviour policies with weights: random, noisy, expert, e.g. "
+                                                           "random:0.7,noisy:0.3")
+                ->capture_default_str();
+            number_option(rc, "--epsilon", collect->epsilon,
+                          "noisy: the chance of a random action")->capture_default_str();
+            number_option(rc, "--episodes", collect->episodes, "episodes to play", integer_in(1, 1 << 24))
+                ->capture_default_str();
+            number_option(rc, "--seed", collect->seed,
+                          "the episodes' layouts and the policies' draws")->capture_default_str();
+            rc->add_option("--out", collect->out, "the dataset file to write")->required();
+            auto* rt = rl.add_subcommand("train",
+                                         "train a Decision Transformer (or behaviour cloning) on a dataset's episodes");
+            rt->add_option("--config", train->config, "training config (model, optimizer, schedule, train, eval)");
+            rt->add_option("--data", train->data, "the dataset (rl collect); with --resume, default: the run's");
+            rt->add_option("--out", train->out, "run directory")->required();
+            rt->add_option("--set", train->overrides, "override a config value (repeatable)");
+            rt->add_flag("--resume", train->resume, "continue the run saved in --out");
+            auto* re = rl.add_subcommand("eval",
+                                         "the trained policy acting in its dataset's environment, conditioned on a "
+                                                  "target return");
+            re->add_option("--checkpoint", eval->checkpoint, "run directory of rl train")->required();
+            number_option(re, "--target-return", eval->target_return,
+                          "the return asked for at the first step")->required();
+            number_option(re, "--episodes", eval->episodes, "episodes to play", integer_in(1, 1 << 20))
+                ->capture_default_str();
+            number_option(re, "--seed", eval->seed,
+                          "the episodes' layouts (none is in a dataset)")->capture_default_str();
+            re->add_option("--log", eval->log,
+                           "also append the result line to this file (tapeformer plot --achieved draws it)");
+            return [collect, train, eval, rc, rt, re](const CommandContext& ctx) {
+              if (*rc) {
+                try {
+                  return run_rl_collect(*collect);
+                } catch (const std::bad_alloc&) {
+                  fail("rl collect: out of memory; collect fewer or shorter episodes (--episodes, --option)");
+                }
+              }
+              if (*rt) {
+                RlTrainArgs a = *train;
+                if (ctx.threads >= 0) a.overrides.push_back("train.threads=" + std::to_string(ctx.threads));
+                try {
+                  return run_rl_train(a);
+                } catch (const std::bad_alloc&) {
+                  fail("out of memory; make the model, batch or block size smaller");
+                }
+              }
+              return run_rl_eval(*eval);
+            };
+          }};
 }
 
 }  // namespace tapeformer

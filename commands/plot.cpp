@@ -1,5 +1,20 @@
-#include "tapeformer/train/plot.h"
-
+// `tapeformer plot`: the train and validation loss curves of one or more runs
+// on shared axes, as a PNG drawn by gnuplot (Debian's gnuplot-nox, which
+// scripts/setup.sh installs): a well-kept plotting tool rather than a
+// hand-written rasteriser.
+//
+//   tapeformer plot out/softmax out/linear -o curves.png   # one colour per run: val loss solid, train thin
+//   tapeformer plot out/ut -o halting.png --layer ponder_hist   # a per-layer figure the runs log instead
+//
+// A per-layer figure (the "layers" of metrics lines on evaluation steps,
+// Module::layer_metrics) of one value is drawn against the step; one of
+// several values (a histogram, a value per head or position) as those of
+// the run's last evaluation against their index.
+//
+// With `achieved`, each of `runs` is a file of `tapeformer rl eval --log`
+// lines (or a directory holding achieved.jsonl): the achieved return's mean
+// with its sd as error bars against the target return, one series per
+// file, beside the line achieved = target (Chen et al. 2021, Fig. 4).
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -11,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tapeformer/commands/command.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/core/subprocess.h"
@@ -18,9 +34,26 @@
 #include "tapeformer/train/run_directory.h"
 
 namespace tapeformer {
+namespace {
 namespace fs = std::filesystem;
 
-namespace {
+struct PlotArgs {
+  std::vector<std::string> runs;  // run directories (each with metrics.jsonl)
+  std::string output;             // the PNG to write
+  bool log_y = false;             // logarithmic loss axis
+  bool train = true;              // also draw the train loss
+  std::string layer;              // a per-layer figure by name ("ponder_hist") instead of the losses
+  bool achieved = false;          // runs are rl eval --log files: achieved against target return
+};
+
+// gnuplot gets a fixed script on its stdin with the data inline and writes
+// the PNG on its stdout, which is then written to `output` atomically: no
+// path reaches the script, no temp file is made, and the only user text in
+// it, the legend's names, goes through gnuplot's single-quoted strings (a
+// name holding a control character is refused). Every input is opened
+// without blocking and must be a regular file. Errors name the run whose
+// metrics are missing or empty, and a missing gnuplot.
+int run_plot(const PlotArgs& args);
 
 // Metrics and rl eval logs are small; a larger input is not one of them.
 constexpr size_t kMaxInputBytes = size_t{1} << 30;
@@ -138,8 +171,6 @@ std::string run_name(const std::string& run) {
   return p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
 }
 
-}  // namespace
-
 int run_plot(const PlotArgs& args) {
   TAPEFORMER_CHECK(!args.runs.empty(), "plot: name at least one run directory");
   TAPEFORMER_CHECK(!args.output.empty(), "plot: name the PNG to write with -o FILE.png");
@@ -216,6 +247,27 @@ int run_plot(const PlotArgs& args) {
   write_file_atomic(args.output, drawn.out);
   std::printf("plot: wrote %s (%zu run%s)\n", args.output.c_str(), args.runs.size(), args.runs.size() == 1 ? "" : "s");
   return 0;
+}
+
+}  // namespace
+
+Command plot_command() {
+  return {"plot", "train and val loss curves of runs on shared axes, as a PNG (gnuplot)",
+          [](CLI::App& pl) -> CommandRunner {
+            auto args = std::make_shared<PlotArgs>();
+            pl.add_option("runs", args->runs,
+                          "run directories (each with metrics.jsonl); with --achieved, rl eval --log files")
+                ->required();
+            pl.add_option("-o,--output", args->output, "the PNG to write")->required();
+            pl.add_flag("--log-y", args->log_y, "logarithmic loss axis");
+            pl.add_flag("!--no-train", args->train, "validation curves only");
+            pl.add_option("--layer", args->layer,
+                           "draw a per-layer figure the runs log instead of the losses (ponder_mean against the step; "
+                           "ponder_hist, a list, at the last evaluation)");
+            pl.add_flag("--achieved", args->achieved,
+                         "draw the achieved return (mean and sd) against the target return of rl eval --log files");
+            return [args](const CommandContext&) { return run_plot(*args); };
+          }};
 }
 
 }  // namespace tapeformer

@@ -1,4 +1,4 @@
-#include "tapeformer/train/spalm.h"
+#include "tapeformer/train/hooks/spalm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,10 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/layers/spalm.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/eval_file.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/evaluator.h"
-#include "tapeformer/train/trainer.h"
+#include "tapeformer/train/program_name.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/windows.h"
 
@@ -300,19 +301,22 @@ Batch RetrievingSource::next() {
 SpalmData::SpalmData(const TrainConfig& cfg, const Tokenizer& tokenizer, const TokenSource& train,
                      const TokenSource& val, const std::string& run_dir)
     : retriever(std::make_unique<SpalmRetriever>(cfg, tokenizer)) {
-  const std::vector<std::string> paths = files(run_dir);
-  train_table = retriever->cached_table(read_all(train), train.size(), "train split", paths[0]);
-  val_table = retriever->cached_table(read_all(val), train.size(), "val split", paths[1]);
+  train_table = retriever->cached_table(read_all(train), train.size(), "train split", train_path(run_dir));
+  val_table = retriever->cached_table(read_all(val), train.size(), "val split", val_path(run_dir));
 }
 
-std::vector<std::string> SpalmData::files(const std::string& run_dir) {
-  return {run_dir + "/spalm_train.table", run_dir + "/spalm_val.table"};
-}
+std::string SpalmData::train_path(const std::string& run_dir) { return run_dir + "/spalm_train.table"; }
+std::string SpalmData::val_path(const std::string& run_dir) { return run_dir + "/spalm_val.table"; }
 
-void SpalmData::keep(const std::string& run_dir) const {
-  const std::vector<std::string> paths = files(run_dir);
-  if (!train_table.cached) SpalmRetriever::keep_table(train_table, paths[0]);
-  if (!val_table.cached) SpalmRetriever::keep_table(val_table, paths[1]);
+std::vector<KeptFile> SpalmData::kept_files(const std::string& run_dir) const {
+  // A table read back from the run's directory is not written again.
+  const auto writer = [](const SpalmTable& table, const std::string& path) {
+    return std::function<void()>([&table, path] {
+      if (!table.cached) SpalmRetriever::keep_table(table, path);
+    });
+  };
+  return {{train_path(run_dir), writer(train_table, train_path(run_dir))},
+          {val_path(run_dir), writer(val_table, val_path(run_dir))}};
 }
 
 namespace {
@@ -333,29 +337,22 @@ class SpalmHooks : public ModelHooks {
     }
   }
 
-  BatchSource& train_source(BatchSource& inner) override {
-    TAPEFORMER_CHECK(data_ != nullptr, "SPALM: training needs the train and val splits' tables");
-    train_source_ = std::make_unique<RetrievingSource>(inner, data_->train_table);
-    return *train_source_;
+  BatchSource* batches(BatchSource& inner, bool eval) override {
+    TAPEFORMER_CHECK(data_ != nullptr, "SPALM: training and its evaluations need the train and val splits' tables");
+    (eval ? val_source_ : train_source_) =
+        std::make_unique<RetrievingSource>(inner, eval ? data_->val_table : data_->train_table);
+    return (eval ? val_source_ : train_source_).get();
   }
-  std::unique_ptr<BatchSource> val_source(BatchSource& inner) override {
-    TAPEFORMER_CHECK(data_ != nullptr, "SPALM: evaluation needs the val split's table");
-    return std::make_unique<RetrievingSource>(inner, data_->val_table);
-  }
-  std::vector<std::string> files(const std::string& run_dir) const override { return SpalmData::files(run_dir); }
-  void keep(const std::string& run_dir) const override {
-    if (data_) data_->keep(run_dir);
-  }
-  void initialise(LanguageModel& model) const override {  // a fresh SPALM starts as its retriever
-    if (data_ && site_.cfg->model.option_bool("spalm_init")) data_->retriever->initialise(model);
+  std::vector<KeptFile> kept_files(const std::string& run_dir) const override {
+    return data_ ? data_->kept_files(run_dir) : std::vector<KeptFile>();
   }
 
-  void begin_text(const EvalText& text, const std::string& path, const std::string& split,
-                  double val_fraction) override {
+  void begin_text(const EvalText& text) override {
     // The val split of a store of the whole file starts after the train split's tokens.
     const int64_t train_length =
-        split == "val" ? static_cast<int64_t>(read_eval_text(path, *site_.tokenizer, "train", val_fraction).ids.size())
-                       : 0;
+        text.split == "val"
+            ? static_cast<int64_t>(read_eval_text(text.path, *site_.tokenizer, "train", text.val_fraction).ids.size())
+            : 0;
     table_ = SpalmRetriever(*site_.cfg, *site_.tokenizer).table(text.ids, train_length, "text");
   }
   void window_inputs(const Window& w, ModelInputs& inputs) const override {
@@ -376,7 +373,7 @@ class SpalmHooks : public ModelHooks {
  private:
   HookSite site_;
   std::unique_ptr<SpalmData> data_;
-  std::unique_ptr<RetrievingSource> train_source_;
+  std::unique_ptr<RetrievingSource> train_source_, val_source_;
   SpalmTable table_;  // a text's (begin_text)
   std::unique_ptr<SpalmRetriever> retriever_;
   std::unique_ptr<TokenRetriever> sampler_;
@@ -386,7 +383,10 @@ class SpalmHooks : public ModelHooks {
 
 ModelHooksKind spalm_model_hooks() {
   return {"spalm", "the tokens SPALM's frozen retriever finds in its store for every position",
-          [](const HookSite& site) -> std::unique_ptr<ModelHooks> { return std::make_unique<SpalmHooks>(site); }};
+          [](const HookSite& site) -> std::unique_ptr<ModelHooks> { return std::make_unique<SpalmHooks>(site); },
+          [](const HookSite& site, LanguageModel& model) {  // a fresh SPALM starts as its retriever
+            if (site.cfg->model.option_bool("spalm_init")) SpalmRetriever(*site.cfg, *site.tokenizer).initialise(model);
+          }};
 }
 
 }  // namespace tapeformer

@@ -1,5 +1,31 @@
-#include "tapeformer/train/calibrate.h"
-
+// `tapeformer calibrate`: the exit threshold of an early-exit model
+// (layers/models/early_exit.h) chosen on held-out text, written into its run.
+//
+//   tapeformer calibrate --checkpoint out/exit --delta 0.1 --epsilon 0.05   # one JSON line; the run gets it
+//
+// The held-out text (the run's val split by default) is cut into windows of
+// block_size tokens, shuffled by a seed and halved: calibration and test.
+// For each threshold lambda of a fixed grid, from 1 (no exits in practice)
+// down to 0, every window is read with exits, and its gap to the full model
+// is D(lambda) in [0, 1]: the share of its positions whose most likely next
+// token differs from the full model's (CALM's token-level consistency).
+//
+//   grid (depth-adaptive, Elbayad et al. 2020): the smallest lambda whose
+//        mean gap on the calibration windows is at most delta;
+//   ltt  (CALM's Learn-then-Test, Schuster et al. 2022; Angelopoulos et al.
+//        2021): lambdas are tested in order from the most conservative; each
+//        gets the Hoeffding-Bentkus p-value of "mean gap > delta" over the n
+//        calibration windows, and the last one before the first p-value
+//        above epsilon is chosen (none: exits stay off). With probability at
+//        least 1 - epsilon over the calibration windows, the chosen lambda's
+//        expected gap on windows from the same text is at most delta.
+//   evaluate: the given --threshold only (nothing is chosen or written).
+//
+// The guarantee is checked by repeating the choice on `splits` random
+// halvings and counting those whose test half's mean gap exceeds delta: for
+// ltt that share should stay below epsilon. The run's checkpoint (under its
+// run lock) gets the chosen threshold and measure; `sample` and `eval` then
+// exit with them (train/calibration.h holds the statistics).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,69 +34,39 @@
 #include <numeric>
 
 #include "tapeformer/autograd/tape.h"
+#include "tapeformer/commands/command.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/layers/models/early_exit.h"
+#include "tapeformer/train/calibration.h"
 #include "tapeformer/train/checkpoint.h"
-#include "tapeformer/train/commands.h"
+#include "tapeformer/train/load_model.h"
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/run_directory.h"
 #include "tapeformer/train/windows.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
-
-namespace calibration {
-
-const std::vector<double>& grid() {
-  static const std::vector<double> lambdas = {1.0,  0.9999, 0.9995, 0.999, 0.998, 0.995, 0.99, 0.98, 0.97, 0.95, 0.93,
-                                              0.9,  0.85,   0.8,    0.75,  0.7,   0.6,   0.5,  0.4,  0.3,  0.2,  0.1, 0.0};
-  return lambdas;
-}
-
-double hoeffding_p(double r, int64_t n, double delta) {
-  const double a = std::min(r, delta), b = delta;
-  if (a >= b) return 1.0;
-  const double h = (a > 0 ? a * std::log(a / b) : 0.0) + (1 - a) * std::log((1 - a) / (1 - b));
-  return std::exp(-static_cast<double>(n) * h);
-}
-
-double bentkus_p(double r, int64_t n, double delta) {
-  const auto k = static_cast<int64_t>(std::ceil(static_cast<double>(n) * r - 1e-9));
-  if (k >= n) return 1.0;
-  // P(Binomial(n, delta) <= k), summed in log space.
-  double cdf = 0;
-  for (int64_t i = 0; i <= k; ++i) {
-    const double log_term = std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(i) + 1) -
-                            std::lgamma(static_cast<double>(n - i) + 1) + static_cast<double>(i) * std::log(delta) +
-                            static_cast<double>(n - i) * std::log1p(-delta);
-    cdf += std::exp(log_term);
-  }
-  return std::min(1.0, std::exp(1.0) * cdf);
-}
-
-double hoeffding_bentkus_p(double r, int64_t n, double delta) {
-  return std::min(hoeffding_p(r, n, delta), bentkus_p(r, n, delta));
-}
-
-int64_t fixed_sequence(const std::vector<double>& risks, int64_t n, double delta, double epsilon) {
-  int64_t chosen = -1;
-  for (size_t i = 0; i < risks.size(); ++i) {
-    if (hoeffding_bentkus_p(risks[i], n, delta) > epsilon) break;
-    chosen = static_cast<int64_t>(i);
-  }
-  return chosen;
-}
-
-int64_t grid_search(const std::vector<double>& risks, double delta) {
-  int64_t chosen = -1;
-  for (size_t i = 0; i < risks.size(); ++i)
-    if (risks[i] <= delta) chosen = static_cast<int64_t>(i);
-  return chosen;
-}
-
-}  // namespace calibration
-
 namespace {
+
+struct CalibrateArgs {
+  std::string run;               // the run directory (its checkpoint.bin is rewritten)
+  std::string data;              // held-out text; empty: the run's data.path
+  std::string split = "val";     // all | train | val of that file (the run's data.val_fraction)
+  std::string method = "ltt";    // ltt | grid | evaluate
+  std::string confidence;        // max | margin | cosine; empty: the model's
+  double delta = 0.1;            // tolerance on a window's gap
+  double epsilon = 0.05;         // risk level (ltt)
+  double threshold = 2;          // evaluate: the lambda to read with
+  int64_t windows = 0;           // windows of the text to use (0: all)
+  int64_t splits = 100;          // random halvings for the guarantee check
+  uint64_t seed = 1;             // the halving written into the run, and the first of the checks
+  std::string sweep;             // a file for one JSON line per lambda (threshold, gap, loss, layers_mean)
+  bool dry_run = false;          // print, do not write the run
+};
+
+
+
 
 // Each window's figures when read with exits at one threshold.
 struct Reading {
@@ -123,8 +119,6 @@ double mean_over(const std::vector<double>& v, const std::vector<int64_t>& which
   for (int64_t i : which) s += v[static_cast<size_t>(i)];
   return which.empty() ? NAN : s / static_cast<double>(which.size());
 }
-
-}  // namespace
 
 int run_calibrate(const CalibrateArgs& args) {
   TAPEFORMER_CHECK(args.method == "ltt" || args.method == "grid" || args.method == "evaluate",
@@ -237,6 +231,48 @@ int run_calibrate(const CalibrateArgs& args) {
               json_number(static_cast<double>(violations) / static_cast<double>(args.splits)).c_str(),
               writes ? "true" : "false");
   return 0;
+}
+
+}  // namespace
+
+Command calibrate_command() {
+  return {"calibrate",
+          "choose an early-exit model's threshold on held-out text and write it into the run (Learn-then-Test or a "
+          "grid search)",
+          [](CLI::App& cb) -> CommandRunner {
+            auto args = std::make_shared<CalibrateArgs>();
+            cb.add_option("--checkpoint", args->run,
+                          "run directory (its checkpoint.bin gets the threshold)")->required();
+            cb.add_option("--data", args->data, "held-out text file (default: the run's data.path)");
+            cb.add_option("--split", args->split,
+                          "all | train | val: the part of the file (the run's data.val_fraction)")
+                ->check(CLI::IsMember({"all", "train", "val"}))
+                ->capture_default_str();
+            cb.add_option("--method", args->method, "ltt (a guarantee) | grid (the smallest threshold within delta) | "
+                                                          "evaluate (read with --threshold, write nothing)")
+                ->check(CLI::IsMember({"ltt", "grid", "evaluate"}))
+                ->capture_default_str();
+            cb.add_option("--confidence", args->confidence, "max | margin | cosine (default: the model's)")
+                ->check(CLI::IsMember({"max", "margin", "cosine"}));
+            number_option(&cb, "--delta", args->delta, "tolerance: a window's share of tokens unlike the full model's",
+                          open_fraction)
+                ->capture_default_str();
+            number_option(&cb, "--epsilon", args->epsilon, "ltt: the risk level", open_fraction)->capture_default_str();
+            number_option(&cb, "--threshold", args->threshold,
+                          "evaluate: the threshold to read with")->capture_default_str();
+            number_option(&cb, "--windows", args->windows,
+                          "windows of the text to use (0: all)", integer_up_to(kMaxCount))
+                ->capture_default_str();
+            number_option(&cb, "--splits", args->splits,
+                          "random halvings checking the guarantee", integer_in(1, 1 << 20))
+                ->capture_default_str();
+            number_option(&cb, "--seed", args->seed,
+                          "the halving into calibration and test windows")->capture_default_str();
+            cb.add_option("--sweep", args->sweep,
+                          "write one JSON line per threshold tried (gap, loss, mean layers used)");
+            cb.add_flag("--dry-run", args->dry_run, "print the result without writing the run");
+            return [args](const CommandContext&) { return run_calibrate(*args); };
+          }};
 }
 
 }  // namespace tapeformer

@@ -1,4 +1,4 @@
-#include "tapeformer/train/image.h"
+#include "tapeformer/commands/image.h"
 
 #include <png.h>
 
