@@ -63,8 +63,8 @@ int64_t AdaptiveSpanAttention::reach(int64_t Tk) const {
   return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(ramp + *std::max_element(z.begin(), z.end()))), 1, Tk);
 }
 
-Var AdaptiveSpanAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
-                                  Rng* rng) const {
+Var AdaptiveSpanAttention::inner_attention(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
+                                           Rng* rng) const {
   const int64_t Tq = q.dim(2), Tk = k.dim(2);
   const int64_t n = reach(Tk);
   std::vector<Scalar> d(static_cast<size_t>(n));
@@ -91,18 +91,6 @@ Var AdaptiveSpanAttention::attend(const Var& q, const Var& k, const Var& v, int6
   spec.dropout_p = p;
   spec.rng = rng;
   return softmax_attention(q, k, v, spec);  // (B, H, Tq, D)
-}
-
-Var AdaptiveSpanAttention::forward(const Var& x, Rng& rng) const {
-  return attend_all(x, rng, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
-}
-
-std::unique_ptr<InferenceState> AdaptiveSpanAttention::make_state(int64_t batch, int64_t window) const {
-  return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, window);
-}
-
-Var AdaptiveSpanAttention::forward(const Var& x, InferenceState& state) const {
-  return attend_cached(x, state, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
 }
 
 bool AdaptiveSpanAttention::after_optimizer_step(int64_t) {
@@ -137,9 +125,8 @@ AttentionKind adaptive_span_attention_kind() {
     return ProjectedAttention::projection_parameters(cfg) + static_cast<double>(cfg.n_head);  // qkv, proj, rho
   };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
-    TAPEFORMER_CHECK(!pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"adaptive_span\": its learned per-pair terms need "
-                     "the T x T scores, which the span's kernel never forms");
+    refuse_pair_terms(pos, PairTerms::learned, "adaptive_span",
+                      "its learned per-pair terms need the T x T scores, which the span's kernel never forms");
     TAPEFORMER_CHECK(cfg.option_int("span_ramp") >= 1 && cfg.option_int("span_max") >= 0 &&
                          cfg.option_number("span_loss") >= 0,
                      "model.span_ramp must be >= 1, model.span_max >= 0 and model.span_loss >= 0");

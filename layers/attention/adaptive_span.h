@@ -46,14 +46,12 @@ class DistanceTerm : public kernels::ScoreTerm {
   int64_t n_;
 };
 
+// (B, T, C) -> (B, T, C), causal: ProjectedAttention's forwards over
+// inner_attention(). Generates with a KVCache of the last `window`
+// positions, under the same soft mask by distance.
 class AdaptiveSpanAttention : public ProjectedAttention {
  public:
   AdaptiveSpanAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
-  Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C), causal
-
-  // A KVCache of the last `window` positions; the same soft mask by distance.
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
 
   std::vector<double> spans() const;  // z_h = S rho_h, per head
   // Distances computed over Tk keys: min(Tk, ceil(R + max_h z_h)); farther keys are skipped.
@@ -70,7 +68,8 @@ class AdaptiveSpanAttention : public ProjectedAttention {
 
  private:
   // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) ending with the queries' positions.
-  Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
+  Var inner_attention(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
+                      Rng* rng) const override;
   TileCache tiles_;  // the window pattern's tiles by (reach, Tq, Tk, q0, k0)
 };
 

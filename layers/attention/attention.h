@@ -133,4 +133,16 @@ std::shared_ptr<Attention> make_attention(const ModelConfig& cfg, std::shared_pt
 // (B, T, H, D), as softmax_attention's output is).
 Var merge_heads(const Var& y);
 
+// The terms a positional scheme puts on (query, key) pairs that a kind's
+// math cannot carry (its AttentionKind::check refuses them).
+enum class PairTerms {
+  learned,               // PositionalNeeds::relative_terms (Shaw, Transformer-XL): learned per-pair terms
+  scores,                // those and score_bias (ALiBi): every term on the T x T scores
+  scores_and_rotations,  // those and rotates_qk (RoPE): anything that reads the pair's positions
+};
+// Throws Error when the scheme `pos` has terms of `refused`, naming it and
+// the kind `kind`: model.positional "<pos>" does not combine with
+// model.attention "<kind>": <why>.
+void refuse_pair_terms(const PositionalKind& pos, PairTerms refused, const std::string& kind, const char* why);
+
 }  // namespace tapeformer

@@ -99,25 +99,13 @@ DistanceAwareAttention::DistanceAwareAttention(const ModelConfig& cfg, std::shar
   weighting = register_parameter("weighting", Tensor::from({2, n_head}, init));
 }
 
-Var DistanceAwareAttention::attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
-                                   Rng* rng) const {
+Var DistanceAwareAttention::inner_attention(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0,
+                                            float p, Rng* rng) const {
   AttentionSpec spec;
   spec.bias = positional().score_bias(n_head, q.dim(2), k.dim(2), q0, k0);
   spec.dropout_p = p;
   spec.rng = rng;
   return distance_aware_attention(q, k, v, weighting, relu, std::move(spec));  // (B, H, Tq, D)
-}
-
-Var DistanceAwareAttention::forward(const Var& x, Rng& rng) const {
-  return attend_all(x, rng, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
-}
-
-std::unique_ptr<InferenceState> DistanceAwareAttention::make_state(int64_t batch, int64_t window) const {
-  return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, window);
-}
-
-Var DistanceAwareAttention::forward(const Var& x, InferenceState& state) const {
-  return attend_cached(x, state, [this](auto&&... a) { return attend(a...); });  // (B, T, C)
 }
 
 bool DistanceAwareAttention::after_optimizer_step(int64_t) {
@@ -152,9 +140,8 @@ AttentionKind distance_aware_attention_kind() {
     return ProjectedAttention::projection_parameters(cfg) + 2.0 * static_cast<double>(cfg.n_head);  // + alpha, beta
   };
   kind.check = [](const ModelConfig&, const PositionalKind& pos) {
-    TAPEFORMER_CHECK(!pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"da\": its learned per-pair terms need the T x T "
-                     "scores, which the fused kernel never forms");
+    refuse_pair_terms(pos, PairTerms::learned, "da",
+                      "its learned per-pair terms need the T x T scores, which the fused kernel never forms");
   };
   return kind;
 }

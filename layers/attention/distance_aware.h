@@ -58,15 +58,12 @@ class DistanceWeight : public kernels::ScoreMap {
 Var distance_aware_attention(const Var& q, const Var& k, const Var& v, const Var& weighting, bool relu,
                              AttentionSpec spec = {});
 
+// (B, T, C) -> (B, T, C), causal: ProjectedAttention's forwards over
+// inner_attention(). Generates with a KVCache of the last `window`
+// positions; the distances are absolute, so the cached keys keep theirs.
 class DistanceAwareAttention : public ProjectedAttention {
  public:
   DistanceAwareAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
-  Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C), causal
-
-  // A KVCache of the last `window` positions; the distances are absolute, so
-  // the cached keys keep theirs.
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
 
   bool relu;
   Var weighting;  // (2, H): alpha_h, beta_h
@@ -77,7 +74,8 @@ class DistanceAwareAttention : public ProjectedAttention {
 
  private:
   // q (B, H, Tq, D) at positions q0.. over k, v (B, H, Tk, D) at k0..
-  Var attend(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng) const;
+  Var inner_attention(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
+                      Rng* rng) const override;
 };
 
 }  // namespace tapeformer

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "tapeformer/core/error.h"
-#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/sparse.h"
 
 namespace tapeformer {
@@ -121,7 +120,7 @@ Var etc_attention(const Var& q, const Var& k, const Var& v, const Var& q_g, cons
 }
 
 EtcAttention::EtcAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : ProjectedAttention("EtcAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
+    : RerunsWindow("EtcAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       segment(cfg.option_int("etc_segment")),
       radius(cfg.option_int("etc_radius")) {
   TAPEFORMER_CHECK(segment >= 0 && radius >= 0, "model.etc_segment and model.etc_radius must be >= 0");
@@ -143,17 +142,6 @@ Var EtcAttention::forward(const Var& x, Rng& rng) const {
   return output(etc_attention(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], q_g, labels, segment, radius,
                               live_dropout(), &rng, &tiles_),
                 rng);
-}
-
-std::unique_ptr<InferenceState> EtcAttention::make_state(int64_t batch, int64_t window) const {
-  TAPEFORMER_CHECK(batch >= 1, "EtcAttention: batch size must be >= 1, got ", batch);
-  return std::make_unique<InputWindow>(window);
-}
-
-Var EtcAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference(x);
-  // The window again: a new token completes segments, and their globals join.
-  return state_as<InputWindow>(state, "EtcAttention", "InputWindow").rerun(*this, x);
 }
 
 // ---- the registry entry ---------------------------------------------------------
@@ -178,9 +166,9 @@ AttentionKind etc_attention_kind() {
     TAPEFORMER_CHECK(cfg.option_int("etc_segment") >= 0 && cfg.option_int("etc_radius") >= 0,
                      "model.etc_segment and model.etc_radius must be >= 0, got ", cfg.option_int("etc_segment"),
                      " and ", cfg.option_int("etc_radius"));
-    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms && !pos.needs.rotates_qk,
-                     "model.positional \"", pos.name, "\" does not combine with model.attention \"etc\": it works by "
-                     "the positions of query and key, and a global token's key pools a segment: it has no one position");
+    refuse_pair_terms(pos, PairTerms::scores_and_rotations, "etc",
+                      "it works by the positions of query and key, and a global token's key pools a segment: it has "
+                      "no one position");
   };
   kind.causality = Causality::strict;
   return kind;

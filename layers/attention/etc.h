@@ -21,13 +21,15 @@
 // act on the pair's positions (rotations, biases) are refused: a global's
 // key pools a segment and has no one position. model.etc_segment = 0: no
 // global tokens, sliding-window attention of radius r. Generation re-runs
-// the window (InputWindow).
+// the window (RerunsWindow), since a new token completes segments and their
+// globals join.
 #pragma once
 
 #include <memory>
 
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/attention/tile_cache.h"
 
@@ -38,14 +40,11 @@ namespace tapeformer {
 Var etc_attention(const Var& q, const Var& k, const Var& v, const Var& q_g, const Var& labels, int64_t segment,
                   int64_t radius, float p = 0, Rng* rng = nullptr, const TileCache* tiles = nullptr);
 
-class EtcAttention : public ProjectedAttention {
+class EtcAttention : public RerunsWindow {
  public:
   EtcAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+  using RerunsWindow::forward;
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
-
-  // The inputs of the last `window` positions (all, for -1), re-run per piece.
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
 
   int64_t segment, radius;  // s (0: no globals), r
   Var global;               // e (C): the global token's embedding

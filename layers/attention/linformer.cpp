@@ -95,9 +95,8 @@ AttentionKind linformer_attention_kind() {
     check_sharing(cfg.option_string("linformer_sharing"));
     TAPEFORMER_CHECK(cfg.option_int("linformer_k") >= 1, "model.linformer_k must be >= 1, got ",
                      cfg.option_int("linformer_k"));
-    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"linformer\": its terms are per (query, key) pair, and "
-                     "linformer's keys are mixtures of positions");
+    refuse_pair_terms(pos, PairTerms::scores, "linformer",
+                      "its terms are per (query, key) pair, and linformer's keys are mixtures of positions");
   };
   kind.causality = Causality::bidirectional;
   return kind;

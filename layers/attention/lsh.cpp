@@ -9,7 +9,6 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/matmul.h"
 #include "tapeformer/core/parallel.h"
-#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/sparse.h"
 
 namespace tapeformer {
@@ -86,7 +85,7 @@ int64_t PositionMask::fallback(int64_t b, int64_t h, int64_t i) const {
 }
 
 LSHAttention::LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : ProjectedAttention("LSHAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
+    : RerunsWindow("LSHAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       n_buckets(cfg.option_int("lsh_buckets")),
       n_hashes(cfg.option_int("lsh_hashes")),
       chunk(cfg.option_int("lsh_chunk")) {
@@ -161,17 +160,6 @@ Var LSHAttention::forward(const Var& x, Rng& rng) const {
   return output(y, rng);  // (B, T, C)
 }
 
-std::unique_ptr<InferenceState> LSHAttention::make_state(int64_t batch, int64_t window) const {
-  TAPEFORMER_CHECK(batch >= 1, "LSHAttention: batch size must be >= 1, got ", batch);
-  return std::make_unique<InputWindow>(window);
-}
-
-Var LSHAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference(x);
-  // The whole window again: chunks depend on all of it.
-  return state_as<InputWindow>(state, "LSHAttention", "InputWindow").rerun(*this, x);
-}
-
 // ---- the registry entry ---------------------------------------------------------
 
 AttentionKind lsh_attention_kind() {
@@ -195,9 +183,8 @@ AttentionKind lsh_attention_kind() {
     TAPEFORMER_CHECK(nb >= 2 && nb % 2 == 0, "model.lsh_buckets must be even and >= 2, got ", nb);
     TAPEFORMER_CHECK(cfg.option_int("lsh_hashes") >= 1 && cfg.option_int("lsh_chunk") >= 1,
                      "model.lsh_hashes and model.lsh_chunk must be >= 1");
-    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"lsh\": its score terms follow positions, and LSH "
-                     "attention runs its rows in bucket order");
+    refuse_pair_terms(pos, PairTerms::scores, "lsh",
+                      "its score terms follow positions, and LSH attention runs its rows in bucket order");
   };
   kind.causality = Causality::chunk_dependent;
   return kind;

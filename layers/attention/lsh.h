@@ -21,14 +21,16 @@
 // the discrete bucket choice only: the gradient of y_i with respect to every
 // later input is exactly zero (tests/layers/test_lsh.cpp), so training
 // cannot learn to use it. For generation it keeps the layer inputs of the
-// window and re-runs the whole window per step: each next token comes from
-// the forward over the tokens so far.
+// window and re-runs the whole window per step (RerunsWindow), since the
+// chunks depend on all of it: each next token comes from the forward over
+// the tokens so far.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/attention/sparse.h"
 #include "tapeformer/layers/basic.h"
@@ -56,13 +58,11 @@ class PositionMask : public kernels::ScoreMask {
   std::vector<int32_t> self_row_;  // (B, H, Tq): the key row at the query's position, or -1
 };
 
-class LSHAttention : public ProjectedAttention {
+class LSHAttention : public RerunsWindow {
  public:
   LSHAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+  using RerunsWindow::forward;
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
-
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
 
   void set_hashes(int64_t n);  // rounds used from now on (>= 1)
 

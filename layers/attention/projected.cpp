@@ -49,21 +49,29 @@ ProjectedAttention::Attended ProjectedAttention::attend_with_heads(const Var&, c
        "memory needs model.attention \"softmax\")");
 }
 
-Var ProjectedAttention::attend_all(const Var& x, Rng& rng, const Attend& attend) const {
+Var ProjectedAttention::inner_attention(const Var&, const Var&, const Var&, int64_t, int64_t, float, Rng*) const {
+  fail(who_, ": the kind overrides neither ProjectedAttention's forwards nor inner_attention()");
+}
+
+Var ProjectedAttention::forward(const Var& x, Rng& rng) const {
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, who_, ": input ", x.shape(), " must be (B, T, ", n_embd, ")");
   const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const PositionalLayer& pos = positional();
-  return output(attend(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], 0, 0, live_dropout(), &rng), rng);
+  return output(inner_attention(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], 0, 0, live_dropout(), &rng), rng);
 }
 
-Var ProjectedAttention::attend_cached(const Var& x, InferenceState& state, const Attend& attend) const {
+std::unique_ptr<InferenceState> ProjectedAttention::make_state(int64_t batch, int64_t window) const {
+  return std::make_unique<KVCache>(batch, n_head, n_embd / n_head, window);
+}
+
+Var ProjectedAttention::forward(const Var& x, InferenceState& state) const {
   check_inference(x);
   KVCache& cache = state_as<KVCache>(state, who_, "KVCache");
   const int64_t q0 = cache.length();
   const std::vector<Var> h = heads(x);  // (B, H, T, D)
   const PositionalLayer& pos = positional();
   const KVCache::Window w = cache.append(pos.rotate(h[1], q0).value(), h[2].value());  // (B, H, held, D)
-  return output(attend(pos.rotate(h[0], q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr));  // (B, T, C)
+  return output(inner_attention(pos.rotate(h[0], q0), Var(w.k), Var(w.v), q0, w.start, 0.0f, nullptr));  // (B, T, C)
 }
 
 }  // namespace tapeformer

@@ -10,9 +10,14 @@
 // registers the projections (registration order fixes the init draws and
 // the checkpoint keys "qkv.*", "proj.*"), and uses heads() and output().
 // Its registry entry counts the projections with projection_parameters().
+//
+// A kind whose inner attention is an op of its own over q and k rotated by
+// the positional part (adaptive span, DA) overrides inner_attention() only:
+// the two forwards and make_state() below then run it, in training over
+// positions 0.. and in inference over a KVCache. Any other kind overrides
+// those three itself.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,6 +40,15 @@ class ProjectedAttention : public Attention {
   // Parameters of the projections of a layer of `cfg`: (4 C^2 + 4 C) for qkv,
   // (3 C^2 + 3 C) shared, biases only with cfg.bias.
   static double projection_parameters(const ModelConfig& cfg, Projection p = Projection::qkv);
+
+  using Attention::forward;  // forward(x, memory, rng) stays visible beside the two below
+  // x (B, T, C) at positions 0.., the kind's dropout -> (B, T, C), through inner_attention().
+  Var forward(const Var& x, Rng& rng) const override;
+  // A KVCache of the last `window` positions (all, for -1).
+  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
+  // x's keys enter the KVCache `state`, rotated once at their positions; inner_attention() of x's
+  // queries over the cached keys -> (B, T, C).
+  Var forward(const Var& x, InferenceState& state) const override;
 
   int64_t n_embd, n_head;
   float dropout_p;  // the kind's attention-weight dropout, and the output's
@@ -70,16 +84,12 @@ class ProjectedAttention : public Attention {
   float live_dropout() const { return is_training() ? dropout_p : 0.0f; }
   // Refuses the inference forward outside NoGradGuard + eval or with x not (B, T, n_embd).
   void check_inference(const Var& x) const { Attention::check_inference(who_, x, n_embd); }
-  // The two forwards of a kind that is an attention op of its own over q and k
-  // rotated by the positional part, generating with a KVCache (adaptive span,
-  // DA): attend(q, k, v, q0, k0, p, rng), q (B, H, Tq, D) at positions q0..,
-  // k and v (B, H, Tk, D) at k0.., dropout p -> (B, H, Tq, D).
-  using Attend = std::function<Var(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p, Rng* rng)>;
-  // Training and evaluation: x (B, T, C) at positions 0.., the kind's dropout -> (B, T, C).
-  Var attend_all(const Var& x, Rng& rng, const Attend& attend) const;
-  // Inference: x's keys enter the KVCache `state`, rotated once at their positions -> (B, T, C).
-  Var attend_cached(const Var& x, InferenceState& state, const Attend& attend) const;
-  const char* who_;
+  // The kind's inner attention for the forwards above: q (B, H, Tq, D) at
+  // positions q0.., k and v (B, H, Tk, D) at k0.. (q and k rotated), dropout
+  // p with rng (null when p is 0) -> (B, H, Tq, D). Refuses unless overridden.
+  virtual Var inner_attention(const Var& q, const Var& k, const Var& v, int64_t q0, int64_t k0, float p,
+                              Rng* rng) const;
+  const char* who_;  // the kind's class, for errors
 
  private:
   Projection projection_ = Projection::qkv;

@@ -1,5 +1,5 @@
 // The table of attention kinds, and what every kind shares: the Attention
-// base and the head merge.
+// base, the head merge and the refusal of positional pair terms.
 #include "tapeformer/layers/attention/attention.h"
 
 #include "tapeformer/autograd/ops.h"
@@ -87,6 +87,14 @@ Var Attention::content_attention(const Var&, const Var&) const {
 
 Var merge_heads(const Var& y) {
   return reshape(permute(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), y.dim(1) * y.dim(3)});  // (B, T, H * D)
+}
+
+void refuse_pair_terms(const PositionalKind& pos, PairTerms refused, const std::string& kind, const char* why) {
+  const PositionalNeeds& n = pos.needs;
+  const bool has = n.relative_terms || (refused != PairTerms::learned && n.score_bias) ||
+                   (refused == PairTerms::scores_and_rotations && n.rotates_qk);
+  TAPEFORMER_CHECK(!has, "model.positional \"", pos.name, "\" does not combine with model.attention \"", kind, "\": ",
+                   why);
 }
 
 }  // namespace tapeformer

@@ -418,9 +418,8 @@ AttentionKind rfa_attention_kind() {
     return ProjectedAttention::projection_parameters(cfg) + C + gate;  // + sigma (H x D = C), w_g, b_g
   };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
-    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"rfa\": it adds terms to the T x T attention scores, "
-                     "which random feature attention never forms");
+    refuse_pair_terms(pos, PairTerms::scores, "rfa",
+                      "it adds terms to the T x T attention scores, which random feature attention never forms");
     TAPEFORMER_CHECK(cfg.option_int("rfa_features") >= 1, "model.rfa_features must be >= 1, got ",
                      cfg.option_int("rfa_features"));
   };

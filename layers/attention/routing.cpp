@@ -8,7 +8,6 @@
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
-#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/lsh.h"  // PositionMask
 #include "tapeformer/layers/attention/sparse.h"
 
@@ -142,7 +141,7 @@ Var local_shared_qk_attention(const Var& q, const Var& v, int64_t r, float p, Rn
 }
 
 RoutingAttention::RoutingAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : ProjectedAttention("RoutingAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
+    : RerunsWindow("RoutingAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout),
       n_clusters(cfg.option_int("routing_clusters")),
       window(cfg.option_int("routing_window")),
       local_heads(cfg.option_int("routing_local_heads")),
@@ -226,17 +225,6 @@ bool RoutingAttention::after_optimizer_step(int64_t) {
   return moved;
 }
 
-std::unique_ptr<InferenceState> RoutingAttention::make_state(int64_t batch, int64_t window_len) const {
-  TAPEFORMER_CHECK(batch >= 1, "RoutingAttention: batch size must be >= 1, got ", batch);
-  return std::make_unique<InputWindow>(window_len);
-}
-
-Var RoutingAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference(x);
-  // The whole window again: which tokens a centroid takes depends on all of it.
-  return state_as<InputWindow>(state, "RoutingAttention", "InputWindow").rerun(*this, x);
-}
-
 // ---- the registry entry ---------------------------------------------------------
 
 AttentionKind routing_attention_kind() {
@@ -266,9 +254,8 @@ AttentionKind routing_attention_kind() {
                      cfg.n_head, "] (or -1: half), got ", local);
     const double decay = cfg.option_number("routing_decay");
     TAPEFORMER_CHECK(decay >= 0 && decay <= 1, "model.routing_decay must be in [0, 1], got ", decay);
-    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"routing\": its score terms follow positions, and "
-                     "routed attention runs its rows in cluster order");
+    refuse_pair_terms(pos, PairTerms::scores, "routing",
+                      "its score terms follow positions, and routed attention runs its rows in cluster order");
     // The reversible stack recomputes a block's input from its output in the
     // backward: a float's difference could move a token between clusters.
     TAPEFORMER_CHECK(cfg.block != "reversible", "model.attention \"routing\" does not combine with model.block "

@@ -34,14 +34,16 @@
 // query's position is read, but whether a token is among a centroid's top w
 // depends on the later tokens (Causality::chunk_dependent); the gradient of
 // an output with respect to every later input is exactly zero
-// (tests/layers/test_routing.cpp). Generation re-runs the window
-// (InputWindow), so each next token is the full forward's.
+// (tests/layers/test_routing.cpp). Generation re-runs the whole window
+// (RerunsWindow), since which tokens a centroid takes depends on all of it,
+// so each next token is the full forward's.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/projected.h"
 #include "tapeformer/layers/attention/tile_cache.h"
 
@@ -63,14 +65,11 @@ Var routed_attention(const Var& q, const Var& v, const IndexTensor& clusters, in
 Var local_shared_qk_attention(const Var& q, const Var& v, int64_t r, float p, Rng* rng,
                               const TileCache* tiles = nullptr);
 
-class RoutingAttention : public ProjectedAttention {
+class RoutingAttention : public RerunsWindow {
  public:
   RoutingAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+  using RerunsWindow::forward;
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
-
-  // The inputs of the last `window` positions (all, for -1), re-run per piece.
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
 
   int64_t window_for(int64_t T) const;  // w for a sequence of T positions: min(T, w)
 

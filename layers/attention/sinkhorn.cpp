@@ -7,7 +7,6 @@
 
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/error.h"
-#include "tapeformer/layers/attention/input_window.h"
 
 namespace tapeformer {
 
@@ -100,7 +99,7 @@ Var sinkhorn_attention(const Var& q, const Var& k, const Var& v, const Var& w_p,
 }
 
 SinkhornAttention::SinkhornAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng)
-    : ProjectedAttention("SinkhornAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout) {
+    : RerunsWindow("SinkhornAttention", std::move(pos), cfg.n_embd, cfg.n_head, cfg.dropout) {
   options.block = cfg.option_int("sinkhorn_block");
   options.tau = static_cast<float>(cfg.option_number("sinkhorn_temperature"));
   options.iters = cfg.option_int("sinkhorn_iters");
@@ -128,18 +127,6 @@ Var SinkhornAttention::forward(const Var& x, Rng& rng) const {
   return output(sinkhorn_attention(pos.rotate(h[0], 0), pos.rotate(h[1], 0), h[2], w_p, o), rng);
 }
 
-std::unique_ptr<InferenceState> SinkhornAttention::make_state(int64_t batch, int64_t window) const {
-  TAPEFORMER_CHECK(batch >= 1, "SinkhornAttention: batch size must be >= 1, got ", batch);
-  const int64_t most = max_blocks * options.block;
-  return std::make_unique<InputWindow>(window > 0 ? std::min(window, most) : most);
-}
-
-Var SinkhornAttention::forward(const Var& x, InferenceState& state) const {
-  check_inference(x);
-  // The window again: a block's sorting depends on the block before.
-  return state_as<InputWindow>(state, "SinkhornAttention", "InputWindow").rerun(*this, x);
-}
-
 // ---- the registry entry ---------------------------------------------------------
 
 AttentionKind sinkhorn_attention_kind() {
@@ -161,9 +148,8 @@ AttentionKind sinkhorn_attention_kind() {
     return ProjectedAttention::projection_parameters(cfg) + 2.0 * static_cast<double>(cfg.n_embd / cfg.n_head) * blocks;
   };
   kind.check = [](const ModelConfig& cfg, const PositionalKind& pos) {
-    TAPEFORMER_CHECK(!pos.needs.score_bias && !pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"sinkhorn\": its terms are indexed by position pairs, "
-                     "and the sorted blocks' keys have no one position");
+    refuse_pair_terms(pos, PairTerms::scores, "sinkhorn",
+                      "its terms are indexed by position pairs, and the sorted blocks' keys have no one position");
     TAPEFORMER_CHECK(cfg.option_int("sinkhorn_block") >= 1 && cfg.option_number("sinkhorn_temperature") > 0 &&
                          cfg.option_int("sinkhorn_iters") >= 0,
                      "model.sinkhorn_block must be >= 1, model.sinkhorn_temperature > 0 and model.sinkhorn_iters >= 0");

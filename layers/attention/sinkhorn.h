@@ -21,7 +21,8 @@
 // heads; a shorter sequence uses its first N columns. Causal, T is padded
 // to a multiple of b (the padded keys are later than every query);
 // bidirectional, T must be a multiple of b. Generation re-runs the window
-// (InputWindow), since the sorting of a block depends on the block before.
+// (RerunsWindow), since the sorting of a block depends on the block before;
+// the window holds at most the N_max b positions W_P is sized for.
 //
 // model.sinkhorn_block = b (16), model.sinkhorn_temperature = tau (0.75),
 // model.sinkhorn_iters = k (7, bidirectional only).
@@ -30,6 +31,7 @@
 #include <memory>
 
 #include "tapeformer/layers/attention/attention.h"
+#include "tapeformer/layers/attention/input_window.h"
 #include "tapeformer/layers/attention/projected.h"
 
 namespace tapeformer {
@@ -48,18 +50,18 @@ struct SinkhornOptions {
 // (2D, >= ceil(T / b)); every input but the noise gets its gradient.
 Var sinkhorn_attention(const Var& q, const Var& k, const Var& v, const Var& w_p, const SinkhornOptions& o);
 
-class SinkhornAttention : public ProjectedAttention {
+class SinkhornAttention : public RerunsWindow {
  public:
   SinkhornAttention(const ModelConfig& cfg, std::shared_ptr<PositionalLayer> pos, Rng& rng);
+  using RerunsWindow::forward;
   Var forward(const Var& x, Rng& rng) const override;  // (B, T, C) -> (B, T, C)
-
-  // The inputs of the last `window` positions (all, for -1), re-run per piece.
-  std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
-  Var forward(const Var& x, InferenceState& state) const override;
 
   SinkhornOptions options;
   int64_t max_blocks;  // N_max
   Var w_p;             // (2D, N_max)
+
+ protected:
+  int64_t rerun_limit() const override { return max_blocks * options.block; }  // N_max b
 };
 
 }  // namespace tapeformer

@@ -267,9 +267,8 @@ AttentionKind sparse_attention_kind(const SparsePatternKind& pattern) {
   };
   kind.parameters = softmax_attention_kind().parameters;  // the same projections
   kind.check = [name](const ModelConfig& cfg, const PositionalKind& pos) {
-    TAPEFORMER_CHECK(!pos.needs.relative_terms, "model.positional \"", pos.name,
-                     "\" does not combine with model.attention \"", name,
-                     "\": its learned per-pair terms need the T x T scores, which sparse attention never forms");
+    refuse_pair_terms(pos, PairTerms::learned, name,
+                      "its learned per-pair terms need the T x T scores, which sparse attention never forms");
     const auto pattern = sparse_pattern_kinds().get(name).make(cfg);  // the options' values
     const auto groups = pattern->head_groups();
     TAPEFORMER_CHECK(groups.empty() || cfg.n_head % static_cast<int64_t>(groups.size()) == 0, "model.attention \"",

@@ -92,7 +92,7 @@ struct SparsePatternKind {
   std::function<std::shared_ptr<const SparsePattern>(const ModelConfig&)> make;  // Error naming a bad option
 };
 
-// Built in: window, strided, fixed, longformer, bigbird, image_1d, image_2d. Key: model.attention.
+// Kinds: the table in sparse.cpp (`tapeformer kinds` lists them). Key: model.attention.
 
 // The local window: keys i - w < j <= i (the "window" kind's pattern).
 std::shared_ptr<const SparsePattern> window_pattern(int64_t w);
