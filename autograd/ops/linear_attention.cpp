@@ -5,6 +5,7 @@
 // backward passes that save O(T (C + M)) per slice; non-causal efficient
 // attention is composed of ops.
 #include <cmath>
+#include <functional>
 
 #include "tapeformer/autograd/function.h"
 #include "tapeformer/autograd/ops.h"
@@ -27,134 +28,104 @@ kernels::LinearAttentionShape check_inputs(const char* op, const char* an, const
   return {a.dim(0) * a.dim(1), a.dim(2), a.dim(3), v.dim(3)};
 }
 
-class CausalProduct : public Function {
+// The frame the four causal ops share, each a Function over inputs a, b
+// (B, H, T, C) and v (B, H, T, M), made contiguous, to y (B, H, T, M) with a
+// hand-written backward to da, db, dv. An op gives its two kernel calls over
+// row-major pointers (Forward, Backward). The tape keeps a, b, v, and with
+// `rows` also y and a statistic per row (B, H, T) that the forward writes
+// (the denominators, FAVOR+'s log-normalisers).
+class KernelFunction : public Function {
  public:
-  explicit CausalProduct(kernels::LinearAttentionShape s) : s_(s) {}
-  const char* name() const override { return "causal_product"; }
+  struct Forward {
+    const Scalar *a, *b, *v;
+    Scalar* y;
+    Scalar* rows;  // (B, H, T), or null without `rows`
+  };
+  struct Backward {
+    const Scalar *a, *b, *v, *y, *rows;  // y and rows null without `rows`
+    const Scalar* dy;
+    Scalar *da, *db, *dv;  // null for an input that needs no gradient, with `skips_unneeded`
+  };
+  struct Layout {
+    bool rows = false;            // the forward writes a per-row statistic, kept with y for the backward
+    bool skips_unneeded = false;  // the backward kernel skips a null gradient
+  };
+
+  KernelFunction(const char* name, Layout layout, std::function<void(const Forward&)> forward,
+                 std::function<void(const Backward&)> backward)
+      : name_(name), layout_(layout), forward_(std::move(forward)), backward_(std::move(backward)) {}
+  const char* name() const override { return name_; }
 
   std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
     const Tensor a = in[0].contiguous(), b = in[1].contiguous(), v = in[2].contiguous();
-    Tensor y = Tensor::empty(v.shape());  // (B, H, T, M)
-    kernels::causal_product_forward(a.data(), b.data(), v.data(), y.data(), s_);
-    ctx.save_for_backward({a, b, v});
+    Tensor y = Tensor::empty(v.shape());                                                      // (B, H, T, M)
+    Tensor rows = layout_.rows ? Tensor::empty({a.dim(0), a.dim(1), a.dim(2)}) : Tensor();  // (B, H, T)
+    forward_({a.data(), b.data(), v.data(), y.data(), layout_.rows ? rows.data() : nullptr});
+    if (layout_.rows) {
+      ctx.save_for_backward({a, b, v, y, rows});
+    } else {
+      ctx.save_for_backward({a, b, v});
+    }
     return {y};
   }
 
   std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
-    const Tensor &a = ctx.saved()[0], &b = ctx.saved()[1], &v = ctx.saved()[2];
+    const std::vector<Tensor>& t = ctx.saved();
     const Tensor dy = dout[0].contiguous();
-    Tensor da = Tensor::empty(a.shape()), db = Tensor::empty(b.shape()), dv = Tensor::empty(v.shape());
-    kernels::causal_product_backward(a.data(), b.data(), v.data(), dy.data(), da.data(), db.data(), dv.data(), s_);
-    return {da, db, dv};
+    std::vector<Tensor> grads(3);  // da, db, dv
+    for (size_t i = 0; i < 3; ++i)
+      if (!layout_.skips_unneeded || ctx.needs_input_grad(i)) grads[i] = Tensor::empty(t[i].shape());
+    const auto data = [](Tensor& g) { return g.defined() ? g.data() : nullptr; };
+    const Scalar* y = layout_.rows ? t[3].data() : nullptr;
+    const Scalar* rows = layout_.rows ? t[4].data() : nullptr;
+    backward_({t[0].data(), t[1].data(), t[2].data(), y, rows, dy.data(), data(grads[0]), data(grads[1]),
+               data(grads[2])});
+    return grads;
   }
 
  private:
-  kernels::LinearAttentionShape s_;
-};
-
-class LinearAttention : public Function {
- public:
-  LinearAttention(kernels::LinearAttentionShape s, bool causal, Scalar eps) : s_(s), causal_(causal), eps_(eps) {}
-  const char* name() const override { return "linear_attention"; }
-
-  std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
-    const Tensor a = in[0].contiguous(), b = in[1].contiguous(), v = in[2].contiguous();
-    Tensor y = Tensor::empty(v.shape());                                    // (B, H, T, M)
-    Tensor den = Tensor::empty({a.dim(0), a.dim(1), a.dim(2)});            // (B, H, T)
-    kernels::linear_attention_forward(a.data(), b.data(), v.data(), y.data(), den.data(), causal_, eps_, s_);
-    ctx.save_for_backward({a, b, v, y, den});
-    return {y};
-  }
-
-  std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
-    const std::vector<Tensor>& sv = ctx.saved();
-    const Tensor &a = sv[0], &b = sv[1], &v = sv[2], &y = sv[3], &den = sv[4];
-    const Tensor dy = dout[0].contiguous();
-    Tensor da = Tensor::empty(a.shape()), db = Tensor::empty(b.shape()), dv = Tensor::empty(v.shape());
-    kernels::linear_attention_backward(a.data(), b.data(), v.data(), y.data(), den.data(), dy.data(), da.data(),
-                                       db.data(), dv.data(), causal_, s_);
-    return {da, db, dv};
-  }
-
- private:
-  kernels::LinearAttentionShape s_;
-  bool causal_;
-  Scalar eps_;
-};
-
-class CausalEfficientAttention : public Function {
- public:
-  explicit CausalEfficientAttention(kernels::LinearAttentionShape s) : s_(s) {}
-  const char* name() const override { return "efficient_attention"; }
-
-  std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
-    const Tensor q = in[0].contiguous(), k = in[1].contiguous(), v = in[2].contiguous();
-    Tensor y = Tensor::empty(v.shape());  // (B, H, T, M)
-    kernels::efficient_attention_causal_forward(q.data(), k.data(), v.data(), y.data(), s_);
-    ctx.save_for_backward({q, k, v});
-    return {y};
-  }
-
-  std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
-    const Tensor &q = ctx.saved()[0], &k = ctx.saved()[1], &v = ctx.saved()[2];
-    const Tensor dy = dout[0].contiguous();
-    Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()), dv = Tensor::empty(v.shape());
-    kernels::efficient_attention_causal_backward(q.data(), k.data(), v.data(), dy.data(), dq.data(), dk.data(),
-                                                 dv.data(), s_);
-    return {dq, dk, dv};
-  }
-
- private:
-  kernels::LinearAttentionShape s_;
-};
-
-class FavorAttention : public Function {
- public:
-  explicit FavorAttention(kernels::FavorShape s) : s_(s) {}
-  const char* name() const override { return "favor_attention"; }
-
-  std::vector<Tensor> forward(FunctionContext& ctx, const std::vector<Tensor>& in) override {
-    const Tensor a = in[0].contiguous(), b = in[1].contiguous(), v = in[2].contiguous();
-    Tensor y = Tensor::empty(v.shape());                         // (B, H, T, M)
-    Tensor L = Tensor::empty({a.dim(0), a.dim(1), a.dim(2)});  // (B, H, T)
-    kernels::favor_forward(a.data(), b.data(), v.data(), y.data(), L.data(), s_);
-    ctx.save_for_backward({a, b, v, y, L});
-    return {y};
-  }
-
-  std::vector<Tensor> backward(FunctionContext& ctx, const std::vector<Tensor>& dout) override {
-    const auto& t = ctx.saved();
-    const Tensor dy = dout[0].contiguous();
-    Tensor da = ctx.needs_input_grad(0) ? Tensor::empty(t[0].shape()) : Tensor();
-    Tensor db = ctx.needs_input_grad(1) ? Tensor::empty(t[1].shape()) : Tensor();
-    Tensor dv = ctx.needs_input_grad(2) ? Tensor::empty(t[2].shape()) : Tensor();
-    kernels::favor_backward(t[0].data(), t[1].data(), t[2].data(), t[3].data(), t[4].data(), dy.data(),
-                            da.defined() ? da.data() : nullptr, db.defined() ? db.data() : nullptr,
-                            dv.defined() ? dv.data() : nullptr, s_);
-    return {da, db, dv};
-  }
-
- private:
-  kernels::FavorShape s_;
+  const char* name_;
+  Layout layout_;
+  std::function<void(const Forward&)> forward_;
+  std::function<void(const Backward&)> backward_;
 };
 
 }  // namespace
 
 Var causal_product(const Var& a, const Var& b, const Var& v) {
   const kernels::LinearAttentionShape s = check_inputs("causal_product", "a", "b", a, b, v);
-  return Function::apply<CausalProduct>({a, b, v}, s)[0];
+  return Function::apply<KernelFunction>(
+      {a, b, v}, "causal_product", KernelFunction::Layout{},
+      [s](const KernelFunction::Forward& f) { kernels::causal_product_forward(f.a, f.b, f.v, f.y, s); },
+      [s](const KernelFunction::Backward& g) {
+        kernels::causal_product_backward(g.a, g.b, g.v, g.dy, g.da, g.db, g.dv, s);
+      })[0];
 }
 
 Var linear_attention(const Var& a, const Var& b, const Var& v, bool causal, Scalar eps) {
   const kernels::LinearAttentionShape s = check_inputs("linear_attention", "a", "b", a, b, v);
   TAPEFORMER_CHECK(std::isfinite(eps) && eps > 0, "linear_attention: eps must be finite and > 0, got ", eps);
-  return Function::apply<LinearAttention>({a, b, v}, s, causal, eps)[0];
+  return Function::apply<KernelFunction>(
+      {a, b, v}, "linear_attention", KernelFunction::Layout{/*rows=*/true},  // rows: the denominators
+      [s, causal, eps](const KernelFunction::Forward& f) {
+        kernels::linear_attention_forward(f.a, f.b, f.v, f.y, f.rows, causal, eps, s);
+      },
+      [s, causal](const KernelFunction::Backward& g) {
+        kernels::linear_attention_backward(g.a, g.b, g.v, g.y, g.rows, g.dy, g.da, g.db, g.dv, causal, s);
+      })[0];
 }
 
 Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal) {
   const kernels::LinearAttentionShape s = check_inputs("efficient_attention", "q", "k", q, k, v);
   TAPEFORMER_CHECK(s.C > 0, "efficient_attention: q and k need at least one feature, got ", q.shape());
-  if (causal) return Function::apply<CausalEfficientAttention>({q, k, v}, s)[0];
+  if (causal) {
+    return Function::apply<KernelFunction>(  // a, b are q, k
+        {q, k, v}, "efficient_attention", KernelFunction::Layout{},
+        [s](const KernelFunction::Forward& f) { kernels::efficient_attention_causal_forward(f.a, f.b, f.v, f.y, s); },
+        [s](const KernelFunction::Backward& g) {
+          kernels::efficient_attention_causal_backward(g.a, g.b, g.v, g.dy, g.da, g.db, g.dv, s);
+        })[0];
+  }
   // softmax over features of q (B, H, T, C) times the context (B, H, C, M):
   // every feature d's softmax over positions of k, applied to v.
   const Var context = matmul(softmax(transpose(k, 2, 3)), v);  // (B, H, C, M)
@@ -162,8 +133,14 @@ Var efficient_attention(const Var& q, const Var& k, const Var& v, bool causal) {
 }
 
 Var favor_attention(const Var& a, const Var& b, const Var& v) {
-  const kernels::LinearAttentionShape s = check_inputs("favor_attention", "a", "b", a, b, v);
-  return Function::apply<FavorAttention>({a, b, v}, kernels::FavorShape{s.BH, s.T, s.C, s.M})[0];
+  const kernels::LinearAttentionShape c = check_inputs("favor_attention", "a", "b", a, b, v);
+  const kernels::FavorShape s{c.BH, c.T, c.C, c.M};
+  return Function::apply<KernelFunction>(
+      {a, b, v}, "favor_attention", KernelFunction::Layout{/*rows=*/true, /*skips_unneeded=*/true},  // rows: L
+      [s](const KernelFunction::Forward& f) { kernels::favor_forward(f.a, f.b, f.v, f.y, f.rows, s); },
+      [s](const KernelFunction::Backward& g) {
+        kernels::favor_backward(g.a, g.b, g.v, g.y, g.rows, g.dy, g.da, g.db, g.dv, s);
+      })[0];
 }
 
 }  // namespace tapeformer
