@@ -7,6 +7,7 @@
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
+#include "tapeformer/retrieval/bounded_reader.h"
 
 namespace tapeformer {
 namespace {
@@ -17,26 +18,6 @@ template <class T>
 void put(std::ostream& out, T v) {
   out.write(reinterpret_cast<const char*>(&v), sizeof v);
 }
-
-// Reads the payload front to back, each field checked against the bytes left.
-struct PayloadIn {
-  std::istream& in;
-  uint64_t left;
-  const std::string& origin;
-  template <class T>
-  T get(const char* field) {
-    T v{};
-    TAPEFORMER_CHECK(left >= sizeof v && in.read(reinterpret_cast<char*>(&v), sizeof v), origin,
-                     ": cannot decode (", field, " cut short)");
-    left -= sizeof v;
-    return v;
-  }
-  void bytes(void* to, uint64_t n, const char* field) {
-    TAPEFORMER_CHECK(n <= left && in.read(static_cast<char*>(to), static_cast<std::streamsize>(n)), origin,
-                     ": cannot decode (", field, " cut short)");
-    left -= n;
-  }
-};
 
 }  // namespace
 
@@ -106,7 +87,7 @@ void Datastore::save(const std::string& path) const {
 Datastore Datastore::load(const std::string& path) {
   const std::string origin = "kNN store '" + path + "'";
   CheckedFile f = open_checked_file(path, kStoreMagic, kVersion, "kNN store");
-  PayloadIn p{*f.in, f.length, origin};
+  BoundedReader p{*f.in, f.length, origin, "cannot decode"};  // the payload, front to back
   DatastoreInfo info;
   info.model_fingerprint = p.get<uint64_t>("the model fingerprint");
   info.tokenizer_fingerprint = p.get<uint64_t>("the tokenizer fingerprint");

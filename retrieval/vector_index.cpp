@@ -26,6 +26,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/core/parallel.h"
+#include "tapeformer/retrieval/bounded_reader.h"
 
 namespace tapeformer {
 
@@ -234,7 +235,7 @@ constexpr uint32_t fourcc(const char (&s)[5]) {
 class LayoutScan {
  public:
   LayoutScan(std::istream& in, uint64_t bytes, int64_t dim, const std::string& origin)
-      : in_(in), left_(bytes), dim_(dim), origin_(origin) {}
+      : reader_{in, bytes, origin, "corrupt index"}, dim_(dim), origin_(origin) {}
 
   // The index of `kind` ("exact", "ivf", "hnsw"), to its last byte.
   void index(const std::string& kind) {
@@ -245,34 +246,28 @@ class LayoutScan {
     } else {
       hnsw();
     }
-    TAPEFORMER_CHECK(left_ == 0, origin_, ": corrupt index (", left_, " stray bytes after the FAISS index)");
+    TAPEFORMER_CHECK(reader_.left == 0, origin_, ": corrupt index (", reader_.left,
+                     " stray bytes after the FAISS index)");
   }
 
  private:
-  template <class T>
-  T get(const char* field) {
-    T v{};
-    TAPEFORMER_CHECK(left_ >= sizeof v && in_.read(reinterpret_cast<char*>(&v), sizeof v), origin_,
-                     ": corrupt index (", field, " cut short)");
-    left_ -= sizeof v;
-    return v;
-  }
   void skip(uint64_t n) {
-    // Callers checked n <= left_.
-    in_.seekg(static_cast<std::streamoff>(n), std::ios::cur);
-    TAPEFORMER_CHECK(in_.good(), origin_, ": cannot read the index");
-    left_ -= n;
+    // Callers checked n <= reader_.left.
+    reader_.in.seekg(static_cast<std::streamoff>(n), std::ios::cur);
+    TAPEFORMER_CHECK(reader_.in.good(), origin_, ": cannot read the index");
+    reader_.left -= n;
   }
   // A FAISS vector's element count, refused when its elements would not fit
   // in the bytes left (so FAISS never allocates for them).
   uint64_t count(uint64_t element_bytes, const char* field) {
-    const auto n = get<uint64_t>(field);
-    TAPEFORMER_CHECK(n <= left_ / element_bytes, origin_, ": corrupt index (", field, ": a count of ", n,
-                     " entries of ", element_bytes, " bytes, more than the ", left_, " bytes left in the file)");
+    const auto n = reader_.get<uint64_t>(field);
+    TAPEFORMER_CHECK(n <= reader_.left / element_bytes, origin_, ": corrupt index (", field, ": a count of ", n,
+                     " entries of ", element_bytes, " bytes, more than the ", reader_.left,
+                     " bytes left in the file)");
     return n;
   }
   void tag(const char (&want)[5], const char* what) {
-    const auto got = get<uint32_t>(what);
+    const auto got = reader_.get<uint32_t>(what);
     if (got == fourcc(want)) return;
     std::string name(reinterpret_cast<const char*>(&got), 4);
     for (char& c : name)
@@ -281,15 +276,15 @@ class LayoutScan {
   }
   // Index::d, ntotal, two unused fields, is_trained, metric: returns ntotal.
   int64_t header(const char* what) {
-    const auto d = get<int32_t>("the index header");
-    const auto ntotal = get<int64_t>("the index header");
-    get<int64_t>("the index header");
-    get<int64_t>("the index header");
-    const auto trained = get<uint8_t>("the index header");
-    const auto metric = get<int32_t>("the index header");
+    const auto d = reader_.get<int32_t>("the index header");
+    const auto ntotal = reader_.get<int64_t>("the index header");
+    reader_.get<int64_t>("the index header");
+    reader_.get<int64_t>("the index header");
+    const auto trained = reader_.get<uint8_t>("the index header");
+    const auto metric = reader_.get<int32_t>("the index header");
     TAPEFORMER_CHECK(d == dim_, origin_, ": corrupt index (", what, " has width ", d, ", the index ", dim_, ")");
-    TAPEFORMER_CHECK(ntotal >= 0 && static_cast<uint64_t>(ntotal) <= left_, origin_, ": corrupt index (", what,
-                     " claims ", ntotal, " vectors for ", left_, " bytes left in the file)");
+    TAPEFORMER_CHECK(ntotal >= 0 && static_cast<uint64_t>(ntotal) <= reader_.left, origin_, ": corrupt index (", what,
+                     " claims ", ntotal, " vectors for ", reader_.left, " bytes left in the file)");
     TAPEFORMER_CHECK(trained <= 1, origin_, ": corrupt index (", what, ": is_trained byte ", int{trained}, ")");
     TAPEFORMER_CHECK(metric == 1, origin_, ": corrupt index (", what, ": metric ", metric, ", not L2)");
     return ntotal;
@@ -313,32 +308,32 @@ class LayoutScan {
   void ivf() {
     tag("IwFl", "the ivf index");
     const int64_t ntotal = header("the ivf index");
-    const auto nlist = get<uint64_t>("the ivf cell count");
-    get<uint64_t>("the ivf nprobe");
+    const auto nlist = reader_.get<uint64_t>("the ivf cell count");
+    reader_.get<uint64_t>("the ivf nprobe");
     const int64_t centroids = flat("the ivf centroids");
     TAPEFORMER_CHECK(nlist >= 1 && nlist == static_cast<uint64_t>(centroids), origin_, ": corrupt index (", nlist,
                      " ivf cells with ", centroids, " centroids)");
-    const auto map_kind = get<uint8_t>("the ivf direct map");
+    const auto map_kind = reader_.get<uint8_t>("the ivf direct map");
     const uint64_t map_entries = count(8, "the ivf direct map");
     TAPEFORMER_CHECK(map_kind == 0 && map_entries == 0, origin_, ": corrupt index (an ivf direct map of kind ",
                      int{map_kind}, " with ", map_entries, " entries; tapeformer writes none)");
     tag("ilar", "the ivf cells");
-    const auto lists = get<uint64_t>("the ivf cells");
-    const auto code_size = get<uint64_t>("the ivf cells");
+    const auto lists = reader_.get<uint64_t>("the ivf cells");
+    const auto code_size = reader_.get<uint64_t>("the ivf cells");
     TAPEFORMER_CHECK(lists == nlist && code_size == 4 * static_cast<uint64_t>(dim_), origin_, ": corrupt index (",
                      lists, " ivf cells of ", code_size, " bytes per key, for ", nlist, " cells of width ", dim_, ")");
     std::vector<uint64_t> sizes(nlist);  // nlist centroids were in the file: bounded by its size
-    const auto list_type = get<uint32_t>("the ivf cell sizes");
+    const auto list_type = reader_.get<uint32_t>("the ivf cell sizes");
     if (list_type == fourcc("full")) {
       TAPEFORMER_CHECK(count(8, "the ivf cell sizes") == nlist, origin_,
                        ": corrupt index (ivf cell sizes for other than ", nlist, " cells)");
-      for (uint64_t& n : sizes) n = get<uint64_t>("the ivf cell sizes");
+      for (uint64_t& n : sizes) n = reader_.get<uint64_t>("the ivf cell sizes");
     } else if (list_type == fourcc("sprs")) {
       const uint64_t n = count(8, "the ivf cell sizes");
       TAPEFORMER_CHECK(n % 2 == 0, origin_, ": corrupt index (an odd count ", n, " of sparse ivf cell sizes)");
       for (uint64_t i = 0; i < n; i += 2) {
-        const auto cell = get<uint64_t>("the ivf cell sizes");
-        const auto size = get<uint64_t>("the ivf cell sizes");
+        const auto cell = reader_.get<uint64_t>("the ivf cell sizes");
+        const auto size = reader_.get<uint64_t>("the ivf cell sizes");
         TAPEFORMER_CHECK(cell < nlist, origin_, ": corrupt index (a size for ivf cell ", cell, " of ", nlist, ")");
         sizes[cell] = size;
       }
@@ -349,8 +344,8 @@ class LayoutScan {
     for (uint64_t cell = 0; cell < nlist; ++cell) {
       const uint64_t n = sizes[cell];
       // Each key of a cell takes its code and its id (8 bytes).
-      TAPEFORMER_CHECK(n <= left_ / (code_size + 8), origin_, ": corrupt index (ivf cell ", cell, " claims ", n,
-                       " keys, more than the ", left_, " bytes left in the file hold)");
+      TAPEFORMER_CHECK(n <= reader_.left / (code_size + 8), origin_, ": corrupt index (ivf cell ", cell, " claims ", n,
+                       " keys, more than the ", reader_.left, " bytes left in the file hold)");
       skip(n * (code_size + 8));
       total += n;
     }
@@ -368,14 +363,13 @@ class LayoutScan {
     skip(count(4, "the hnsw levels") * 4);
     skip(count(8, "the hnsw offsets") * 8);
     skip(count(4, "the hnsw links") * 4);
-    for (int i = 0; i < 5; ++i) get<int32_t>("the hnsw parameters");
+    for (int i = 0; i < 5; ++i) reader_.get<int32_t>("the hnsw parameters");
     const int64_t stored = flat("the hnsw storage");
     TAPEFORMER_CHECK(stored == ntotal, origin_, ": corrupt index (the hnsw storage holds ", stored, " keys, the graph ",
                      ntotal, ")");
   }
 
-  std::istream& in_;
-  uint64_t left_;
+  BoundedReader reader_;  // the index's bytes, and how many are left
   int64_t dim_;
   const std::string& origin_;
 };
