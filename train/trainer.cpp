@@ -29,11 +29,14 @@
 #include "tapeformer/train/metrics.h"
 #include "tapeformer/train/process_group.h"
 #include "tapeformer/train/profile_report.h"
+#include "tapeformer/train/rank_checks.h"
 #include "tapeformer/train/run_lock.h"
 #include "tapeformer/train/signals.h"
 #include "tapeformer/train/evaluator.h"
 #include "tapeformer/train/model_hooks.h"
 #include "tapeformer/train/run_directory.h"
+#include "tapeformer/train/save_guard.h"
+#include "tapeformer/train/stream_state.h"
 
 namespace tapeformer {
 namespace fs = std::filesystem;
@@ -56,70 +59,6 @@ std::string evaluation_note(const MetricsRecord& r) {
 }
 
 
-// The train batch source's position in the checkpoint.
-struct SourcePosition {
-  BatchSource* source;
-  void save(cereal::BinaryOutputArchive& ar) const { source->save_position(ar); }
-  void load(cereal::BinaryInputArchive& ar) { source->load_position(ar); }
-};
-
-// A memory run's data stream in the checkpoint (Transformer-XL): the batch
-// source's position and the segment memory it carries, each group the model
-// declares (MemoryUse::groups) in its order, as a count and then each
-// tensor's positions and values; a group a file's format predates is not read.
-struct StreamState {
-  BatchSource* source;
-  SegmentMemory* memory;
-  int64_t batch;
-  std::vector<MemoryGroupSpec> groups;
-  uint32_t format = kCheckpointVersion;  // of the file read
-
-  void save(cereal::BinaryOutputArchive& ar) const {
-    source->save_position(ar);
-    for (const MemoryGroupSpec& g : groups) {
-      const std::vector<Tensor>* held = memory->find(g.name);
-      save_group(ar, held != nullptr ? *held : std::vector<Tensor>());
-    }
-  }
-  void load(cereal::BinaryInputArchive& ar) {
-    source->load_position(ar);
-    memory->reset();
-    for (const MemoryGroupSpec& g : groups) {
-      if (g.since_format > format) continue;
-      std::vector<Tensor> tensors = load_group(ar, g);
-      if (!tensors.empty()) memory->group(g.name) = std::move(tensors);
-    }
-  }
-
-  // A group's (B, M, width) tensors: a count, then M and the values of each
-  // (a tensor that holds nothing yet as M = 0).
-  static void save_group(cereal::BinaryOutputArchive& ar, const std::vector<Tensor>& all) {
-    ar(static_cast<uint64_t>(all.size()));
-    for (const Tensor& t : all) {
-      const std::vector<float> v = t.defined() ? t.to_vector() : std::vector<float>();
-      ar(static_cast<int64_t>(t.defined() ? t.dim(1) : 0), v);
-    }
-  }
-  // g.tensors tensors, or none.
-  std::vector<Tensor> load_group(cereal::BinaryInputArchive& ar, const MemoryGroupSpec& g) const {
-    const char* what = g.what.c_str();
-    const size_t n = read_count(ar, static_cast<uint64_t>(g.tensors), what);
-    TAPEFORMER_CHECK(n == 0 || n == static_cast<size_t>(g.tensors), what, ": ", n, " tensors where the model has ",
-                     g.tensors);
-    std::vector<Tensor> out;
-    for (size_t l = 0; l < n; ++l) {
-      int64_t m = 0;
-      ar(m);
-      TAPEFORMER_CHECK(m >= 0 && m <= g.max_rows, what, ": ", m, " positions, more than the ", g.max_rows, " kept");
-      std::vector<float> v;
-      read_bounded(ar, v, static_cast<uint64_t>(batch * m * g.width), what);
-      TAPEFORMER_CHECK(static_cast<int64_t>(v.size()) == batch * m * g.width, what, ": ", v.size(), " values for (",
-                       batch, ", ", m, ", ", g.width, ")");
-      out.push_back(Tensor::from({batch, m, g.width}, v));
-    }
-    return out;
-  }
-};
 
 }  // namespace
 
@@ -296,54 +235,16 @@ struct Trainer::State {
       shards->train_batch(next_train_batch(), 1.0f, dropout_rng, carries_memory() ? &train_memory : nullptr);
   }
 
-  // Every rank must train the same run: the same config (with the data's
-  // vocabulary), shard count and tokenizer; a rank that differs (another
-  // config file, another data file at the same path) is named.
+  // Every rank must train the same run (train/rank_checks.h), and refuses
+  // more shards than rows.
   void check_same_run_on_every_rank(const std::string& data) {
-    const uint64_t mine = std::hash<std::string>()(cfg.to_json() + "\n" + data) ^
-                          static_cast<uint64_t>(shards->shards());
-    const std::vector<uint64_t> all = allgather_equal(*group, std::vector<uint64_t>{mine});
-    for (size_t r = 1; r < all.size(); ++r)
-      TAPEFORMER_CHECK(all[r] == all[0], "rank ", r, " of ", all.size(), " was started with another config, data "
-                       "file or shard count than rank 0 (every process of an mpirun job must run the same command "
-                       "and read the same data)");
+    check_same_run(*group, cfg.to_json() + "\n" + data, shards->shards());
     shards->total_shards(cfg.train.batch_size);  // refuses more shards than rows, naming both
   }
 
-  // Every rank must start from the same state: the same step, the same
-  // checkpoint (its payload's checksum; 0 for a fresh run) and the same data (a
-  // hash of the token ids each read, so another text behind the same path is
-  // caught). A rank that differs is refused by every rank, before the first
-  // step, instead of the ranks training apart until a collective never meets.
+  // Every rank must start from the same state (train/rank_checks.h).
   void check_same_state_on_every_rank(int64_t start_step, uint64_t checkpoint_hash) {
-    if (!group) return;
-    uint64_t data_hash = kFnvOffset;
-    std::vector<int32_t> ids;
-    for (const TokenSource* split : {train_tokens.get(), val_tokens.get()}) {
-      if (split == nullptr) continue;
-      for (int64_t i = 0; i < split->size(); i += int64_t{1} << 20) {
-        ids.resize(static_cast<size_t>(std::min<int64_t>(int64_t{1} << 20, split->size() - i)));
-        split->read(i, static_cast<int64_t>(ids.size()), ids.data());
-        data_hash = fnv1a64(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t), data_hash);
-      }
-    }
-    const std::vector<uint64_t> mine{static_cast<uint64_t>(start_step), checkpoint_hash, data_hash};
-    const std::vector<uint64_t> all = allgather_equal(*group, mine);
-    const auto of = [&](size_t r, size_t field) { return all[r * mine.size() + field]; };
-    for (size_t r = 1; r < all.size() / mine.size(); ++r) {
-      TAPEFORMER_CHECK(of(r, 2) == of(0, 2), "rank ", r, " of ", group->size(), " reads other data than rank 0 ",
-                       "(the token ids of '", cfg.data.path, "' differ: another file behind the same path?); every "
-                       "process of an mpirun job must read the same data");
-      const auto start = [&](size_t q) {
-        return of(q, 0) == 0 && of(q, 1) == 0 ? std::string("starts a fresh run") : "resumes step " + std::to_string(of(q, 0));
-      };
-      TAPEFORMER_CHECK(of(r, 0) == of(0, 0), "rank ", r, " of ", group->size(), " ", start(r), " but rank 0 ", start(0),
-                       "; every process of an mpirun job must resume the same checkpoint (the same --out, or copies "
-                       "of one file)");
-      TAPEFORMER_CHECK(of(r, 1) == of(0, 1), "rank ", r, " of ", group->size(), " resumes another checkpoint of step ",
-                       of(0, 0), " than rank 0 (the files differ); every process of an mpirun job must resume the "
-                       "same checkpoint (the same --out, or copies of one file)");
-    }
+    if (group) check_same_state(*group, start_step, checkpoint_hash, {train_tokens.get(), val_tokens.get()}, cfg.data.path);
   }
 
   // Mean loss of the first `segments` segments of the val split's streams (at
@@ -400,44 +301,6 @@ struct Trainer::State {
     return loss;
   }
 
-  // The name of the first tensor holding a NaN or an infinity, or "".
-  static std::string first_non_finite(const NamedTensors& tensors) {
-    for (const auto& [name, t] : tensors) {
-      const Tensor c = t.contiguous();
-      const Scalar* p = c.data();
-      for (int64_t i = 0; i < c.numel(); ++i)
-        if (!std::isfinite(p[i])) return name;
-    }
-    return "";
-  }
-
-  // A checkpoint holds weights a run can continue from: finite weights and
-  // optimizer state, a finite loss, and weights that still give a finite
-  // loss on the step's own last batch (an update can overflow after a
-  // finite loss). What is wrong, or "".
-  std::string unsaveable(double loss) {
-    if (!std::isfinite(loss)) return "the loss is " + std::to_string(loss);
-    const std::string weight = first_non_finite(model->state());
-    if (!weight.empty()) return "the weights '" + weight + "' are not finite";
-    const std::string moment = first_non_finite(optimizer->state_tensors());
-    if (!moment.empty()) return "the optimizer state '" + moment + "' is not finite";
-    const auto& targets = last_batch.targets.data;
-    if (std::all_of(targets.begin(), targets.end(), [](int32_t t) { return t == kIgnoreTarget; })) return "";
-    model->eval();
-    double probe = 0;
-    {
-      NoGradGuard no_grad;
-      Rng unused = dropout_rng;  // eval mode draws no masks; the training stream stays untouched
-      ModelContext ctx;
-      ctx.rng = &unused;
-      ctx.inputs = last_batch.extra.empty() ? nullptr : &last_batch.extra;
-      probe = cross_entropy(model->forward(last_batch.inputs, ctx), last_batch.targets).item();
-    }
-    model->train();
-    if (!std::isfinite(probe)) return "the updated weights give a loss of " + std::to_string(probe) + " on a batch";
-    return "";
-  }
-
   // The periodic evaluation's figures, into the metrics line of its step.
   void evaluate_into(MetricsRecord& r) {
     TaskEvaluation e = evaluate_periodic();
@@ -475,10 +338,10 @@ struct Trainer::State {
   }
 
   // Every rank calls it at the same steps; rank 0 writes. Weights that
-  // cannot be saved (unsaveable) end the run on every rank as diverged, and
+  // cannot be saved (train/save_guard.h) end the run on every rank as diverged, and
   // the checkpoint on disk stays.
   void save(double loss) {
-    std::string why = unsaveable(loss);
+    std::string why = unsaveable(loss, *model, *optimizer, last_batch, dropout_rng);
     if (group && group->max(why.empty() ? 0 : 1) != 0 && why.empty()) why = "another rank's weights are not usable";
     if (!why.empty())
       throw Diverged("training diverged: " + why + " after step " + std::to_string(step) + dir->checkpoint_note() +
