@@ -3,17 +3,10 @@
 #pragma once
 
 #include "tapeformer/core/kernels/activation.h"
+#include "tapeformer/core/kernels/matref.h"
 #include "tapeformer/core/tensor.h"
 
 namespace tapeformer::kernels {
-
-// One matrix operand: element (i, j) is data[i * row_stride + j * col_stride].
-// Either stride must be 1 (row-major, or a transposed view of row-major).
-struct MatRef {
-  const Scalar* data;
-  int64_t rows, cols;
-  int64_t row_stride, col_stride;
-};
 
 // True when the last two dims of t can be read as a MatRef without a copy.
 bool is_matrix_layout(const Tensor& t);

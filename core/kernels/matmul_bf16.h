@@ -4,7 +4,8 @@
 
 #include <cstdint>
 
-#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/matref.h"
+#include "tapeformer/core/storage.h"
 
 namespace tapeformer::kernels {
 
