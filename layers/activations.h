@@ -7,7 +7,7 @@
 // A kind with a `fused` counterpart runs inside the fused feed_forward op
 // (one GEMM epilogue, autograd/ops.h); the others compose `apply` from ops
 // between the two Linear layers (the same math, more memory).
-// Built in: "gelu" (tanh form), "relu", "silu" (x sigmoid(x)), all fused.
+// Kinds: the table in activations.cpp (`tapeformer kinds` lists them).
 #pragma once
 
 #include <functional>

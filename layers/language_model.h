@@ -110,7 +110,7 @@ struct ModelKind {
   std::function<ModelInputs(const ModelConfig&, int64_t B, int64_t T)> example_inputs;
 };
 
-// The table of model kinds (layers/transformer.cpp adds "transformer").
+// The table of model kinds (layers/language_model.cpp holds it; `tapeformer kinds` lists them).
 Registry<ModelKind>& model_kinds();
 // cfg.arch's kind, built (GPT-2 init for the transformer).
 std::unique_ptr<LanguageModel> make_model(const ModelConfig& cfg, Rng& rng);

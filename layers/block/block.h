@@ -19,11 +19,8 @@
 // standard stack keeps every layer's activations (the tape), the reversible
 // one only its outputs, recomputing the rest in the backward.
 //
-// Kinds: "standard" (pre-LN residual blocks, nanoGPT's; layers/block/standard.h),
-// "reversible" (RevNet couplings, Gomez et al. 2017; layers/block/reversible.h),
-// "post_ln" (the original Transformer's post-LN blocks; layers/block/post_ln.cpp),
-// "gtrxl" (identity-map reordering with gates, Parisotto et al. 2020; layers/block/gtrxl.h),
-// "universal" (one block applied recurrently with ACT halting, Dehghani et al. 2019; layers/block/universal.h).
+// Kinds: the table in layers/block/registry.cpp, one file each beside it
+// (`tapeformer kinds` and docs/kinds.md list them with their papers).
 #pragma once
 
 #include <functional>

@@ -16,13 +16,8 @@
 // Positions are absolute (queries at q0 + i, keys at k0 + j), so a layer
 // with a KV cache or a sliding window passes where its rows really are.
 //
-// Kinds: "learned" (a table of block_size rows, N(0, 0.02), nanoGPT's),
-// "sinusoidal" (Vaswani's interleaved sin/cos, any length, added with the
-// token embeddings' init scale), "rope" (interleaved pairs, base 10000, q and
-// k only), "alibi" (per-head slopes, Press et al. 2021), "shaw" (2K + 1 learned
-// key and value vectors per layer, K = model.rel_clip, shared by the heads),
-// "txl" (Transformer-XL's relative terms: a per-layer W_kR on sinusoids of the
-// distance, biases u, v shared by the layers; no absolute positions).
+// Kinds: the table in layers/positional/registry.cpp, one file each beside it
+// (`tapeformer kinds` and docs/kinds.md list them with their papers).
 // Adding one: see docs/adding-an-attention-kind.md (the same pattern).
 #pragma once
 
