@@ -3,7 +3,8 @@
 # - 2 ranks x 1 shard give metrics.jsonl and a final line bit-identical to one
 #   process with 2 shards (timing fields aside), with dropout on; so do 2 x 2
 #   and 1 x 4 with a Transformer-XL memory and uneven rows per rank, and
-#   2 x 1 with gradient accumulation, and 2 x 3 (not a power of two) and 1 x 6;
+#   2 x 1 with gradient accumulation, and 2 x 3 (not a power of two) and 1 x 6,
+#   and 2 x 1 in bf16;
 # - a rank killed with SIGKILL takes the job down (mpirun exits non-zero and
 #   names the rank) without a hang, the last checkpoint stays intact, and a
 #   resume with 1 process x 2 shards continues the uninterrupted curve;
@@ -72,6 +73,13 @@ same_bits odd "with 3 shards per rank" 3 --set train.max_iters=30
 # two micro-batches per step.
 same_bits rt "with routing attention's centroids" 3 --set train.max_iters=30 --set model.attention=routing \
   --set model.routing_decay=0.9 --set train.grad_accum=2
+
+# bf16 products: each shard's products are its own, and the shard tree fixes the sums' order, so
+# 2 x 1 equals 1 x 2 as in float32; the portable path everywhere, the fast one where the CPU has it.
+same_bits bfp "in bf16_portable" 1 --set train.max_iters=30 --set train.precision=bf16_portable
+if "$bin" --version | grep -q "bf16 products on"; then
+  same_bits bf "in bf16" 1 --set train.max_iters=30 --set train.precision=bf16
+fi
 
 # Kill rank 1 after the step-100 checkpoint.
 mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/killed" --set train.shards=1 \
