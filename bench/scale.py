@@ -79,7 +79,7 @@ def newest_torch(venv):
     return python
 
 
-def torch_version(python):
+def torch_version_of(python):
     return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], check=True,
                           stdout=subprocess.PIPE, text=True).stdout.strip()
 
@@ -129,7 +129,7 @@ def main():
     newest = newest_torch(args.torch_venv) if "bf16" in precisions else None
     if newest:
         peers.append(("PyPI", newest))
-    versions = {label: torch_version(python) for label, python in peers}
+    versions = {label: torch_version_of(python) for label, python in peers}
 
     peaks = {}
     out = subprocess.run(["build/bench/machine_peak", "1"] + [str(t) for t in threads], cwd=ROOT, check=True,
@@ -245,7 +245,7 @@ def main():
         f"machine's measured peaks at that thread count ({isa}; {peak_text}): an FMA loop in registers on every "
         "thread (`build/bench/machine_peak`) and the best GEMM at hand, tapeformer's or PyTorch's on a 1536³ "
         "product; peak RSS from `/usr/bin/time -v`.")
-    body = [table, "", "\n".join(scaling)]
+    body = [table] + (["", "\n".join(scaling)] if scaling else [])  # scaling: none for one thread count
     if bf16_lines:
         body += ["", "bf16 (`train.precision=bf16`: bf16 operands of every product, float32 sums, weights and "
                  "optimizer; PyTorch: `torch.autocast(\"cpu\", dtype=torch.bfloat16)` around each forward, as "
