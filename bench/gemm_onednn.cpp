@@ -31,7 +31,6 @@
 // oneDNN's and tapeformer's bf16 products agree (same bf16 operands, float32
 // sums in another order) and exits 1 when they do not. Needs AVX512-BF16.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -48,11 +47,10 @@
 #error "gemm_onednn: oneDNN built for a threadpool runtime; this benchmark handles OpenMP, TBB and sequential builds"
 #endif
 
+#include "gemm_bench.h"
 #include "tapeformer/core/kernels/matmul.h"
 #include "tapeformer/core/kernels/precision.h"
-#include "tapeformer/core/numbers.h"
 #include "tapeformer/core/parallel.h"
-#include "tapeformer/core/rng.h"
 
 namespace tapeformer {
 namespace {
@@ -60,32 +58,8 @@ namespace {
 using dt = dnnl::memory::data_type;
 using Args = std::unordered_map<int, dnnl::memory>;
 
-struct GemmShape {
-  std::string name;
-  int64_t m, k, n;
-  bool transposed_a;  // A is X^T: a transposed view of a row-major (k, m) buffer
-};
-
-// Operations per second of f (one product of 2mkn flops), best of five
-// repeats of at least `seconds` each.
-template <class F>
-double gflops(const GemmShape& s, double seconds, F&& f) {
-  using clock = std::chrono::steady_clock;
-  f();  // warm caches and code
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    int64_t calls = 0;
-    const auto t0 = clock::now();
-    double elapsed = 0;
-    while (elapsed < seconds) {
-      f();
-      ++calls;
-      elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-    }
-    best = std::max(best, 2.0 * s.m * s.k * s.n * calls / elapsed / 1e9);
-  }
-  return best;
-}
+using bench::gflops;
+using bench::GemmShape;
 
 // Largest |x - y| over the (m, n) results, relative to the largest |x|.
 double relative_difference(const std::vector<float>& x, const std::vector<float>& y) {
@@ -99,22 +73,14 @@ double relative_difference(const std::vector<float>& x, const std::vector<float>
 
 // Times one shape and prints its line; false when the bf16 products disagree.
 bool run(const GemmShape& s, double seconds, const dnnl::engine& engine, dnnl::stream& stream) {
-  Rng rng(1);
-  // A as stored: (m, k) row-major, or (k, m) row-major read transposed.
-  Tensor a_store = s.transposed_a ? Tensor::empty({s.k, s.m}) : Tensor::empty({s.m, s.k});
-  Tensor b = Tensor::empty({s.k, s.n});
-  rng.fill_normal(a_store, 0.0f, 1.0f);
-  rng.fill_normal(b, 0.0f, 1.0f);
-  const kernels::MatRef a_ref = s.transposed_a ? kernels::MatRef{a_store.data(), s.m, s.k, 1, s.m}
-                                               : kernels::MatRef{a_store.data(), s.m, s.k, s.k, 1};
-  const kernels::MatRef b_ref{b.data(), s.k, s.n, s.n, 1};
+  bench::GemmOperands in(s);
   std::vector<float> c_onednn(s.m * s.n), c_ours(s.m * s.n);
 
   // oneDNN's descriptors: A (m, k) with the strides of its buffer, B (k, n) and C (m, n) row-major.
   const dnnl::memory::dims a_strides = s.transposed_a ? dnnl::memory::dims{1, s.m} : dnnl::memory::dims{s.k, 1};
   const dnnl::memory::dims b_strides{s.n, 1}, c_strides{s.n, 1};
-  const dnnl::memory a_f32({{s.m, s.k}, dt::f32, a_strides}, engine, a_store.data());
-  const dnnl::memory b_f32({{s.k, s.n}, dt::f32, b_strides}, engine, b.data());
+  const dnnl::memory a_f32({{s.m, s.k}, dt::f32, a_strides}, engine, in.a_store.data());
+  const dnnl::memory b_f32({{s.k, s.n}, dt::f32, b_strides}, engine, in.b_store.data());
   const dnnl::memory a_bf16({{s.m, s.k}, dt::bf16, a_strides}, engine);
   const dnnl::memory b_bf16({{s.k, s.n}, dt::bf16, b_strides}, engine);
   const dnnl::memory c_f32({{s.m, s.n}, dt::f32, c_strides}, engine, c_onednn.data());
@@ -135,7 +101,7 @@ bool run(const GemmShape& s, double seconds, const dnnl::engine& engine, dnnl::s
     product.execute(stream, product_args);
     stream.wait();
   };
-  const auto ours = [&] { kernels::gemm(a_ref, b_ref, c_ours.data(), s.n, /*accumulate=*/false); };
+  const auto ours = [&] { kernels::gemm(in.a, in.b, c_ours.data(), s.n, /*accumulate=*/false); };
 
   // Same bf16 operands on both sides (round to nearest even; N(0, 1) data has
   // no denormals to flush), so only the float32 sums' order differs.
@@ -164,32 +130,10 @@ bool run(const GemmShape& s, double seconds, const dnnl::engine& engine, dnnl::s
   return true;
 }
 
-// The shapes of bench/gemm_shapes.cpp (see there for what each product is),
-// named with their set.
-std::vector<GemmShape> recipe_shapes() {
-  // One data-parallel shard of the nanoGPT CPU recipe: 384 rows, width 128, MLP 512, vocabulary 65.
-  return {
-      {"recipe qkv forward", 384, 128, 384, false},    {"recipe attn proj forward", 384, 128, 128, false},
-      {"recipe mlp fc forward", 384, 128, 512, false}, {"recipe mlp proj forward", 384, 512, 128, false},
-      {"recipe head forward", 384, 128, 65, false},    {"recipe qkv dX", 384, 384, 128, false},
-      {"recipe mlp fc dX", 384, 512, 128, false},      {"recipe mlp proj dX", 384, 128, 512, false},
-      {"recipe qkv dW", 128, 384, 384, true},          {"recipe mlp fc dW", 128, 384, 512, true},
-      {"recipe mlp proj dW", 512, 384, 128, true},     {"recipe attn proj dW", 128, 384, 128, true},
-      {"recipe head dX", 384, 65, 128, false},         {"recipe head dW", 65, 384, 128, true},
-  };
-}
-
-std::vector<GemmShape> large_shapes() {
-  // One shard of nanoGPT's shakespeare_char model: 8192 rows, width 384, MLP 1536.
-  return {
-      {"large qkv forward", 8192, 384, 1152, false},    {"large attn proj forward", 8192, 384, 384, false},
-      {"large mlp fc forward", 8192, 384, 1536, false}, {"large mlp proj forward", 8192, 1536, 384, false},
-      {"large head forward", 8192, 384, 65, false},     {"large qkv dX", 8192, 1152, 384, false},
-      {"large mlp fc dX", 8192, 1536, 384, false},      {"large mlp proj dX", 8192, 384, 1536, false},
-      {"large qkv dW", 384, 8192, 1152, true},          {"large mlp fc dW", 384, 8192, 1536, true},
-      {"large mlp proj dW", 1536, 8192, 384, true},     {"large attn proj dW", 384, 8192, 384, true},
-      {"large head dX", 8192, 65, 384, false},          {"large head dW", 65, 8192, 384, true},
-  };
+// A set of bench/gemm_bench.h, each shape named with the set ("recipe qkv forward").
+std::vector<GemmShape> named(const std::string& set, std::vector<GemmShape> shapes) {
+  for (GemmShape& s : shapes) s.name = set + " " + s.name;
+  return shapes;
 }
 
 std::vector<GemmShape> attention_shapes() {
@@ -208,16 +152,9 @@ std::vector<GemmShape> attention_shapes() {
 
 int main(int argc, char** argv) {
   using tapeformer::GemmShape;
-  // As bench/gemm_shapes.cpp: text that is no finite number becomes NaN and gets the error line below.
-  const std::string seconds_text = argc > 1 ? argv[1] : "0.1";
-  const double seconds = tapeformer::number_error<double>(seconds_text).empty()
-                             ? tapeformer::parse_number<double>(seconds_text, "SECONDS_PER_REPEAT")
-                             : std::nan("");
-  if (!(seconds > 0)) {
-    std::fprintf(stderr, "gemm_onednn: SECONDS_PER_REPEAT must be a positive number, got '%s'\n",
-                 seconds_text.c_str());
-    return 2;
-  }
+  const double seconds =
+      tapeformer::bench::seconds_argument(argc, argv, "0.1", "gemm_onednn", "SECONDS_PER_REPEAT");
+  if (!(seconds > 0)) return 2;
   const std::string which = argc > 2 ? argv[2] : "all";
   if (which != "recipe" && which != "large" && which != "square" && which != "attention" && which != "all") {
     std::fprintf(stderr,
@@ -243,9 +180,9 @@ int main(int argc, char** argv) {
 
   std::vector<GemmShape> shapes;
   const auto add = [&](const std::vector<GemmShape>& set) { shapes.insert(shapes.end(), set.begin(), set.end()); };
-  if (which == "recipe" || which == "all") add(tapeformer::recipe_shapes());
-  if (which == "large" || which == "all") add(tapeformer::large_shapes());
-  if (which == "square" || which == "all") add({{"square", 1536, 1536, 1536, false}});  // machine_peak's product
+  if (which == "recipe" || which == "all") add(tapeformer::named("recipe", tapeformer::bench::recipe_shapes()));
+  if (which == "large" || which == "all") add(tapeformer::named("large", tapeformer::bench::large_shapes()));
+  if (which == "square" || which == "all") add(tapeformer::bench::square_shapes());
   if (which == "attention" || which == "all") add(tapeformer::attention_shapes());
 
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
