@@ -6,10 +6,12 @@
 //   logits = model.forward(next_id, *state);          // (1, 1, V), the past is not recomputed
 //
 // Each layer that needs state defines its own subclass and makes it: the KV
-// cache of softmax attention (KVCache, layers/attention.h); later the running
-// sums S, z of causal linear attention and Transformer-XL's memories. A model
-// composes its layers' states into one. States are for inference only: the
-// forward passes that take one run under NoGradGuard, in eval mode.
+// cache of softmax attention (KVCache, layers/attention/softmax.h), the
+// running sums S, z of causal linear attention. A model composes its layers'
+// states into one. A model with memories (layers/memory/memory.h) reads as it
+// trained instead: whole segments, its memories carried from one to the next
+// (segments() is true). States are for inference only: the forward passes
+// that take one run under NoGradGuard, in eval mode.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,11 @@ class InferenceState {
   virtual int64_t length() const = 0;
   // Forgets every position (the next call starts a new sequence).
   virtual void reset() = 0;
+  // Whether it reads the text in segments of the block size, carrying memories
+  // from one to the next: it takes any length (no position table fills up),
+  // and the earlier text reaches later tokens through its memories, so a
+  // reader feeds it everything rather than a last window.
+  virtual bool segments() const { return false; }
 };
 
 // `state` as the subclass S that layer `who` makes (named `expected`), or an

@@ -154,6 +154,20 @@ void ModelConfig::validate_kinds() const {
   if (blk.memory)
     for (const MemoryKind& k : memory_kinds().kinds())
       if (k.check) k.check(*this);
+  // A kind that is on runs in the segment recurrence, which model.mem_len
+  // turns on, after the kinds it builds on: else it would be silently idle.
+  for (const MemoryKind* k : memories_on(*this)) {
+    const ModelOption& length = k->options.front();
+    const std::string key = "model." + length.name + " = " +
+                            option_to_string(declared_value(length, options, "model", length.default_value.index()));
+    for (const std::string& need : k->needs)
+      TAPEFORMER_CHECK(memory_kinds().get(need).on(*this), "memory \"", k->name, "\" (", key,
+                       ") builds on memory \"", need, "\", which is off (set model.",
+                       memory_kinds().get(need).options.front().name, " > 0)");
+    TAPEFORMER_CHECK(memory_use(*this).carried(), "memory \"", k->name, "\" (", key,
+                     ") is on, but nothing carries segments: memories run in the segment recurrence that model.mem_len "
+                     "> 0 turns on (list \"xl\" in its MemoryKind::needs)");
+  }
 }
 
 }  // namespace tapeformer

@@ -95,44 +95,61 @@ class LMState : public InferenceState {
 }  // namespace
 
 namespace {
-// The state of a model with a compressed memory: the segment memories and
-// the ids of the unfinished segment (B, pending).
+// The state of a model with memories: the memories after the finished
+// segments, the ids of the unfinished one, and the ext_len ids before it that
+// are read again with it (B, again).
 class SegmentState : public InferenceState {
  public:
   std::string name() const override { return "TransformerLM segment state"; }
   int64_t length() const override { return length_; }
+  bool segments() const override { return true; }
   void reset() override {
     memory.reset();
     pending.clear();
+    again.clear();
     length_ = 0;
   }
   const TransformerLM* owner = nullptr;  // the model that made it
-  SegmentMemory memory;                  // both memories after the finished segments
+  SegmentMemory memory;                  // the memories after the finished segments
   std::vector<std::vector<int32_t>> pending;  // per sequence, the unfinished segment's ids
+  std::vector<std::vector<int32_t>> again;    // per sequence, the last ext_len ids before it
   int64_t batch = 0, length_ = 0;
 };
 }  // namespace
 
 Var TransformerLM::forward_segments(const IndexTensor& ids, InferenceState& state) const {
   SegmentState& s = static_cast<SegmentState&>(state);
-  const int64_t B = s.batch, T = ids.shape[1], S = cfg_.block_size;
-  if (s.pending.empty()) s.pending.resize(static_cast<size_t>(B));
+  const int64_t B = s.batch, T = ids.shape[1], S = cfg_.block_size, ext_len = memory_use().ext_len;
+  if (s.pending.empty()) {
+    s.pending.resize(static_cast<size_t>(B));
+    s.again.resize(static_cast<size_t>(B));
+  }
   Rng unused(0);  // eval mode: no dropout draws
   std::vector<Var> parts;
   for (int64_t done = 0; done < T;) {
     const auto p = static_cast<int64_t>(s.pending[0].size()), m = std::min(S - p, T - done);
-    std::vector<int32_t> segment;  // (B, p + m): the unfinished segment and the next m ids
+    const auto e = static_cast<int64_t>(s.again[0].size());
+    // (B, e + p + m): the ids read again, the unfinished segment and the next m ids, as evaluation reads them.
+    std::vector<int32_t> segment;
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int32_t>& row = s.pending[static_cast<size_t>(b)];
       row.insert(row.end(), ids.data.begin() + b * T + done, ids.data.begin() + b * T + done + m);
+      const std::vector<int32_t>& before = s.again[static_cast<size_t>(b)];
+      segment.insert(segment.end(), before.begin(), before.end());
       segment.insert(segment.end(), row.begin(), row.end());
     }
     SegmentMemory next = s.memory;  // the memories move on only when the segment is finished
-    const Var h = features(IndexTensor({B, p + m}, std::move(segment)), &next, unused);  // (B, p + m, C)
-    parts.push_back(Var(h.value().slice(1, p, p + m).contiguous()));  // inference: no gradient to keep
+    const Var h = features(IndexTensor({B, e + p + m}, std::move(segment)), &next, unused);  // (B, e + p + m, C)
+    parts.push_back(Var(h.value().slice(1, e + p, e + p + m).contiguous()));  // inference: no gradient to keep
     if (p + m == S) {
       s.memory = std::move(next);
-      for (auto& row : s.pending) row.clear();
+      for (int64_t b = 0; b < B; ++b) {
+        std::vector<int32_t>& row = s.pending[static_cast<size_t>(b)];
+        std::vector<int32_t>& before = s.again[static_cast<size_t>(b)];
+        before.insert(before.end(), row.begin(), row.end());
+        before.erase(before.begin(), before.end() - std::min<int64_t>(ext_len, static_cast<int64_t>(before.size())));
+        row.clear();
+      }
     }
     done += m;
   }
@@ -143,9 +160,7 @@ Var TransformerLM::forward_segments(const IndexTensor& ids, InferenceState& stat
 std::unique_ptr<InferenceState> TransformerLM::make_state(int64_t batch, int64_t window) const {
   TAPEFORMER_CHECK(batch >= 1, "TransformerLM: batch size must be >= 1, got ", batch);
   TAPEFORMER_CHECK(window >= -1, "TransformerLM: window must be >= 1, 0 (block_size) or -1 (all), got ", window);
-  bool segments = false;  // a memory whose state cannot take one token at a time: read as it trained
-  for (const MemoryKind* k : memories_on(cfg_)) segments = segments || k->reads_segments;
-  if (segments) {
+  if (memory_use().carried()) {  // memories: read as it trained, segment by segment
     auto state = std::make_unique<SegmentState>();
     state->owner = this;
     state->batch = batch;

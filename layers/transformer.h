@@ -56,13 +56,14 @@ class TransformerLM : public LanguageModel {
   // max_positions(); past that, reset() and feed the last tokens again.
   // Needs NoGradGuard and eval(). A state belongs to the model that made it;
   // after an error it is reset.
-  // A model with a compressed or an external memory (model.cmem_len or
-  // model.xmem_len > 0) reads as it trained instead, window ignored:
-  // segments of block_size positions with its memories carried from one to
-  // the next; each call recomputes the
-  // unfinished segment (O(block_size) per token), and a finished one moves
-  // into the memories. Its rows equal forward(ids, memory, rng) over those
-  // segments (to float rounding).
+  // A model with memories (model.mem_len > 0 and the kinds built on it)
+  // reads as it trained instead, whatever its positional scheme, window
+  // ignored (state.segments() is true): segments of block_size positions,
+  // each after the ext_len ids before it again, with its memories carried
+  // from one to the next; each call recomputes the unfinished segment
+  // (O(block_size) per token), and a finished one moves into the memories.
+  // Its rows equal forward(ids, memory, rng) over those segments, as
+  // evaluation reads them (to float rounding).
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
 
   // Transformer-XL training and evaluation (model.mem_len > 0, ctx.memory):
@@ -93,7 +94,7 @@ class TransformerLM : public LanguageModel {
   std::shared_ptr<Linear> lm_head;  // null when tied
 
  private:
-  // features(ids, state) for a model with a compressed or an external memory (make_state).
+  // features(ids, state) for a model with memories (make_state).
   Var forward_segments(const IndexTensor& ids, InferenceState& state) const;
   Var embed(const IndexTensor& ids, int64_t start) const;  // token embeddings with positions start.., (B, T, C)
   // ids (B, T) checked against the position table, embedded from position 0, with dropout: (B, T, C).

@@ -257,11 +257,86 @@ CheckOutcome check_causality(const Subject& s) {
   return {"causality", CheckOutcome::Result::ok, ""};
 }
 
+// A model with memories over kSegments segments: the training forward, its
+// memories carried from segment to segment with the gradient recorded (each
+// segment after the ext_len tokens before it again, as evaluation reads),
+// against sampling's reading through the inference state, under no gradient,
+// in pieces that cross the segment boundaries.
+CheckOutcome check_segments(const Subject& s, const LanguageModel& model) {
+  constexpr int64_t kSegments = 3, B = 2, n = kSegments * kTokens;
+  const IndexTensor ids = random_ids(B, n, 9);
+  const auto columns = [&](int64_t t0, int64_t t1) {
+    std::vector<int32_t> v;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[static_cast<size_t>(b * n + t)]);
+    return IndexTensor({B, t1 - t0}, v);
+  };
+  const int64_t ext_len = model.memory_use().ext_len;
+  const ModelInputs all = inputs_for(s, B, n);  // the extra inputs of every position, cut like the ids
+  std::vector<Tensor> trained;  // per segment, (B, kTokens, V)
+  {
+    SegmentMemory memory;
+    for (int64_t k = 0; k < kSegments; ++k) {
+      const int64_t start = k * kTokens, again = std::min(ext_len, start);
+      const ModelInputs inputs = columns_of(all, start - again, start + kTokens);
+      Rng unused(0);
+      ModelContext ctx;
+      ctx.rng = &unused;
+      ctx.memory = &memory;
+      ctx.inputs = inputs.empty() ? nullptr : &inputs;
+      trained.push_back(model.forward(columns(start - again, start + kTokens), ctx).value().slice(1, again,
+                                                                                                again + kTokens));
+    }
+  }
+  NoGradGuard no_grad;
+  auto state = model.make_state(B);
+  for (const auto& [t0, t1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 4}, {4, 9}, {9, 14}, {14, 15}, {15, 23},
+                               {23, 24}, {24, 25}, {25, 31}, {31, n}}) {
+    const ModelInputs piece = columns_of(all, t0, t1);
+    ModelContext ctx;
+    ctx.state = state.get();
+    ctx.inputs = piece.empty() ? nullptr : &piece;
+    const Tensor got = model.forward(columns(t0, t1), ctx).value();  // (B, t1 - t0, V)
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t k = t / kTokens, i = t % kTokens;
+      const std::string where =
+          far_apart(got.slice(1, t - t0, t - t0 + 1), trained[static_cast<size_t>(k)].slice(1, i, i + 1), 1e-4);
+      if (!where.empty())
+        return {"generation", CheckOutcome::Result::failed,
+                "position " + std::to_string(t) + " (segment " + std::to_string(k + 1) + " of " +
+                    std::to_string(kSegments) + ", read through the inference state in the piece " +
+                    std::to_string(t0) + ".." + std::to_string(t1 - 1) +
+                    ") differs from the training forward with the memories carried (" + where +
+                    "): sampling does not carry the memory as training does (is it updated when no gradient is "
+                    "recorded?)"};
+    }
+  }
+  if (state->length() != n)
+    return {"generation", CheckOutcome::Result::failed,
+            "the state says it has seen " + std::to_string(state->length()) + " positions, not " + std::to_string(n)};
+  return {"generation", CheckOutcome::Result::ok, "over " + std::to_string(kSegments) + " segments, memories carried"};
+}
+
 CheckOutcome check_generation(const Subject& s) {
   if (!s.causal || !s.not_causal.empty())
     return {"generation", CheckOutcome::Result::skipped,
             s.not_causal.empty() ? "a bidirectional model has no inference state" : s.not_causal};
   const auto model = built(s.cfg, 3, true);
+  if (model->memory_use().carried()) {
+    // Relative positions, and a learned table that starts again with each segment.
+    CheckOutcome last = check_segments(s, *model);
+    if (last.result != CheckOutcome::Result::ok || s.cfg.positional == "learned") return last;
+    Subject learned = s;
+    learned.cfg.positional = "learned";
+    try {
+      learned.cfg.validate();
+    } catch (const Error&) {
+      return last;  // the kind needs relative positions
+    }
+    last = check_segments(learned, *built(learned.cfg, 3, true));
+    if (last.result == CheckOutcome::Result::ok) last.detail += ", with model.positional \"txl\" and \"learned\"";
+    return last;
+  }
   NoGradGuard no_grad;
   Rng unused(0);
   const IndexTensor ids = random_ids(2, kTokens, 4);

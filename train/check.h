@@ -14,7 +14,9 @@
 //   causality   changing the tokens from position t on leaves every output before t unchanged
 //               (kinds that are not strictly causal are reported as skipped);
 //   generation  reading the sequence token by token through the inference state gives the
-//               whole-sequence forward's logits (to 1e-4);
+//               whole-sequence forward's logits (to 1e-4); a model with memories is read over
+//               three segments, in pieces that cross their boundaries, against the training
+//               forward with its memories carried (model.positional txl, and learned);
 //   resume      6 training steps equal 3, a checkpoint and 3 more, bit for bit;
 //   gradient    the kind's own parameters' gradients against finite differences (gradcheck in
 //               extrapolate mode, on the model's initial, well-conditioned weights).

@@ -20,6 +20,9 @@ void SampleOptions::validate() const {
 
 int64_t sample_context(const LanguageModel& model, const SampleOptions& opt) {
   const int64_t limit = model.max_positions();
+  TAPEFORMER_CHECK(opt.context == 0 || !model.memory_use().carried(), "sample: context ", opt.context,
+                   " does not apply to a model with memories (model.mem_len = ", model.memory_use().mem_len,
+                   "): it reads the whole text in segments of model.block_size, carrying them");
   const int64_t context = opt.context > 0 ? opt.context : model.config().block_size;
   TAPEFORMER_CHECK(limit < 0 || context <= limit, "sample: context ", context, " exceeds the ", limit,
                    " positions of model.positional \"", model.config().positional,
@@ -108,13 +111,14 @@ std::vector<int32_t> generate(LanguageModel& model, const std::vector<int32_t>& 
     mixer->mix(f.data() + (t - 1) * C, C, row.data(), V);
   };
   const auto last = [&](int64_t n) { return seq.end() - std::min<int64_t>(n, static_cast<int64_t>(seq.size())); };
-  feed(last(context), true);
+  // A model with memories reads the whole prompt, segment by segment, as it trained.
+  feed(state->segments() ? seq.cbegin() : last(context), true);
   for (int64_t n = 0; n < opt.tokens; ++n) {
     const int32_t next = sample_token(row.data(), V, opt, rng);
     seq.push_back(next);
     if (on_token) on_token(next);
     if (n + 1 == opt.tokens) break;
-    if (limit < 0 || state->length() < limit) {
+    if (limit < 0 || state->segments() || state->length() < limit) {
       feed(seq.end() - 1, false);  // one more position
     } else {
       state->reset();  // the table is full: read the last window afresh

@@ -18,7 +18,11 @@
 //     table the state is reset and the last `context` tokens are fed again
 //     each step, exactly what a full forward of that window sees.
 // Schemes without a table (sinusoidal, rope, alibi, shaw) run past
-// block_size, with any context.
+// block_size, with any context. A model with memories (model.mem_len > 0)
+// reads as it trained and as `eval` reads it, whatever its positional scheme:
+// the whole text in segments of block_size, its memories carried from one to
+// the next (the unfinished segment is read again for each new token; context
+// does not apply).
 #pragma once
 
 #include <functional>

@@ -58,7 +58,17 @@ class SequentialStack : public BlockStack {
         blocks[i]->attn = std::move(wrapper);
       };
     }
-    for (const MemoryKind* kind : memories_on(cfg)) memories.push_back(register_inline(kind->make(cfg, host)));
+    for (const MemoryKind* kind : memories_on(cfg)) {
+      // What the kind adds to the stack (its own modules, or what it wraps into
+      // the layers) must be what its entry counts, or the model's count is wrong.
+      const int64_t before = num_parameters();
+      memories.push_back(register_inline(kind->make(cfg, host)));
+      const double added = static_cast<double>(num_parameters() - before),
+                   counted = kind->parameters ? kind->parameters(cfg) : 0.0;
+      TAPEFORMER_CHECK(added == counted, "memory \"", kind->name, "\": its entry counts ", counted,
+                       " parameters (MemoryKind::parameters) but it adds ", added, " to a stack of model.n_layer = ",
+                       cfg.n_layer, ", model.n_embd = ", cfg.n_embd);
+    }
   }
 
   Var forward(const Var& x_in, Rng& rng) const override {

@@ -189,7 +189,6 @@ MemoryKind compressive_memory_kind() {
                      " must divide model.mem_len (", m, ") and model.block_size (", cfg.block_size,
                      "), so that whole groups of rows fall out of the memory");
   };
-  kind.reads_segments = true;
   return kind;
 }
 

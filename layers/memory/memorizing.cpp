@@ -135,7 +135,6 @@ MemoryKind memorizing_memory_kind() {
     TAPEFORMER_CHECK(x.top_k >= 1 && x.top_k <= x.len, "model.xmem_topk must be in [1, model.xmem_len = ", x.len,
                      "], got ", x.top_k);
   };
-  kind.reads_segments = true;
   return kind;
 }
 

@@ -22,6 +22,9 @@
 //                                               `carry` passes what fell out of one memory on
 // A memory's auxiliary loss (the learned compression's reconstruction loss)
 // goes through the one channel every layer uses (Module::auxiliary_loss).
+// Training, evaluation and sampling all read a model with memories this way,
+// segment after segment, gradient recorded or not: `tapeformer check` runs a
+// kind over three segments and compares sampling's reading with training's.
 // Adding a kind: docs/adding-a-memory-kind.md.
 #pragma once
 
@@ -137,9 +140,6 @@ struct MemoryKind {
   std::function<double(const ModelConfig&)> parameters;
   // Throws Error naming the keys when the config's values do not suit it (on or off).
   std::function<void(const ModelConfig&)> check;
-  // Sampling reads whole segments of block_size, carrying the memories (a
-  // state that cannot take one token at a time).
-  bool reads_segments = false;
 
   // Whether `cfg` turns it on: its first option (its length) > 0.
   bool on(const ModelConfig& cfg) const;

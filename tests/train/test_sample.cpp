@@ -158,3 +158,60 @@ TEST_CASE("generate: deterministic for a seed, crops to the block size, validate
   CHECK_THROWS_WITH_AS(generate(model, {1}, opt, a), doctest::Contains("the weights hold NaN or inf values"), Error);
   CHECK(model.is_training());
 }
+
+// The next token a model with memories picks greedily, read as training reads
+// it: whole segments of block_size through forward(ids, memory), the
+// unfinished last one after a copy of the memories.
+static int32_t greedy_with_memories(const TransformerLM& model, const std::vector<int32_t>& seq) {
+  const int64_t S = model.config().block_size, n = static_cast<int64_t>(seq.size());
+  const int64_t V = model.config().vocab_size, ext = model.memory_use().ext_len;
+  SegmentMemory memory;
+  Tensor logits;
+  for (int64_t start = 0; start < n; start += S) {
+    const int64_t again = std::min(ext, start), end = std::min(n, start + S);
+    SegmentMemory copy = memory;
+    ModelContext ctx;
+    ctx.memory = end - start == S ? &memory : &copy;
+    logits = model.forward(IndexTensor({1, end - start + again}, std::vector<int32_t>(seq.begin() + start - again,
+                                                                                      seq.begin() + end)),
+                           ctx).value();  // (1, again + len, V)
+  }
+  const Scalar* last = logits.data() + (logits.dim(1) - 1) * V;
+  return static_cast<int32_t>(std::max_element(last, last + V) - last);
+}
+
+TEST_CASE("generate: a model with memories samples as it trained, learned positions or relative") {
+  for (const char* positional : {"learned", "txl"}) {
+    for (int64_t ext_len : {0, 2}) {
+      if (ext_len > 0 && std::string(positional) == "learned") continue;  // re-fed tokens pass the table's end
+      CAPTURE(positional);
+      CAPTURE(ext_len);
+      ModelConfig c = tiny_config();
+      c.vocab_size = 11;
+      c.block_size = 6;
+      c.n_layer = 2;
+      c.n_head = 2;
+      c.positional = positional;
+      c.options["mem_len"] = int64_t{4};
+      c.options["ext_len"] = ext_len;
+      Rng rng(3);
+      TransformerLM model(c, rng);
+      for (auto& [name, p] : model.named_parameters()) rng.fill_normal(p.value(), 0.0f, 0.5f);  // decisive logits
+      model.eval();
+      SampleOptions greedy;
+      greedy.temperature = 0;
+      greedy.tokens = 20;  // past three segments: the learned table restarts, the memories carry
+      Rng draw(0);
+      const std::vector<int32_t> prompt{1, 4, 2, 8, 5, 7, 3};  // longer than a segment
+      const std::vector<int32_t> out = generate(model, prompt, greedy, draw);
+      NoGradGuard no_grad;
+      std::vector<int32_t> expected = prompt;
+      while (expected.size() < out.size()) expected.push_back(greedy_with_memories(model, expected));
+      CHECK(out == expected);
+      // --context does not apply: the whole text is read.
+      greedy.context = 3;
+      CHECK_THROWS_WITH_AS(generate(model, prompt, greedy, draw), doctest::Contains("does not apply to a model with memories"),
+                           Error);
+    }
+  }
+}
