@@ -47,7 +47,8 @@ EvalResult evaluate_file(const EvalArgs& args) {
   std::unique_ptr<ModelHooks> hooks = reading_hooks(l, 0, args.knn, "eval");  // the model kind's extra inputs
   // lambda = 0 mixes nothing: the model's own loss, bit for bit
   const std::unique_ptr<KnnMixture> mixture = knn_mixture(args.knn, l.cfg, *l.model, *l.tokenizer);
-  const EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
+  EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
+  text.align = l.cfg.data.align;  // records of a fixed length: the windows the run validated on
   const int64_t n = static_cast<int64_t>(text.ids.size());
   // A model with a segment memory reads the text as one stream, carrying its
   // memories (eval.mem_len positions, default model.mem_len).

@@ -35,9 +35,27 @@ EvalText read_eval_text(const std::string& path, const Tokenizer& tokenizer, con
 }
 
 void for_each_window(const std::vector<int32_t>& ids, int64_t T, int64_t ext_len,
-                     const std::function<void(const Window&)>& fn) {
+                     const std::function<void(const Window&)>& fn, int64_t align) {
   TAPEFORMER_CHECK(T >= 1, "windows: length must be >= 1, got ", T);
+  TAPEFORMER_CHECK(align >= 1, "windows: data.align must be >= 1, got ", align);
+  TAPEFORMER_CHECK(align == 1 || ext_len == 0, "windows: data.align ", align, " reads records, not a stream with ext_len ",
+                   ext_len);
   const int64_t n = static_cast<int64_t>(ids.size());
+  if (align > 1) {
+    // Records: exactly the windows training draws from (whole windows of T
+    // starting at multiples of align), each read once.
+    TAPEFORMER_CHECK(n >= T + 1, "windows: data.align ", align, " reads whole windows of ", T + 1, " tokens, but the "
+                     "text has ", n);
+    for (int64_t start = 0; start + T + 1 <= n; start += align) {
+      Window w;
+      w.len = T;
+      w.start = start;
+      w.ids = IndexTensor({1, T}, std::vector<int32_t>(ids.begin() + start, ids.begin() + start + T));
+      w.targets = IndexTensor({1, T}, std::vector<int32_t>(ids.begin() + start + 1, ids.begin() + start + T + 1));
+      fn(w);
+    }
+    return;
+  }
   for (int64_t start = 0; start + 1 < n; start += T) {
     Window w;
     w.len = std::min(T, n - 1 - start);

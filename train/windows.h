@@ -31,6 +31,9 @@ struct EvalText {
   // the val fraction the split was cut with.
   std::string path, split;
   double val_fraction = 0;
+  // Windows start only at multiples of it (data.align: one fixed-length
+  // record per window, as the run trained and validated); 1: anywhere.
+  int64_t align = 1;
 };
 
 // The tokens of a text file, whole (split "all") or the part a run with
@@ -48,8 +51,11 @@ struct Window {
   int64_t start = 0;    // where in the text the predicted positions start
 };
 
-// Calls fn for each window of at most T tokens over ids, in order.
+// Calls fn for each window of at most T tokens over ids, in order. With
+// align a > 1, the windows training draws from (data.align: fixed-length
+// records): whole windows of T starting at 0, a, 2a, ..., each once; ext_len
+// must then be 0.
 void for_each_window(const std::vector<int32_t>& ids, int64_t T, int64_t ext_len,
-                     const std::function<void(const Window&)>& fn);
+                     const std::function<void(const Window&)>& fn, int64_t align = 1);
 
 }  // namespace tapeformer
