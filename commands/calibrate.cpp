@@ -4,7 +4,8 @@
 //   tapeformer calibrate --checkpoint out/exit --delta 0.1 --epsilon 0.05   # one JSON line; the run gets it
 //
 // The held-out text (the run's val split by default) is cut into windows of
-// block_size tokens, shuffled by a seed and halved: calibration and test.
+// block_size tokens (a run with data.align: its records), shuffled by a seed
+// and halved: calibration and test. The readings' progress goes to stderr.
 // For each threshold lambda of a fixed grid, from 1 (no exits in practice)
 // down to 0, every window is read with exits, and its gap to the full model
 // is D(lambda) in [0, 1]: the share of its positions whose most likely next
@@ -32,6 +33,8 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/commands/command.h"
@@ -73,10 +76,12 @@ struct Reading {
   std::vector<double> gap, loss, layers;  // per window: share of argmaxes unlike the full model's, mean CE, mean exit layer
 };
 
-// The model read over every window (B at a time), with its current threshold.
+// The model read over every window (B at a time), with its current threshold:
+// window i is the T tokens from i * stride and the token after each.
 // full: the full model's argmaxes (empty: this is the full reading; they are filled).
-Reading read_windows(EarlyExitLM& model, const std::vector<int32_t>& ids, int64_t n, int64_t T,
-                     std::vector<int32_t>& full) {
+// progress counts the windows read (`done` so far, `at`: what is read).
+Reading read_windows(EarlyExitLM& model, const std::vector<int32_t>& ids, int64_t n, int64_t T, int64_t stride,
+                     std::vector<int32_t>& full, WorkProgress& progress, int64_t& done, const std::string& at) {
   const bool first = full.empty();
   if (first) full.assign(static_cast<size_t>(n * T), 0);
   Reading r;
@@ -87,7 +92,7 @@ Reading read_windows(EarlyExitLM& model, const std::vector<int32_t>& ids, int64_
     const int64_t b = std::min(B, n - w0);
     std::vector<int32_t> x(static_cast<size_t>(b * T));
     for (int64_t i = 0; i < b; ++i)
-      std::copy_n(ids.begin() + (w0 + i) * T, T, x.begin() + i * T);
+      std::copy_n(ids.begin() + (w0 + i) * stride, T, x.begin() + i * T);
     const Tensor logits = model.forward(IndexTensor({b, T}, x), unused).value().contiguous();  // (b, T, V)
     const IndexTensor& exits = model.last_exit_layers();
     const bool exited = exits.shape.rank() == 2 && exits.shape[0] == b;
@@ -102,7 +107,7 @@ Reading read_windows(EarlyExitLM& model, const std::vector<int32_t>& ids, int64_
         differ += top != want;
         double sum = 0;
         for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v]) - z[top]);
-        const int32_t next = ids[static_cast<size_t>((w0 + i) * T + t + 1)];
+        const int32_t next = ids[static_cast<size_t>((w0 + i) * stride + t + 1)];
         loss += std::log(sum) + z[top] - z[next];
         layers += exited ? exits.data[static_cast<size_t>(i * T + t)] : static_cast<double>(model.config().n_layer);
       }
@@ -110,6 +115,7 @@ Reading read_windows(EarlyExitLM& model, const std::vector<int32_t>& ids, int64_
       r.loss.push_back(loss / static_cast<double>(T));
       r.layers.push_back(layers / static_cast<double>(T));
     }
+    progress.update(done += b, at);
   }
   return r;
 }
@@ -130,6 +136,7 @@ int run_calibrate(const CalibrateArgs& args) {
   TAPEFORMER_CHECK(fs::is_directory(args.run) && fs::exists(fs::path(args.run) / "checkpoint.bin"), "calibrate: '",
                    args.run, "' is not a run directory with a checkpoint.bin (calibrate writes the threshold into it)");
   if (!args.sweep.empty()) RunDirectory::check_output("calibrate", args.sweep, {args.run + "/checkpoint.bin"});
+  ProgressScope progress("calibrate");  // the readings' progress on stderr
   const bool writes = !args.dry_run && args.method != "evaluate";
   RunDirectory dir(args.run, writes);
   dir.lock_existing();  // a training process still writing there is refused
@@ -143,9 +150,13 @@ int run_calibrate(const CalibrateArgs& args) {
       args.confidence.empty() ? model->measure() : EarlyExitLM::parse_confidence(args.confidence);
   const std::string data = args.data.empty() ? l.cfg.data.path : args.data;
   TAPEFORMER_CHECK(!data.empty(), "calibrate: the run names no data file; give the held-out text with --data");
-  const EvalText text = read_eval_text(data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
-  const int64_t T = l.cfg.model.block_size;
-  int64_t n = (static_cast<int64_t>(text.ids.size()) - 1) / T;
+  EvalText text = read_eval_text(data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
+  text.align = l.cfg.data.align;  // records of a fixed length: the windows the run trained on
+  const int64_t T = l.cfg.model.block_size, size = static_cast<int64_t>(text.ids.size());
+  // Windows of T tokens and the token after each, from every T-th token
+  // (records: every data.align-th) while one fits.
+  const int64_t stride = text.align > 1 ? text.align : T;
+  int64_t n = size > T ? (size - T - 1) / stride + 1 : 0;
   if (args.windows > 0) n = std::min(n, args.windows);
   TAPEFORMER_CHECK(n >= 20, "calibrate: '", data, "' (", args.split, " split) holds ", n, " windows of ", T,
                    " tokens; calibration and test need at least 20");
@@ -154,16 +165,26 @@ int run_calibrate(const CalibrateArgs& args) {
   const double kept_threshold = model->threshold();
   const EarlyExitLM::Confidence kept_measure = model->measure();
   model->set_measure(measure);
-  std::vector<int32_t> full;
-  model->set_threshold(2);
-  const Reading whole = read_windows(*model, text.ids, n, T, full);
   const std::vector<double> lambdas =
       args.method == "evaluate" ? std::vector<double>{args.threshold} : calibration::grid();
+  const auto readings = static_cast<int64_t>(lambdas.size()) + 1;
+  WorkProgress reading("reading " + grouped(n) + " windows of " + grouped(T) + " tokens of '" + data + "'" +
+                           (args.split == "all" ? "" : " (" + args.split + " split)") + " " + grouped(readings) +
+                           " times (the full model and " +
+                           (lambdas.size() == 1 ? "threshold " + json_number(lambdas[0])
+                                                : grouped(readings - 1) + " thresholds") +
+                           "): " + grouped(n * readings) + " windows",
+                       n * readings, "windows");
+  int64_t done = 0;
+  std::vector<int32_t> full;
+  model->set_threshold(2);
+  const Reading whole = read_windows(*model, text.ids, n, T, stride, full, reading, done, "the full model");
   std::vector<Reading> at;
   for (double lambda : lambdas) {
     model->set_threshold(lambda);
-    at.push_back(read_windows(*model, text.ids, n, T, full));
+    at.push_back(read_windows(*model, text.ids, n, T, stride, full, reading, done, "threshold " + json_number(lambda)));
   }
+  reading.done();
   model->reset_exit_counts();
 
   // A halving of the windows and the threshold chosen on its first half.

@@ -29,8 +29,10 @@ std::string layers_json(const std::vector<std::pair<std::string, std::vector<dou
 
 // Prints {"loss", "bpc", "perplexity", "tokens"} as one JSON line on stdout;
 // with --knn also "lm_loss", "lm_bpc" (the model alone) and "knn" {"keys",
-// "k", "lambda", "temperature"}.
+// "k", "lambda", "temperature"}. The reading's progress goes to stderr
+// (train/metrics.h: quick work stays quiet).
 int run_eval(const EvalArgs& args) {
+  ProgressScope progress("eval");
   const EvalResult r = evaluate_file(args);
   // A finite loss can still overflow the perplexity: JSON gets null for it.
   std::printf("{\"loss\": %.6f, \"bpc\": %.6f, \"perplexity\": %s, \"tokens\": %lld", r.loss, r.bpc(),

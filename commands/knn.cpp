@@ -1,8 +1,5 @@
 // `tapeformer knn build`: a kNN-LM datastore of a checkpoint's context
 // vectors over a text (train/knn.h), for eval and sample --knn.
-#include <unistd.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -13,31 +10,17 @@
 #include "tapeformer/commands/command.h"
 #include "tapeformer/commands/flags.h"
 #include "tapeformer/train/knn.h"
+#include "tapeformer/train/metrics.h"
 
 namespace tapeformer {
 namespace {
 
-// build_knn_store with a progress bar on stderr (when it is a terminal);
-// prints {"store", "keys", "dim", "index", "seconds"} on stdout.
+// build_knn_store, its progress on stderr (train/metrics.h: quick work
+// stays quiet); prints {"store", "keys", "dim", "index", "seconds"} on stdout.
 int run_knn_build(const KnnBuildArgs& args) {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  ProgressScope progress("knn build");
   const auto started = std::chrono::steady_clock::now();
-  int last_percent = -1;
-  bool indexing_said = false;
-  const Datastore store = build_knn_store(args, [&](int64_t done, int64_t total) {
-    if (!tty) return;
-    const int percent = static_cast<int>(100 * done / std::max<int64_t>(1, total));
-    if (percent != last_percent)
-      std::fprintf(stderr, "\rknn build: keys %3d%% (%lld of %lld positions)", percent, static_cast<long long>(done),
-                   static_cast<long long>(total));
-    last_percent = percent;
-    if (done == total && !indexing_said) {
-      std::fprintf(stderr, "\nknn build: indexing (%s) and writing %s\n", args.index.describe().c_str(),
-                   args.out.c_str());
-      indexing_said = true;
-    }
-    std::fflush(stderr);
-  });
+  const Datastore store = build_knn_store(args);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("{\"store\": %s, \"keys\": %lld, \"dim\": %lld, \"index\": \"%s\", \"seconds\": %.3f}\n",
               nlohmann::json(args.out).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),

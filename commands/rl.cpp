@@ -5,8 +5,6 @@
 //   tapeformer rl collect --env keys_doors --policy random:0.7,noisy:0.3 --episodes 2000 --out grid.traj
 //   tapeformer rl train --config configs/dt_grid.json --data grid.traj --out out/dt
 //   tapeformer rl eval --checkpoint out/dt --target-return 0 --episodes 20
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -19,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tapeformer/core/program_name.h"
 #include "tapeformer/commands/command.h"
 #include "tapeformer/commands/flags.h"
 #include "tapeformer/core/error.h"
@@ -255,7 +254,7 @@ int run_rl_train(const RlTrainArgs& args) {
     });
   } else {
     TAPEFORMER_CHECK(!args.config.empty(), "rl train: --config is required (or --resume to continue a run)");
-    TAPEFORMER_CHECK(!args.data.empty(), "rl train: --data names the dataset (tapeformer rl collect)");
+    TAPEFORMER_CHECK(!args.data.empty(), "rl train: --data names the dataset (", program_name(), " rl collect)");
     TAPEFORMER_CHECK(!fs::exists(ckpt), "'", args.out,
                      "' already holds a checkpoint: continue it with --resume, or choose another --out");
     data = std::make_unique<Trajectories>(load_trajectories(args.data));
@@ -301,8 +300,15 @@ int run_rl_eval(const RlEvalArgs& args) {
                    ", ", most, "] (", env->max_steps(), " steps of rewards in [", env->reward_range().first, ", ",
                    env->reward_range().second, "])");
   const bool returns = cfg.model.option_bool("dt_returns");
-  // Progress on stderr: one line rewritten in place on a terminal, else a line per tenth of the episodes.
-  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  ProgressScope scope("rl eval");  // the episodes' progress on stderr (quick work stays quiet)
+  WorkProgress progress("playing " + grouped(args.episodes) + " episodes of \"" + data.env +
+                            "\" conditioned on return " + std::to_string(args.target_return),
+                        args.episodes, "episodes");
+  const auto mean_return = [](double sum, int64_t n) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "mean return %.2f", sum / static_cast<double>(n));
+    return std::string(buf);
+  };
   std::vector<double> achieved;
   double best = 0, so_far = 0;  // so_far: the returns' sum
   NoGradGuard no_grad;
@@ -331,12 +337,9 @@ int run_rl_eval(const RlEvalArgs& args) {
     }
     achieved.push_back(static_cast<double>(total));
     so_far += static_cast<double>(total);
-    if (tty || (i + 1) % std::max<int64_t>(1, args.episodes / 10) == 0 || i + 1 == args.episodes)
-      std::fprintf(stderr, "%srl eval: episode %lld/%lld | mean return %.2f%s", tty ? "\r" : "",
-                   static_cast<long long>(i + 1), static_cast<long long>(args.episodes),
-                   so_far / static_cast<double>(i + 1), tty ? "" : "\n");
+    progress.update(i + 1, mean_return(so_far, i + 1));
   }
-  if (tty) std::fprintf(stderr, "\n");
+  progress.done(mean_return(so_far, args.episodes));
   const auto [mean, sd] = mean_sd(achieved);
   char line[512];
   std::snprintf(line, sizeof line, "{\"target_return\": %s, \"episodes\": %lld, \"return_mean\": %s, \"return_sd\": %s, "
@@ -395,7 +398,7 @@ Command rl_command() {
             number_option(re, "--seed", eval->seed,
                           "the episodes' layouts (none is in a dataset)")->capture_default_str();
             re->add_option("--log", eval->log,
-                           "also append the result line to this file (tapeformer plot --achieved draws it)");
+                           "also append the result line to this file (" + program_name() + " plot --achieved draws it)");
             return [collect, train, eval, rc, rt, re](const CommandContext& ctx) {
               if (*rc) {
                 try {

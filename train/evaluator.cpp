@@ -7,6 +7,7 @@
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
+#include "tapeformer/train/metrics.h"
 #include "tapeformer/train/signals.h"
 
 namespace tapeformer {
@@ -28,7 +29,19 @@ void Evaluator::read_text(const EvalText& text, int64_t T, int64_t mem_limit, bo
   memory.limit = mem_limit;
   ModelInputs inputs;
   const std::string phase = "the reading of '" + text.path + "'";
-  for_each_window(text.ids, T, use.carried() ? use.ext_len : 0, [&](const Window& w) {
+  const int64_t ext_len = use.carried() ? use.ext_len : 0;
+  // The windows counted by a pass that only cuts them (a few copies of the
+  // ids beside a forward each), so that for_each_window stays the one place
+  // that knows how a text is cut; only a command's ProgressScope shows them.
+  int64_t windows = 0;
+  if (ProgressScope::current() != nullptr)
+    for_each_window(text.ids, T, ext_len, [&](const Window&) { ++windows; }, text.align);
+  std::string what = "reading " + grouped(static_cast<int64_t>(text.ids.size())) + " tokens";
+  if (!text.path.empty()) what += " of '" + text.path + "'";
+  if (!text.split.empty() && text.split != "all") what += " (" + text.split + " split)";
+  WorkProgress progress(what + " in " + grouped(windows) + " windows of " + grouped(T), windows, "windows");
+  int64_t done = 0;
+  for_each_window(text.ids, T, ext_len, [&](const Window& w) {
     stop_point(nullptr, phase);  // one process: eval, knn build, a kind's tables
     inputs.clear();
     if (hooks_) hooks_->window_inputs(w, inputs);
@@ -37,7 +50,9 @@ void Evaluator::read_text(const EvalText& text, int64_t T, int64_t mem_limit, bo
     ctx.inputs = inputs.empty() ? nullptr : &inputs;
     ctx.features = features;
     fn(w, model_.forward(w.ids, ctx));
-  });
+    progress.update(++done);
+  }, text.align);
+  progress.done();
 }
 
 Evaluator::TextLoss Evaluator::text_loss(const EvalText& text, int64_t T, int64_t mem_limit) const {

@@ -37,6 +37,9 @@ class Evaluator {
   // fn(window, output) for each window of `text`, in order: the logits
   // (1, W, V), or with `features` the context vectors (1, W, C). Calls the
   // hooks' begin_text first and takes each window's extra inputs from them.
+  // Within a command's ProgressScope (train/metrics.h) the windows read show
+  // as a WorkProgress: "eval: reading 1,115,394 tokens of 'x.txt' in 8,714
+  // windows of 128", then "eval: 4,000/8,714 windows (45%) | ...".
   void read_text(const EvalText& text, int64_t T, int64_t mem_limit, bool features,
                  const std::function<void(const Window&, const Var&)>& fn) const;
 

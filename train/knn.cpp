@@ -14,8 +14,9 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
 #include "tapeformer/train/load_model.h"
-#include "tapeformer/train/program_name.h"
+#include "tapeformer/core/program_name.h"
 #include "tapeformer/train/evaluator.h"
+#include "tapeformer/train/metrics.h"
 #include "tapeformer/train/run_directory.h"
 
 namespace tapeformer {
@@ -217,7 +218,7 @@ void KnnMixer::mix(const Scalar* features, int64_t C, Scalar* logits, int64_t V)
   knn_mix_logits(logits, V, nb.distances.data(), values.data(), opt_.k, opt_.lambda, opt_.temperature);
 }
 
-Datastore build_knn_store(const KnnBuildArgs& args, const std::function<void(int64_t, int64_t)>& progress) {
+Datastore build_knn_store(const KnnBuildArgs& args) {
   TAPEFORMER_CHECK(!args.out.empty(), "knn build: --out is required");
   TAPEFORMER_CHECK(args.context >= 0, "knn build: context must be >= 0 (0: the block size), got ", args.context);
   args.index.validate();
@@ -230,8 +231,9 @@ Datastore build_knn_store(const KnnBuildArgs& args, const std::function<void(int
   const int64_t T = args.context > 0 ? args.context : l.cfg.model.block_size;
   TAPEFORMER_CHECK(limit < 0 || T <= limit, "knn build: context ", T, " exceeds the ", limit,
                    " positions of model.positional \"", l.cfg.model.positional, "\"");
-  const EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
-  const int64_t C = l.cfg.model.n_embd, total = static_cast<int64_t>(text.ids.size()) - 1;
+  EvalText text = read_eval_text(args.data, *l.tokenizer, args.split, l.cfg.data.val_fraction);
+  text.align = l.cfg.data.align;  // records of a fixed length: the windows the run trained on
+  const int64_t C = l.cfg.model.n_embd;
   DatastoreInfo info;
   info.model_fingerprint = model_fingerprint(l.cfg, *l.model);
   info.tokenizer_fingerprint = tokenizer_fingerprint(*l.tokenizer);
@@ -240,7 +242,6 @@ Datastore build_knn_store(const KnnBuildArgs& args, const std::function<void(int
   info.source = args.data + (args.split == "all" ? "" : " (" + args.split + " split)");
   if (info.source.size() > 4096) info.source.resize(4096);
   Datastore store(info, args.index);
-  int64_t done = 0;
   HookSite site;
   site.cfg = &l.cfg;
   site.tokenizer = l.tokenizer.get();
@@ -252,11 +253,13 @@ Datastore build_knn_store(const KnnBuildArgs& args, const std::function<void(int
       TAPEFORMER_CHECK(std::isfinite(f.data()[(w.again + t) * C]), "knn build: the model's context vector at position ",
                        w.start + t, " is not finite: the weights are not usable");
     store.add(f.data() + w.again * C, w.targets.data.data() + w.again, w.len);
-    done += w.len;
-    if (progress) progress(done, total);
   });
+  WorkProgress indexing("building an " + args.index.describe() + " index of " + grouped(store.size()) +
+                            " keys and writing '" + args.out + "'",
+                        0, "");
   store.finish();
   store.save(args.out);
+  indexing.done();
   return store;
 }
 

@@ -30,7 +30,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -180,9 +179,10 @@ struct KnnBuildArgs {
 };
 
 // Reads args.data through the model as eval does (carrying a segment
-// memory), a key for every predicted position, builds the index and writes
-// the store atomically. progress(done, total) is called after each window.
-Datastore build_knn_store(const KnnBuildArgs& args,
-                          const std::function<void(int64_t done, int64_t total)>& progress = {});
+// memory; with the run's data.align, its records), a key for every
+// predicted position, builds the index and writes the store atomically.
+// Within a command's ProgressScope (train/metrics.h) the reading and then
+// the indexing and writing show their progress on stderr.
+Datastore build_knn_store(const KnnBuildArgs& args);
 
 }  // namespace tapeformer

@@ -6,12 +6,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/numbers.h"
 
 namespace tapeformer {
 
@@ -119,34 +121,168 @@ std::string duration(double s) {
 }
 }  // namespace
 
-Progress::Progress(int64_t total, bool shown) : total_(total), tty_(::isatty(STDERR_FILENO) == 1), shown_(shown) {}
+StatusLine::StatusLine(bool shown) : tty_(::isatty(STDERR_FILENO) == 1), shown_(shown) {}
 
-void Progress::update(int64_t step, double loss, double tokens_per_s, double seconds_per_step) {
+void StatusLine::show(const std::string& text) {
   if (!shown_) return;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | %.0f tok/s | ETA %s",
-                static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_s,
-                duration(seconds_per_step * static_cast<double>(total_ - step)).c_str());
   if (tty_) {
-    std::fprintf(stderr, "\r\033[K%s", buf);
-    line_open_ = true;
+    std::fprintf(stderr, "\r\033[K%s", text.c_str());
+    open_ = true;
   } else {
-    std::fprintf(stderr, "%s\n", buf);
+    std::fprintf(stderr, "%s\n", text.c_str());
   }
   std::fflush(stderr);
 }
 
-void Progress::note(const std::string& line) {
+void StatusLine::note(const std::string& line) {
   if (!shown_) return;
-  if (line_open_) std::fprintf(stderr, "\r\033[K");
+  if (open_) std::fprintf(stderr, "\r\033[K");
   std::fprintf(stderr, "%s\n", line.c_str());
-  line_open_ = false;
+  open_ = false;
   std::fflush(stderr);
 }
 
-void Progress::finish() {
-  if (line_open_) std::fprintf(stderr, "\n");
-  line_open_ = false;
+void StatusLine::close() {
+  if (open_) std::fprintf(stderr, "\n");
+  open_ = false;
+}
+
+Progress::Progress(int64_t total, bool shown) : total_(total), line_(shown) {}
+
+void Progress::update(int64_t step, double loss, double tokens_per_s, double seconds_per_step) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | %.0f tok/s | ETA %s",
+                static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_s,
+                duration(seconds_per_step * static_cast<double>(total_ - step)).c_str());
+  line_.show(buf);
+}
+
+void Progress::note(const std::string& line) { line_.note(line); }
+
+void Progress::finish() { line_.close(); }
+
+namespace {
+thread_local ProgressScope* t_scope = nullptr;  // the innermost open on this thread
+
+constexpr double kDefaultDelayS = 2;   // TAPEFORMER_PROGRESS_DELAY unset
+constexpr double kTtyEveryS = 0.1;     // a terminal's line rewritten at most this often
+constexpr double kLogEveryS = 5;       // a log line at most this often, and only at a new tenth
+constexpr double kJudgeAfterS = 0.25;  // work's pace is judged (shown early if slow) after this long
+
+double progress_delay() {
+  const char* s = std::getenv("TAPEFORMER_PROGRESS_DELAY");
+  if (s == nullptr) return kDefaultDelayS;
+  const double v = number_error<double>(s).empty() ? parse_number<double>(s, "") : -1;
+  TAPEFORMER_CHECK(v >= 0 && v <= 1e9, "TAPEFORMER_PROGRESS_DELAY: expected seconds in [0, 1e9] (0: show all work's "
+                   "progress), got '", s, "'");
+  return v;
+}
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A time taken: tenths of a second below a minute, else as duration().
+std::string took(double s) {
+  if (!std::isfinite(s) || s < 0 || s >= 59.95) return duration(s);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1fs", s);
+  return buf;
+}
+}  // namespace
+
+std::string grouped(int64_t n) {
+  const std::string digits = std::to_string(n < 0 ? -static_cast<uint64_t>(n) : static_cast<uint64_t>(n));
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+ProgressScope::ProgressScope(std::string who) : who_(std::move(who)), delay_s_(progress_delay()), outer_(t_scope) {
+  t_scope = this;
+}
+
+ProgressScope::~ProgressScope() { t_scope = outer_; }
+
+ProgressScope* ProgressScope::current() { return t_scope; }
+
+WorkProgress::WorkProgress(std::string start, int64_t total, std::string unit)
+    : scope_(ProgressScope::current()),
+      start_(std::move(start)),
+      unit_(std::move(unit)),
+      total_(total),
+      line_(scope_ != nullptr),
+      began_(Clock::now()),
+      last_line_(began_) {
+  // No pace to judge yet: shown at once only when all work is, or the command already speaks.
+  if (scope_ != nullptr && (scope_->delay_s_ <= 0 || scope_->spoken_)) start_showing();
+}
+
+void WorkProgress::start_showing() {
+  showing_ = true;
+  scope_->spoken_ = true;
+  last_line_ = Clock::now();
+  line_.note(scope_->who_ + ": " + start_);
+}
+
+std::string WorkProgress::counts() const {
+  std::string s = grouped(done_);
+  if (total_ > 0) s += "/" + grouped(total_);
+  return unit_.empty() ? s : s + " " + unit_;
+}
+
+void WorkProgress::update(int64_t done, const std::string& detail) {
+  if (scope_ == nullptr || finished_) return;
+  done_ = done;
+  const Clock::time_point now = Clock::now();
+  const double elapsed = seconds(now - began_);
+  const int64_t tenth = total_ > 0 ? std::min<int64_t>(10, 10 * done / total_) : 0;
+  if (!showing_) {
+    // Quick work stays quiet: shown once it has taken the delay, or once its
+    // pace over kJudgeAfterS (past the first units' warm-up) says it will.
+    const double expected = total_ > 0 && elapsed >= kJudgeAfterS
+                                ? elapsed * static_cast<double>(total_) / static_cast<double>(std::max<int64_t>(1, done))
+                                : elapsed;
+    if (elapsed < scope_->delay_s_ && expected < scope_->delay_s_) return;
+    start_showing();  // and this update's line at once
+  } else {
+    // A terminal's line from the first update on; a log's at a new tenth, not within kLogEveryS of the last.
+    const double since = seconds(now - last_line_);
+    if (line_.tty() ? (updated_ && since < kTtyEveryS) : (tenth <= last_tenth_ || since < kLogEveryS)) return;
+  }
+  updated_ = true;
+  last_line_ = now;
+  last_tenth_ = tenth;
+  const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
+  char buf[160];
+  std::string text = scope_->who_ + ": " + counts();
+  if (total_ > 0) {
+    std::snprintf(buf, sizeof buf, " (%d%%)", static_cast<int>(100 * done / total_));
+    text += buf;
+  }
+  if (rate > 0) {
+    std::snprintf(buf, sizeof buf, rate < 100 ? " | %.1f %s/s" : " | %.0f %s/s", rate,
+                  unit_.empty() ? "units" : unit_.c_str());
+    text += buf;
+    if (total_ > 0 && done < total_)
+      text += " | ETA " + duration(static_cast<double>(total_ - done) / rate);
+  }
+  if (!detail.empty()) text += " | " + detail;
+  line_.show(text);
+}
+
+void WorkProgress::done(const std::string& detail) {
+  if (scope_ == nullptr || finished_) return;
+  finished_ = true;
+  const double elapsed = seconds(Clock::now() - began_);
+  if (!showing_ && elapsed < scope_->delay_s_) return;  // quick work: nothing to say
+  if (!showing_) start_showing();                         // long after its last update (or it has none)
+  std::string text = scope_->who_ + ": done";
+  if (done_ > 0 || total_ > 0) text += ", " + grouped(done_) + (unit_.empty() ? "" : " " + unit_);
+  text += " in " + took(elapsed);
+  if (!detail.empty()) text += ", " + detail;
+  line_.note(text);
 }
 
 const char* const kNoLayerFigures =
