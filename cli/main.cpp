@@ -6,9 +6,9 @@
 //   tapeformer eval --checkpoint out/run --data other.txt
 //   tapeformer plot out/run out/other -o curves.png
 //
-// Errors print one line ("tapeformer: error: ...") and exit with status 1
-// (2 for command-line mistakes). Progress goes to stderr; `train` prints one
-// JSON line with the final figures on stdout.
+// Errors print one line ("tapeformer: error: ...", by the name it was run as)
+// and exit with status 1 (2 for command-line mistakes). Progress goes to
+// stderr; `train` prints one JSON line with the final figures on stdout.
 #include "tapeformer/cli/cli.h"
 
-int main(int argc, char** argv) { return tapeformer::cli_main(argc, argv); }
+int main(int argc, char** argv) { return tapeformer::stock_cli_main(argc, argv); }

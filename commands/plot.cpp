@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tapeformer/core/program_name.h"
 #include "tapeformer/commands/command.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
@@ -144,7 +145,7 @@ std::string layer_series(std::istream& in, const std::string& run, const std::st
 std::string achieved_series(const std::string& path, DataBlocks& data) {
   std::optional<std::istringstream> in = read_input(path, "plot --achieved: file");
   TAPEFORMER_CHECK(in.has_value(), "plot --achieved: cannot read '", path,
-                   "' (a file of tapeformer rl eval --log lines)");
+                   "' (a file of ", program_name(), " rl eval --log lines)");
   std::vector<std::array<double, 3>> points;
   int64_t number = 0;
   for (std::string line; std::getline(*in, line);) {
@@ -208,7 +209,7 @@ int run_plot(const PlotArgs& args) {
     const std::string& run = args.runs[i];
     std::optional<std::istringstream> in = read_input(inputs[i], "plot: the metrics file");
     TAPEFORMER_CHECK(in.has_value(), "plot: run '", run,
-                     "' has no metrics.jsonl (is it a run directory of tapeformer train?)");
+                     "' has no metrics.jsonl (is it a run directory of ", program_name(), " train?)");
     const std::string name = run_name(run);
     const std::string colour = " lc " + std::to_string(i + 1);
     if (!args.layer.empty()) {

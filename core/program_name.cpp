@@ -1,4 +1,4 @@
-#include "tapeformer/train/program_name.h"
+#include "tapeformer/core/program_name.h"
 
 namespace tapeformer {
 namespace {

@@ -1,3 +1,4 @@
+#include "tapeformer/core/program_name.h"
 #include "tapeformer/data/corpus.h"
 
 #include <cerrno>
@@ -57,7 +58,7 @@ std::string read_nonempty_file(const std::string& path, bool text_only) {
 }  // namespace
 
 std::string prepare_advice(const std::string& path) {
-  return "write it as token files with 'tapeformer prepare --data " + path +
+  return "write it as token files with '" + program_name() + " prepare --data " + path +
          " --out DIR' and train on DIR (token files are read window by window, never held in memory)";
 }
 

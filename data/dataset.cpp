@@ -1,3 +1,4 @@
+#include "tapeformer/core/program_name.h"
 #include "tapeformer/data/dataset.h"
 
 #include <algorithm>
@@ -22,14 +23,14 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
     // Token files (tapeformer prepare, nanoGPT's layout): read window by window, never whole.
     const std::string what = "data directory '" + path + "'";
     TAPEFORMER_CHECK(fs::exists(dir / "train.bin") && fs::exists(dir / "val.bin"), what,
-                     " has no train.bin and val.bin (write them with: tapeformer prepare --data FILE --out DIR)");
+                     " has no train.bin and val.bin (write them with: ", program_name(), " prepare --data FILE --out DIR)");
     if (!tok && !fs::exists(dir / "tokenizer.bin") && fs::exists(dir / "meta.pkl")) {
       tok = read_nanogpt_meta((dir / "meta.pkl").string());  // nanoGPT's char-level data directory
     } else if (!tok) {
       check_regular_file((dir / "tokenizer.bin").string(), "tokenizer file");
       std::ifstream in(dir / "tokenizer.bin", std::ios::binary);
       TAPEFORMER_CHECK(in.good(), what,
-                       " has no tokenizer.bin (tapeformer prepare writes one) or meta.pkl (nanoGPT's char-level "
+                       " has no tokenizer.bin (", program_name(), " prepare writes one) or meta.pkl (nanoGPT's char-level "
                        "prepare.py writes one)");
       std::stringstream bytes;
       bytes << in.rdbuf();
@@ -37,7 +38,7 @@ TrainingData load_training_data(const std::string& path, const TokenizerOptions&
         tok = load_tokenizer(bytes.str());
       } catch (const Error& e) {
         fail("tokenizer file '", (dir / "tokenizer.bin").string(), "' is truncated or damaged (", e.what(),
-             "); write the token files again with: tapeformer prepare --data FILE --out ", path);
+             "); write the token files again with: ", program_name(), " prepare --data FILE --out ", path);
       }
     }
     TAPEFORMER_CHECK(tok->kind() == options.kind, "data.tokenizer is \"", options.kind, "\" but ",

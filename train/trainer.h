@@ -38,7 +38,7 @@
 #include "tapeformer/data/sampler.h"
 #include "tapeformer/layers/language_model.h"
 #include "tapeformer/train/config.h"
-#include "tapeformer/train/program_name.h"
+#include "tapeformer/core/program_name.h"
 #include "tapeformer/train/signals.h"
 #include "tapeformer/train/streams.h"
 

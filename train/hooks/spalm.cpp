@@ -12,7 +12,7 @@
 #include "tapeformer/train/eval_file.h"
 #include "tapeformer/train/load_model.h"
 #include "tapeformer/train/evaluator.h"
-#include "tapeformer/train/program_name.h"
+#include "tapeformer/core/program_name.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/windows.h"
 
