@@ -4,23 +4,26 @@ set: 1797 images, 17 grey levels), written as a text corpus for tapeformer:
 each image is one record of 65 characters, "\\n" then its 64 pixels in raster
 order as the letters a (level 0, blank) to q (level 16, ink).
 
-    python3 scripts/digits.py out/digits/digits.txt
+    scripts/digits.py out/digits/digits.txt     # Debian's /usr/bin/python3, by its #! line
     build/cli/tapeformer train --config configs/digits.json --data out/digits/digits.txt --out out/digits/full
 
 The images are shuffled with a fixed seed. configs/digits.json reads one
 record per window (data.align 65, block_size 64: the start token predicts
 pixel 0) and its data.val_fraction puts the last 180 images in the
-validation split. Needs Debian's python3-sklearn (`bash scripts/setup.sh
-python3-sklearn`); nothing is downloaded: the data is in the package.
+validation split. Needs scikit-learn in the interpreter that runs it:
+Debian's python3-sklearn for /usr/bin/python3 (this file's #! line;
+`bash scripts/setup.sh python3-sklearn`), its own pip for another (pyenv's,
+a venv); without it the script names that interpreter and what to install.
+Nothing is downloaded: the data is in the package.
 """
 import os
 import sys
 
-try:
-    import numpy as np
-    from sklearn.datasets import load_digits
-except ImportError:
-    sys.exit("digits.py: scikit-learn is missing (bash scripts/setup.sh python3-sklearn)")
+from _needs import need
+
+# scikit-learn first: it brings numpy along, from pip and from Debian alike.
+load_digits = need("sklearn.datasets", "scikit-learn", "python3-sklearn", "digits.py").load_digits
+np = need("numpy", "numpy", "python3-numpy", "digits.py")
 
 if len(sys.argv) != 2:
     sys.exit("usage: digits.py OUT.txt")

@@ -256,8 +256,10 @@ def pyplot():
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
-        print("experiment: matplotlib cannot be imported (bash scripts/setup.sh python3-matplotlib); no plots",
+    except ImportError as error:
+        from _needs import missing
+
+        print(missing("matplotlib", "matplotlib", "python3-matplotlib", "experiment.py", error) + "; no plots",
               file=sys.stderr)
         return None
     return plt
