@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""Compiles every C++ snippet of README.md and docs/*.md (a ctest: docs_snippets).
+"""Compiles every C++ block of README.md and docs/*.md as a file of its own (the ctest docs_snippets).
 
     python3 tests/docs/snippets.py SOURCE_DIR CXX [COMPILER FLAGS...]
 
-Each ```cpp block is compiled with -fsyntax-only:
-- a block with #include lines of its own is compiled with those alone, so a
-  user who copies it gets what it needs; a block without any is a fragment
-  of its page and is compiled after every public header and the page's
-  fragments before it (a class, then the entry that names it);
-- statements (not declarations) are compiled as a function's body;
-- an HTML comment right before the block, <!-- snippet: ... -->, holds what
-  the surrounding text assumes (variables the prose names, an include), put
-  before the block and never shown.
-Exit status 1 names every block that does not compile, with the compiler's
-first errors.
+A ```cpp block is a whole file: it is written out as it stands (indentation
+of a block inside a list item removed), its own #include lines and all, and
+compiled with `CXX -std=c++17 -fsyntax-only FLAGS` (the ctest passes the
+package's include folder and Eigen's). Nothing is put before, after or
+around it, so a block compiles exactly when a user's copy of it does.
+
+The one exception is a block whose first line starts `// excerpt` (say
+`// excerpt: autograd/ops/elementwise.cpp, after its helpers`): a marked part
+of a larger file, visibly so to the reader. Excerpts are not compiled; each
+is named in the output and counted.
+
+A `<!-- snippet: ... -->` comment (hidden context for a block) is refused:
+what a block needs is in the block.
+
+Prints one line per failing block (page:line and the compiler's first
+errors) and a summary; exit status 1 when any block fails.
 """
+import concurrent.futures
 import glob
 import os
 import re
@@ -22,97 +28,92 @@ import subprocess
 import sys
 import tempfile
 
-PUBLIC = ["autograd/ops.h", "autograd/gradcheck.h", "autograd/function.h", "core/kernels/score_mods.h",
-          "layers/transformer.h", "layers/attention/projected.h", "layers/attention/softmax.h",
-          "layers/attention/sparse.h", "layers/memory/memory.h", "layers/memory/memorizing.h",
-          "layers/mlp.h", "cli/cli.h", "train/build.h", "train/model_hooks.h", "optim/optimizer.h"]
+FENCE = re.compile(r"^(\s*)```(cpp|c\+\+|cxx|cc)\s*$", re.IGNORECASE)
+HIDDEN = re.compile(r"^\s*<!--\s*snippet\s*:")
 
 
-def blocks(path):
-    """[(line, context, code)] for each ```cpp block of a markdown file."""
-    out = []
+class Block:
+    def __init__(self, page, line, code):
+        self.page, self.line, self.code = page, line, code
+
+    @property
+    def excerpt(self):
+        first = self.code.lstrip("\n").split("\n", 1)[0].strip()
+        return first.startswith("// excerpt")
+
+
+def read_page(path, root):
+    """(the page's C++ blocks, the lines of its hidden snippet comments)."""
     lines = open(path, encoding="utf-8").read().split("\n")
+    where = os.path.relpath(path, root)
+    blocks, hidden = [], []
     i = 0
     while i < len(lines):
-        if lines[i].strip() == "```cpp":
-            start = i + 1
-            context = ""
-            j = i - 1
-            while j >= 0 and lines[j].strip() == "":
-                j -= 1
-            if j >= 0:
-                m = re.match(r"\s*<!--\s*snippet:(.*)-->\s*$", lines[j])
-                if m:
-                    context = m.group(1).strip()
+        if HIDDEN.search(lines[i]):
+            hidden.append(i + 1)
+        m = FENCE.match(lines[i])
+        if not m:
             i += 1
-            code = []
-            while i < len(lines) and lines[i].strip() != "```":
-                code.append(lines[i])
-                i += 1
-            out.append((start, context, "\n".join(code)))
+            continue
+        indent, start = len(m.group(1)), i + 2  # the block's first line, 1-based
+        code = []
         i += 1
-    return out
+        while i < len(lines) and lines[i].strip() != "```":
+            line = lines[i]
+            code.append(line[indent:] if line[:indent].strip() == "" else line)
+            i += 1
+        blocks.append(Block(where, start, "\n".join(code) + "\n"))
+        i += 1
+    return blocks, hidden
 
 
-def split(code):
-    """(#include and using-namespace lines, the rest)."""
-    head, body = [], []
-    for line in code.split("\n"):
-        (head if re.match(r"\s*(#include|using namespace)", line) else body).append(line)
-    return head, body
-
-
-def split_context(context):
-    """A snippet comment's includes and using-declarations, and its other statements."""
-    includes = re.findall(r'#include\s*[<"][^>"]+[>"]', context)
-    rest = re.sub(r'#include\s*[<"][^>"]+[>"]', "", context)
-    statements = [s.strip() + ";" for s in rest.split(";") if s.strip()]
-    head = includes + [s for s in statements if s.startswith("using ")]
-    return head, [s for s in statements if not s.startswith("using ")]
-
-
-def compile_ok(cxx, flags, text, work):
-    src = os.path.join(work, "snippet.cpp")
-    with open(src, "w") as f:
-        f.write(text)
-    r = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", *flags, src], capture_output=True, text=True)
-    return r.returncode == 0, r.stderr
+def compile_block(cxx, flags, work, n, block):
+    """(True, "") when the block compiles as a file of its own, else (False, its first errors)."""
+    src = os.path.join(work, "block%d.cpp" % n)
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(block.code)
+    r = subprocess.run([cxx, "-std=c++17", "-fsyntax-only"] + flags + [src],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    if r.returncode == 0:
+        return True, ""
+    # The compiler's line numbers as the page's: line k of the block is line block.line + k - 1.
+    at_page = lambda m: "%s:%d:" % (block.page, block.line + int(m.group(1)) - 1)
+    errors = [re.sub(re.escape(src) + r":(\d+):", at_page, l) for l in r.stderr.split("\n") if "error" in l]
+    return False, "\n  ".join(errors[:4] or r.stderr.strip().split("\n")[:4])
 
 
 def main():
+    if len(sys.argv) < 3:
+        sys.exit("usage: snippets.py SOURCE_DIR CXX [COMPILER FLAGS...]")
     root, cxx, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
     pages = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
-    prelude = ("#include <cmath>\n#include <memory>\n#include <string>\n#include <vector>\n" +
-               "".join(f"#include <tapeformer/{h}>\n" for h in PUBLIC) + "using namespace tapeformer;\n")
-    failed = checked = 0
+    blocks, failures = [], []
+    for page in pages:
+        found, hidden = read_page(page, root)
+        blocks += found
+        for line in hidden:
+            failures.append("FAIL: %s:%d: a hidden <!-- snippet: --> comment; put what the block needs in the block"
+                            % (os.path.relpath(page, root), line))
+    whole = [b for b in blocks if not b.excerpt]
+    excerpts = [b for b in blocks if b.excerpt]
     with tempfile.TemporaryDirectory() as work:
-        for page in pages:
-            fragments = []  # the page's declarations so far
-            for line, context, code in blocks(page):
-                checked += 1
-                head, body = split(code)
-                ctx_head, ctx_body = split_context(context)
-                own = any(h.strip().startswith("#include") for h in head)
-                top = ("\n".join(head + ctx_head) + "\n") if own else (prelude + "\n".join(head + ctx_head) + "\n")
-                if not own:
-                    top += "\n".join(fragments) + "\n"
-                decls = "\n".join(ctx_body) + "\n"
-                as_declarations = top + decls + "\n".join(body) + "\n"
-                as_statements = top + "void tapeformer_snippet() {\n" + decls + "\n".join(body) + "\n}\n"
-                ok, err = compile_ok(cxx, flags, as_declarations, work)
-                if ok:
-                    if not own:
-                        fragments.append("\n".join(body))
-                    continue
-                ok2, err2 = compile_ok(cxx, flags, as_statements, work)
-                if ok2:
-                    continue
-                failed += 1
-                where = os.path.relpath(page, root)
-                first = [l for l in (err2 or err).split("\n") if "error" in l][:4]
-                print(f"FAIL: {where}:{line}: the snippet does not compile\n  " + "\n  ".join(first))
-    print(f"snippets.py: {checked} C++ snippets, {failed} do not compile")
-    sys.exit(1 if failed else 0)
+        workers = max(1, min(8, os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(lambda nb: compile_block(cxx, flags, work, nb[0], nb[1]), enumerate(whole)))
+    failed = 0
+    for block, (ok, errors) in zip(whole, results):
+        if not ok:
+            failed += 1
+            failures.append("FAIL: %s:%d: the block does not compile as a file of its own\n  %s"
+                            % (block.page, block.line, errors))
+    for f in failures:
+        print(f)
+    for b in excerpts:
+        print("excerpt, not compiled: %s:%d" % (b.page, b.line))
+    print("snippets.py: %d C++ blocks: %d compiled as whole files (%d failed), %d marked excerpts not compiled%s"
+          % (len(blocks), len(whole), failed, len(excerpts),
+             "; %d hidden snippet comments" % (len(failures) - failed) if len(failures) > failed else ""))
+    sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":
