@@ -67,9 +67,17 @@ std::unique_ptr<LanguageModel> make_model(const ModelConfig& cfg, Rng& rng) {
 
 ModelFootprint model_footprint(const ModelConfig& cfg) { return model_kinds().get(cfg.arch).footprint(cfg); }
 
+void LanguageModel::set_recompute(int64_t every) {
+  TAPEFORMER_CHECK(every >= 0, "recompute every ", every, " layers: must be >= 0 (0: none)");
+  recompute_every_ = every;
+  visit([every](Module& m) {
+    if (auto* stack = dynamic_cast<BlockStack*>(&m)) stack->set_recompute(every);
+  });
+}
+
 double activation_floats(LanguageModel& model) { return activation_floats(model, model.config().block_size); }
 
-std::optional<double> activation_floats_floor(const ModelConfig& cfg) {
+std::optional<double> activation_floats_floor(const ModelConfig& cfg, int64_t recompute_every) {
   constexpr int64_t kShort = 512, kLong = 1024;
   const auto T = static_cast<double>(cfg.block_size);
   if (T <= kLong) return std::nullopt;
@@ -79,6 +87,7 @@ std::optional<double> activation_floats_floor(const ModelConfig& cfg) {
     probe_cfg.block_size = kLong;
     Rng rng(0);  // its own weights: the run's initialisation stream is untouched
     const std::unique_ptr<LanguageModel> probe = make_model(probe_cfg, rng);
+    probe->set_recompute(recompute_every);
     shorter = activation_floats(*probe, kShort);
     longer = activation_floats(*probe, kLong);
   } catch (const Error&) {  // a kind that cannot be this short (a block tied to other sizes)

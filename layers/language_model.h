@@ -86,11 +86,21 @@ class LanguageModel : public Module {
   virtual int64_t max_positions() const { return -1; }
   virtual const ModelConfig& config() const = 0;
 
+  // Activation recompute (autograd/recompute.h) for every block stack in the
+  // model: layers 0, every, 2 every, ... of each keep only their inputs and
+  // run again in the backward (0: none, the default). Gradients, and so
+  // training, are the same bits; the activations one sequence keeps shrink.
+  void set_recompute(int64_t every);
+  int64_t recompute_every() const { return recompute_every_; }
+
   // Shorthands for a context (a kind that defines forward(ids, ctx) keeps
   // them with `using LanguageModel::forward;`):
   Var forward(const IndexTensor& ids, Rng& rng) const;                           // whole sequences, training
   Var forward(const IndexTensor& ids, SegmentMemory& memory, Rng& rng) const;    // the next segment
   Var forward(const IndexTensor& ids, InferenceState& state) const;              // the next positions
+
+ private:
+  int64_t recompute_every_ = 0;
 };
 
 struct ModelKind {
@@ -126,7 +136,8 @@ ModelFootprint model_footprint(const ModelConfig& cfg);
 double activation_floats(LanguageModel& model);
 // The same over a window of T <= block_size tokens.
 double activation_floats(LanguageModel& model, int64_t T);
-// A floor of activation_floats for cfg's model, measured on a model of the
+// A floor of activation_floats for cfg's model (with recompute every
+// `recompute_every` layers, LanguageModel::set_recompute), measured on a model of the
 // same config but a block of 1024 tokens, over two windows (512 and 1024
 // tokens) instead of the whole block: what a forward keeps grows with the
 // window at least along the line through those two (linearly, or faster
@@ -135,6 +146,6 @@ double activation_floats(LanguageModel& model, int64_t T);
 // takes seconds to initialise) and without a forward over the whole block.
 // nullopt when block_size <= 1024 (the measure itself is quick) or when the
 // kind does not build or read at that size.
-std::optional<double> activation_floats_floor(const ModelConfig& cfg);
+std::optional<double> activation_floats_floor(const ModelConfig& cfg, int64_t recompute_every = 0);
 
 }  // namespace tapeformer

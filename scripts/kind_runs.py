@@ -16,11 +16,15 @@ line of a refused combination), as SHA-256 digests beside the final losses.
     python3 scripts/kind_runs.py build/cli/tapeformer --check tests/fixtures/kind_runs
     python3 scripts/kind_runs.py OLD/cli/tapeformer --plan-from build/cli/tapeformer --write tests/fixtures/kind_runs
     python3 scripts/kind_runs.py build/cli/tapeformer --only 'attention=mine(,|$)' --write tests/fixtures/kind_runs
+    python3 scripts/kind_runs.py build/cli/tapeformer --check tests/fixtures/kind_runs --recompute blocks
 
 References are written by the build before a change (the second line: the
 runs a new build plans, run by the old one), never by the build under test;
 a new kind has no build before it, so its own runs are added by the build
 that brings it (the third line: with --only, --write adds to the stored runs).
+
+--recompute trains every run with train.recompute set and compares it with
+the stored run made without: activation recompute must not change a bit.
 
 The bits depend on the seed, the shard count and the vector width the
 library was compiled for (`tapeformer --version`), so references are kept
@@ -185,10 +189,10 @@ def run(binary, work, name, sets, base_args=None):
     return kept, out
 
 
-def spalm_runs(binary, work):
+def spalm_runs(binary, work, extra=()):
     """SPALM: a Transformer-XL run, its kNN store, and SPALM trained from them."""
     kept = {}
-    r = run(binary, work, "spalm_retriever", ["model.positional=txl", "model.mem_len=16"])
+    r = run(binary, work, "spalm_retriever", ["model.positional=txl", "model.mem_len=16", *extra])
     if isinstance(r, dict):
         return {"model.arch=spalm": r}
     _, retriever = r
@@ -199,7 +203,7 @@ def spalm_runs(binary, work):
         return {"model.arch=spalm": {"refused": "knn build: " + b.stderr.strip()}}
     sets = ["model.arch=spalm", "model.positional=txl", "model.mem_len=16", "model.spalm_k=3",
             f"model.spalm_store={store}", f"model.spalm_retriever={retriever}"]
-    r = run(binary, work, "model.arch=spalm", sets)
+    r = run(binary, work, "model.arch=spalm", [*sets, *extra])
     kept["model.arch=spalm"] = r if isinstance(r, dict) else r[0]
     # kNN-LM's mixture through eval, on the retriever and its store.
     e = subprocess.run([binary, "eval", "--checkpoint", retriever, "--data", os.path.join(work, "text.txt"),
@@ -226,10 +230,15 @@ def main():
     group.add_argument("--write", metavar="DIR", help="store this build's runs as DIR/<vector width>.json")
     group.add_argument("--check", metavar="DIR", help="compare with DIR/<vector width>.json")
     ap.add_argument("--only", help="a regular expression: the runs whose names match")
+    ap.add_argument("--recompute", metavar="SETTING",
+                    help="train every run with train.recompute=SETTING (with --check: against the runs stored "
+                         "without it)")
     ap.add_argument("--plan-from", metavar="BINARY",
                     help="plan the runs from this build's registries (kinds --json) and run them with BINARY: "
                          "references for a new plan from the code before a change")
     a = ap.parse_args()
+    if a.recompute and a.write:
+        ap.error("--recompute checks against the stored runs; it writes none")
 
     width = vector_width(a.binary)
     ref_path = os.path.join(a.write or a.check, width + ".json")
@@ -243,13 +252,14 @@ def main():
         corpus(os.path.join(work, "text.txt"))
         with open(os.path.join(work, "cfg.json"), "w") as f:
             json.dump(BASE, f)
+        extra = [f"train.recompute={a.recompute}"] if a.recompute else []
         for name, sets in plan(families):
             if a.only and not re.search(a.only, name):
                 continue
-            r = run(a.binary, work, name, sets)
+            r = run(a.binary, work, name, sets + extra)
             results[name] = r if isinstance(r, dict) else r[0]
         if not a.only or re.search(a.only, "model.arch=spalm"):
-            results.update(spalm_runs(a.binary, work))
+            results.update(spalm_runs(a.binary, work, extra))
 
     if a.write:
         os.makedirs(a.write, exist_ok=True)
@@ -273,7 +283,8 @@ def main():
         print(f"NEW (no stored run): {n}")
     for n in missing:
         print(f"MISSING (stored, not run now): {n}")
-    print(f"kind_runs.py: {len(results)} runs, {len(differ)} differ, {len(new)} new, {len(missing)} missing ({width})")
+    arm = f", train.recompute={a.recompute}" if a.recompute else ""
+    print(f"kind_runs.py: {len(results)} runs, {len(differ)} differ, {len(new)} new, {len(missing)} missing ({width}{arm})")
     sys.exit(1 if differ or missing else 0)
 
 

@@ -84,6 +84,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("train.threads", c.train.threads);
   v("train.shards", c.train.shards);
   v("train.precision", c.train.precision);
+  v("train.recompute", c.train.recompute);
   v("optimizer.name", c.optimizer.name);
   v("optimizer.lr", c.optimizer.lr);
   v("optimizer.betas", c.optimizer.betas);
@@ -413,6 +414,7 @@ void TrainConfig::validate() const {
   TAPEFORMER_CHECK(train.precision == "fp32" || train.precision == "bf16" || train.precision == "bf16_portable",
                    "config: 'train.precision' must be \"fp32\", \"bf16\" or \"bf16_portable\", got \"", train.precision,
                    "\"");
+  train.recompute_every();  // refuses a value it cannot read, naming the key
   TAPEFORMER_CHECK(optimizer_kinds().find(optimizer.name) != nullptr, "config: 'optimizer.name' must be one of ",
                    optimizer_kinds().names(), ", got \"", optimizer.name, "\"");
   // An optimizer kind's own key, set for a kind this config does not select, is refused.
@@ -530,8 +532,22 @@ Registry<ScheduleKind>& schedule_kinds() {
   return kinds;
 }
 
+int64_t LoopConfig::recompute_every() const {
+  if (recompute == "none") return 0;
+  if (recompute == "blocks") return 1;
+  const std::string prefix = "blocks:";
+  if (recompute.rfind(prefix, 0) == 0) {
+    const std::string k = recompute.substr(prefix.size());
+    if (!k.empty() && k.size() <= 6 && k.find_first_not_of("0123456789") == std::string::npos && std::stoll(k) >= 1)
+      return std::stoll(k);
+  }
+  fail("config: 'train.recompute' must be \"none\", \"blocks\" or \"blocks:K\" (every K-th block, K >= 1), got \"",
+       recompute, "\"");
+}
+
 bool key_may_change_on_resume(const std::string& key) {
   return key == "train.max_iters" || key == "train.threads" || key == "train.shards" || key == "train.precision" ||
+         key == "train.recompute" ||
          key == "data.path" ||
          key.rfind("eval.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("log.", 0) == 0;
 }
@@ -542,7 +558,8 @@ void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const st
     if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
       fail("cannot resume '", out_dir, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
            " but the config asks for ", now[i].second,
-           " (only train.max_iters, train.threads, train.shards, train.precision, data.path, eval.*, checkpoint.* and log.* may change)");
+           " (only train.max_iters, train.threads, train.shards, train.precision, train.recompute, data.path, eval.*, "
+           "checkpoint.* and log.* may change)");
   }
   const int64_t vocab_size = saved.model.vocab_size;
   saved = wanted;

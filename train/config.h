@@ -55,6 +55,14 @@ struct LoopConfig {
   // softmax and the loss stay float32); "bf16_portable" (the same bits on any
   // CPU, slowly: the reference bf16 is tested against). May change on resume.
   std::string precision = "fp32";
+  // Activation recompute (autograd/recompute.h): "none"; "blocks" (each
+  // block keeps only its input and runs its forward again in the backward);
+  // "blocks:K" (every K-th block, from the first). Training is the same bits
+  // as "none", with less memory and more compute. May change on resume.
+  std::string recompute = "none";
+  // Layers from one recomputed block to the next (LanguageModel::set_recompute), 0 for "none";
+  // Error naming the key for another value.
+  int64_t recompute_every() const;
 };
 
 struct OptimizerConfig {

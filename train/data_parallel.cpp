@@ -46,6 +46,7 @@ DataParallel::DataParallel(LanguageModel& model, int shards, std::shared_ptr<Pro
     Rng unused(0);  // the replica's own init is replaced by aliasing
     std::unique_ptr<LanguageModel> replica = make_model(model.config(), unused);
     replica->alias_parameters(model);
+    replica->set_recompute(model.recompute_every());
     replicas_.push_back(std::move(replica));
   }
 }

@@ -217,10 +217,11 @@ struct Trainer::State {
     const int64_t num_shards = shard_count(cfg);
     check_fits_in_memory(cfg, num_shards);  // before anything is allocated
     // A long block's floor, from a small model of the same kinds: refused before the model is built.
-    if (const std::optional<double> floor = activation_floats_floor(cfg.model))
+    if (const std::optional<double> floor = activation_floats_floor(cfg.model, cfg.train.recompute_every()))
       check_fits_in_memory(cfg, num_shards, floor);
     Rng init(stream_seed(cfg.train.seed, Stream::init));
     model = make_model(cfg.model, init);
+    model->set_recompute(cfg.train.recompute_every());  // before the measurement and the shards' replicas
     check_fits_in_memory(cfg, num_shards, activation_floats(*model));  // before the optimizer's moments and any batch
     optimizer = make_optimizer(cfg.optimizer, model->named_parameters());
     shards = std::make_unique<DataParallel>(*model, static_cast<int>(num_shards), group);

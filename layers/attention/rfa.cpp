@@ -7,6 +7,7 @@
 
 #include "tapeformer/autograd/function.h"
 #include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/recompute.h"
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
@@ -363,7 +364,8 @@ Var RandomFeatureAttention::forward(const Var& x, Rng& rng) const {
                    " must be (B, T, ", n_embd, ")");
   const std::vector<Var> h = heads(x);  // q, k, v (B, H, T, D)
   const auto [a, b] = features(h[0], h[1], 0, is_training() && redraw ? train_draw : eval_draw);
-  return output(rfa_scan(a, b, h[2], gated ? gate(x) : Var(), &clamps_), rng);  // (B, T, C)
+  // The clamps are counted once, not again when recompute runs the forward a second time.
+  return output(rfa_scan(a, b, h[2], gated ? gate(x) : Var(), recomputing() ? nullptr : &clamps_), rng);  // (B, T, C)
 }
 
 std::vector<std::pair<std::string, std::vector<double>>> RandomFeatureAttention::own_metrics() const {

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "tapeformer/autograd/recompute.h"
 #include "tapeformer/core/registry.h"
 #include "tapeformer/core/rng.h"
 #include "tapeformer/layers/inference_state.h"
@@ -52,7 +53,32 @@ class BlockStack : public Module {
   // to its memory rows and causally to x; memory then holds each layer's
   // inputs at the last mem_len positions. Stacks without memory refuse.
   virtual Var forward(const Var& x, SegmentMemory& memory, Rng& rng) const;
+
+  // Activation recompute (autograd/recompute.h): layers 0, every, 2 every,
+  // ... keep only their inputs and run their forward again in the backward
+  // (0: none); the gradients are the same bits. Set on a whole model with
+  // LanguageModel::set_recompute. A stack that recomputes by construction
+  // (reversible) has nothing more to do.
+  void set_recompute(int64_t every);
+  int64_t recompute_every() const { return recompute_every_; }
+
+ protected:
+  // Whether layer i recomputes.
+  bool recomputes(size_t layer) const {
+    return recompute_every_ > 0 && static_cast<int64_t>(layer) % recompute_every_ == 0;
+  }
+
+ private:
+  int64_t recompute_every_ = 0;
 };
+
+// layer->forward(x, rng), x (B, T, C) -> (B, T, C), its tensors recomputed in
+// the backward (the layer is owned by the recompute until then).
+template <class Layer>
+Var recomputed_forward(const std::shared_ptr<Layer>& layer, const Var& x, Rng& rng) {
+  return recompute([layer](const std::vector<Var>& in, Rng& r) { return std::vector<Var>{layer->forward(in[0], r)}; },
+                   {x}, rng)[0];
+}
 
 // The new memory of one layer: the last mem_len rows of [old; x], (B, <= mem_len, C),
 // detached (Transformer-XL's _update_mems with ext_len = 0).

@@ -23,6 +23,11 @@ Registry<BlockKind>& block_kinds() {
   return kinds;
 }
 
+void BlockStack::set_recompute(int64_t every) {
+  TAPEFORMER_CHECK(every >= 0, "block stack: recompute every ", every, " layers: must be >= 0 (0: none)");
+  recompute_every_ = every;
+}
+
 Var BlockStack::forward(const Var&, SegmentMemory&, Rng&) const {
   std::string carriers;
   for (const BlockKind& k : block_kinds().kinds())

@@ -73,8 +73,13 @@ class SequentialStack : public BlockStack {
 
   Var forward(const Var& x_in, Rng& rng) const override {
     Var x = x_in;
-    for (const auto& block : blocks) x = block->forward(x, rng);
+    for (size_t i = 0; i < blocks.size(); ++i) x = layer_forward(i, x, rng);
     return x;
+  }
+  // Layer i alone, x (B, T, C) -> (B, T, C), recomputed in the backward when
+  // the stack's setting says so (a model that runs the layers itself: early exit).
+  Var layer_forward(size_t i, const Var& x, Rng& rng) const {
+    return recomputes(i) ? recomputed_forward(blocks[i], x, rng) : blocks[i]->forward(x, rng);
   }
 
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override {
@@ -100,8 +105,17 @@ class SequentialStack : public BlockStack {
       const Layer& layer = *blocks[i];
       Tensor rows;  // what layer i attends to before its segment
       for (const auto& m : memories) rows = m->attended(state, i, rows);
-      // Each memory around the layer's forward, the first outermost.
-      std::function<Var()> run = [&] { return layer.forward(in, rows, rng); };
+      // Each memory around the layer's forward, the first outermost. The
+      // memory rows are an input of a recomputed layer, not state it keeps;
+      // a layer a memory lends something to for the call is not recomputed.
+      bool lent = false;
+      for (const auto& m : memories) lent = lent || m->lends(i);
+      std::function<Var()> run = [&] {
+        if (!recomputes(i) || lent) return layer.forward(in, rows, rng);
+        return recompute([block = blocks[i], rows](const std::vector<Var>& x, Rng& r) {
+                 return std::vector<Var>{block->forward(x[0], rows, r)};
+               }, {in}, rng)[0];
+      };
       for (auto m = memories.rbegin(); m != memories.rend(); ++m)
         run = [&state, i, inner = std::move(run), mem = m->get()] { return mem->around(state, i, inner); };
       x = run();

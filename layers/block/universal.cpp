@@ -133,7 +133,10 @@ Var UniversalStack::recur(const Var& x, int64_t start, bool every_step,
 }
 
 Var UniversalStack::forward(const Var& x, Rng& rng) const {
-  return recur(x, 0, false, [&](const Var& s, int64_t) { return block->forward(s, rng); });
+  // Each step of the recurrence is a layer for activation recompute.
+  return recur(x, 0, false, [&](const Var& s, int64_t n) {
+    return recomputes(static_cast<size_t>(n)) ? recomputed_forward(block, s, rng) : block->forward(s, rng);
+  });
 }
 
 std::unique_ptr<InferenceState> UniversalStack::make_state(int64_t batch, int64_t window) const {

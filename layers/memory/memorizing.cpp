@@ -70,6 +70,7 @@ class MemorizingMemory : public Memory {
   }
 
   void begin_segment(SegmentMemory& state, size_t) const override { state.group(kGroup).resize(2); }
+  bool lends(size_t layer) const override { return static_cast<int64_t>(layer) == m_.layer; }
   Var around(SegmentMemory& state, size_t layer, const std::function<Var()>& run) const override {
     if (static_cast<int64_t>(layer) != m_.layer) return run();
     std::vector<Tensor>& keys_values = state.group(kGroup);

@@ -110,6 +110,10 @@ class Memory : public Module {
   virtual Var around(SegmentMemory& state, size_t layer, const std::function<Var()>& run) const { return run(); }
   // Whether it reads the rows that fall out of the memories before it.
   virtual bool wants_evicted() const { return false; }
+  // Whether around() lends layer i's forward something that is gone by the
+  // backward (an external memory the forward also writes to): activation
+  // recompute then keeps that layer's tensors instead of running it again.
+  virtual bool lends(size_t layer) const { return false; }
   // After layer i ran on its segment: the first `keep` positions of
   // layer.input move into the memory (the last ext_len come again with the
   // next segment); keep >= 1.

@@ -216,7 +216,7 @@ Var EarlyExitLM::forward(const IndexTensor& ids, const ModelContext& ctx) const 
     Rng none(0);
     Rng& rng = ctx.rng != nullptr ? *ctx.rng : none;
     const Var x = drop->forward(pos_emb->embed(tok_emb->forward(ids), 0), rng);  // (B, T, C)
-    return run_layers(x, ctx, [&](size_t i, const Var& h) { return blocks->blocks[i]->forward(h, rng); });
+    return run_layers(x, ctx, [&](size_t i, const Var& h) { return blocks->layer_forward(i, h, rng); });
   }
   ExitState& s = state_as<ExitState>(*ctx.state, "EarlyExitLM", "early-exit state");
   TAPEFORMER_CHECK(s.owner == this, "EarlyExitLM: this inference state was made by another model");
