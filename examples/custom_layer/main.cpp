@@ -3,7 +3,9 @@
 // with the gate as a fused op through the public Function API, registered as
 // block kind "swiglu" and trained by the library's Trainer from a config.
 // Exit status 0 when the op gradchecks, the fused block equals its
-// composition, the parameter count comes out right and training learns.
+// composition, its feed-forward through activation recompute gives the same
+// gradient bits and gradchecks, the parameter count comes out right, and
+// training learns, with train.recompute=blocks to the same bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include "tapeformer/autograd/function.h"
 #include "tapeformer/autograd/gradcheck.h"
 #include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/recompute.h"
 #include "tapeformer/layers/block/sequential.h"
 #include "tapeformer/layers/block/standard.h"
 #include "tapeformer/layers/transformer.h"
@@ -145,6 +148,30 @@ int main() {
       worst = std::max({worst, std::abs(double(y_fused[i]) - y_plain[i]), std::abs(double(dx_fused[i]) - dx_plain[i])});
     if (!(worst < 1e-5)) return failed("fused and composed SwiGLU differ by " + std::to_string(worst));
 
+    // 2b. The feed-forward through recompute (autograd/recompute.h): only its input is kept, and
+    //     it runs again in the backward. The block outlives the backward, so fn may hold it by reference.
+    const auto ffn_gradients = [&](bool recomputed) {
+      for (Var p : model.parameters()) p.zero_grad();
+      Var xv(x, /*requires_grad=*/true);
+      const Var y = recomputed ? recompute([&block](const std::vector<Var>& in) { return std::vector<Var>{block.ffn(in[0])}; },
+                                           {xv})[0]
+                               : block.ffn(xv);
+      backward(sum(mul(y, Var(x))));
+      std::vector<float> all = xv.grad().to_vector();
+      for (const Var& w : {block.gate->weight, block.proj->weight})
+        for (float v : w.grad().to_vector()) all.push_back(v);
+      return all;
+    };
+    if (ffn_gradients(true) != ffn_gradients(false)) return failed("the recomputed feed-forward's gradients differ");
+    const GradcheckResult gr = gradcheck_vars(
+        [&] {
+          const Var y = recompute([&block](const std::vector<Var>& in) { return std::vector<Var>{block.ffn(in[0])}; },
+                                  {Var(x)})[0];
+          return sum(mul(y, Var(x)));
+        },
+        {block.gate->weight, block.proj->weight}, GradcheckOptions{});
+    if (!gr.ok) return failed("the recomputed feed-forward: " + gr.message);
+
     // 3. Train it through the library's Trainer, selected by name in a config.
     const fs::path dir = fs::temp_directory_path() / ("tapeformer-custom-layer-" + std::to_string(::getpid()));
     fs::create_directories(dir);
@@ -162,7 +189,14 @@ int main() {
     tc.data.path = (dir / "text.txt").string();
     Trainer trainer(tc, (dir / "run").string());
     const TrainResult r = trainer.run();
+    // Again with every block recomputed in the backward (its stack does it for any layer kind).
+    tc.train.recompute = "blocks";
+    Trainer again(tc, (dir / "recomputed").string());
+    const TrainResult rr = again.run();
     fs::remove_all(dir);
+    if (rr.train_loss != r.train_loss || rr.val_loss != r.val_loss)
+      return failed("train.recompute=blocks changed the run: train loss " + std::to_string(rr.train_loss) + " against " +
+                    std::to_string(r.train_loss));
     std::printf("custom_layer: silu_gate gradchecks (%lld elements), SwiGLU block trained: %s\n",
                 static_cast<long long>(g.checked), r.to_json().c_str());
     // Uniform over the ~25 characters is ln 25 = 3.2 nats; the text is very regular.
