@@ -6,16 +6,20 @@
 namespace tapeformer {
 namespace {
 
-thread_local int replays = 0;  // recompute second runs open on this thread
+thread_local int replays = 0;      // recompute second runs open on this thread
+thread_local int first_runs = 0;   // recompute first runs open on this thread (nothing recorded)
 
-struct Replaying {
-  Replaying() { ++replays; }
-  ~Replaying() { --replays; }
+struct Count {
+  int& n;
+  explicit Count(int& counter) : n(counter) { ++n; }
+  ~Count() { --n; }
 };
 
 }  // namespace
 
 bool recomputing() { return replays > 0; }
+
+bool records_gradient() { return grad_enabled() || (first_runs > 0 && replays == 0); }
 
 std::vector<Var> recompute(RecomputeFn fn, const std::vector<Var>& inputs, Rng& rng) {
   TAPEFORMER_CHECK(fn != nullptr, "recompute: no function given");
@@ -23,11 +27,13 @@ std::vector<Var> recompute(RecomputeFn fn, const std::vector<Var>& inputs, Rng& 
   const Rng before = rng;  // what the second run draws from
   std::vector<Var> outputs;
   {
-    // A tape of its own, recording as training records (so each op takes the
-    // path it takes without recompute), dropped with every tensor it saved.
-    TapeScope scratch;
+    // Nothing recorded: no op saves a tensor for a backward. The values are
+    // those of the recorded run (an op's arithmetic does not depend on
+    // recording), which kind_runs checks bit for bit.
+    NoGradGuard no_grad;
+    Count first_run(first_runs);
     const std::vector<Var> first = fn(inputs, rng);
-    for (const Var& y : first) outputs.push_back(y.defined() ? Var(y.value(), y.requires_grad()) : Var());
+    for (const Var& y : first) outputs.push_back(y.defined() ? Var(y.value(), true) : Var());
   }
   bool any = false;
   for (const Var& y : outputs) any = any || (y.defined() && y.requires_grad());
@@ -40,7 +46,7 @@ std::vector<Var> recompute(RecomputeFn fn, const std::vector<Var>& inputs, Rng& 
     // accumulate op by op, in the order they would without recompute.
     {
       TapeScope replay;
-      Replaying flag;
+      Count second_run(replays);
       Rng rng = before;
       const std::vector<Var> again = fn(inputs, rng);
       TAPEFORMER_CHECK(again.size() == outputs.size(), "recompute: the second run gave ", again.size(),

@@ -4,9 +4,8 @@
 //     return std::vector<Var>{block->forward(in[0], rng)};   // (B, T, C) -> (B, T, C)
 //   }, {x}, rng);
 //
-// fn runs now on a tape of its own that is dropped as soon as it returns, so
-// none of the tensors its ops save for their backward outlives the call; only
-// the inputs and outputs are kept. In the backward fn runs again on the same
+// fn runs now with nothing recorded, so no op saves a tensor for a backward;
+// only the inputs and outputs are kept. In the backward fn runs again on the same
 // inputs, with the Rng as the first run found it, on a nested tape, and that
 // tape's backward adds to the inputs' and the parameters' gradients op by op,
 // in the order the ops would without recompute. Ops are deterministic and do
@@ -20,9 +19,10 @@
 //     input too;
 //   - draw only from the Rng it is given (dropout): the caller's Rng advances
 //     once, as without recompute, and the second run replays the same draws;
-//   - do its side effects once: a layer that accumulates a statistic or keeps
-//     a value for later in its forward skips that when recomputing() is true;
-//     a loss a caller reads later is an output of fn, not a member set inside.
+//   - do its side effects once: a layer that accumulates a statistic of a
+//     training forward asks records_gradient() (not grad_enabled(): the first
+//     run records nothing) and skips it when recomputing() is true; a loss a
+//     caller reads later is an output of fn, not a member set inside.
 // Nested use works (fn may call recompute). Without recording (NoGradGuard,
 // eval) recompute is fn, run once.
 #pragma once
@@ -46,5 +46,9 @@ std::vector<Var> recompute(const std::function<std::vector<Var>(const std::vecto
 // True while a recompute's second run (in the backward) is on this thread:
 // side effects of a forward (statistics, kept values) are skipped then.
 bool recomputing();
+// Whether the forward running now is one whose gradient will be taken:
+// recording is on (grad_enabled()), or it is a recompute's first run, which
+// records nothing because its second run will.
+bool records_gradient();
 
 }  // namespace tapeformer

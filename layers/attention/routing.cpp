@@ -182,7 +182,7 @@ Var RoutingAttention::forward(const Var& x, Rng& rng) const {
     const Tensor unit = unit_rows(qr.value());  // (B, H_r, T, D)
     const IndexTensor clusters = routing_clusters(unit, centroids, w);
     parts.push_back(routed_attention(qr, slice(v, 1, local_heads, H), clusters, w, p, &rng, &tiles_));
-    if (is_training() && grad_enabled() && !recomputing()) {  // this batch's share of the centroids' update (once)
+    if (is_training() && records_gradient() && !recomputing()) {  // this batch's share of the centroids' update, once
       const int64_t B = x.dim(0), Hr = H - local_heads, n = clusters.shape[2];
       Tensor acc = sums;
       parallel::parallel_for(Hr, 1, [&](int64_t h0, int64_t h1) {

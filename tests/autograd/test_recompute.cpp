@@ -145,10 +145,11 @@ TEST_CASE("recompute: gradcheck passes through it, nested use, inputs without gr
 TEST_CASE("recompute: nothing kept under NoGradGuard, recomputing() only in the second run") {
   Rng init(3);
   const auto blk = std::make_shared<Block>(init);
-  int runs = 0, second_runs = 0;
+  int runs = 0, second_runs = 0, differentiated = 0;
   const RecomputeFn fn = [&](const std::vector<Var>& in, Rng& r) {
     ++runs;
     if (recomputing()) ++second_runs;
+    if (records_gradient()) ++differentiated;  // a training forward's side effects: both runs of a taped call
     return std::vector<Var>{blk->forward(in[0], r)};
   };
   Rng rng(0);
@@ -161,8 +162,10 @@ TEST_CASE("recompute: nothing kept under NoGradGuard, recomputing() only in the 
   CHECK(current_tape().empty());
   const Var y = recompute(fn, {Var(input(1), true)}, rng)[0];
   CHECK(current_tape().size() == 1);  // one entry: the block's own ops are not on the caller's tape
+  CHECK(records_gradient());
   CHECK(!recomputing());
   backward(mean(y));
   CHECK(runs == 3);
   CHECK(second_runs == 1);
+  CHECK(differentiated == 2);  // not the call under NoGradGuard
 }
