@@ -64,6 +64,15 @@ same_bits() {
 # with 13 rows (7 and 6 per rank) equals 1 x 4.
 same_bits xl "with a segment memory" 2 --set train.max_iters=60 --set model.positional=txl --set model.mem_len=16 \
   --set train.batch_size=13
+# Activation recompute changes no bit, across ranks too: the same 2 x 2 run (dropout on) with every
+# block recomputed in the backward equals 1 x 4 without.
+mpi -np 2 "$bin" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/xlr2" --set train.max_iters=60 \
+  --set model.positional=txl --set model.mem_len=16 --set train.batch_size=13 --set train.shards=2 \
+  --set train.recompute=blocks > /dev/null 2> "$work/xlr2.log" || { echo "FAIL: mpirun with recompute failed:"; tail -5 "$work/xlr2.log"; exit 1; }
+if ! diff <(strip "$work/xl1/metrics.jsonl") <(strip "$work/xlr2/metrics.jsonl") > "$work/diff"; then
+  echo "FAIL: 2 ranks x 2 shards with train.recompute=blocks differ from 1 process x 4 without:"; head -4 "$work/diff"
+  fails=1
+fi
 # Gradient accumulation: the micro-batches' sum is counted once, not once per rank: 2 x 1 equals 1 x 2.
 same_bits ga "with train.grad_accum=3" 1 --set train.max_iters=40 --set train.grad_accum=3
 # 3 shards per rank are not a subtree of the shard tree (every shard's gradient is sent): 2 x 3 equals 1 x 6.

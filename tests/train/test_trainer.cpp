@@ -516,3 +516,43 @@ TEST_CASE("bf16: resume exact; the same bits for any thread count and on the por
   });
   CHECK(t->run().steps == 40);
 }
+
+TEST_CASE("train.recompute: the same bits as without, resumed either way; bad values refused") {
+  check_resume_is_exact("recompute", [](TrainConfig& c) {
+    c.train.recompute = "blocks";
+    c.model.dropout = 0.1f;
+    c.train.shards = 2;
+  });
+  TempDir dir("trainer-recompute");
+  const std::string data = write_text(dir.path, numbered_lines(80));
+  const auto run = [&](const std::string& name, const std::string& recompute) {
+    TrainConfig c = tiny(data, 12);
+    c.model.dropout = 0.1f;
+    c.model.n_layer = 3;
+    c.train.recompute = recompute;
+    c.train.shards = 2;
+    Trainer t(c, (dir.path / name).string());
+    t.set_quiet(true);
+    const TrainResult r = t.run();
+    return std::make_pair(r, without_timing(read_all(dir.path / name / "metrics.jsonl")));
+  };
+  const auto [plain, plain_lines] = run("none", "none");
+  const auto [blocks, blocks_lines] = run("blocks", "blocks");
+  const auto [every2, every2_lines] = run("every2", "blocks:2");
+  CHECK(blocks_lines == plain_lines);
+  CHECK(every2_lines == plain_lines);
+  CHECK(blocks.val_loss == plain.val_loss);
+  // Recompute off on resume, and on again: the checkpoint holds no trace of it.
+  auto t = Trainer::resume((dir.path / "blocks").string(), [](TrainConfig& c) {
+    c.train.max_iters = 16;
+    c.train.recompute = "none";
+  });
+  t->set_quiet(true);
+  CHECK(t->run().steps == 16);
+  for (const char* bad : {"all", "blocks:0", "blocks:", "blocks:x", "blocks:-1", "blocks:9999999"}) {
+    CAPTURE(bad);
+    TrainConfig c = tiny(data, 2);
+    c.train.recompute = bad;
+    CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("'train.recompute' must be"), Error);
+  }
+}
