@@ -1,7 +1,11 @@
 // Batched matrix product.
 #include "tapeformer/autograd/ops.h"
+
+#include <algorithm>
+
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/activation.h"
 #include "tapeformer/core/kernels/matmul.h"
 #include "tapeformer/core/kernels/reduce.h"
 #include "tapeformer/core/parallel.h"
@@ -139,16 +143,25 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
   const int64_t C = w1.dim(0), F = w1.dim(1), N = w2.dim(1);
   const bool first = x.requires_grad() || w1.requires_grad() || b1.requires_grad();  // needs dz
   const Tensor x2 = x.value().reshape({-1, C});  // (rows, C)
-  // The activation runs in the first GEMM's epilogue, which keeps its
-  // derivative when a backward will need it.
-  Tensor dact = grad_enabled() && first ? Tensor::empty({x2.dim(0), F}) : Tensor();  // (rows, F) act'(z)
+  // The activation runs in the first GEMM's epilogue. When a backward will
+  // need them, it keeps the activation's input z, one (rows, F) buffer, and
+  // the backward recomputes h = act(z) and act'(z) from it (one elementwise
+  // pass, the same bits as the epilogue's) instead of keeping both.
+  Tensor z = grad_enabled() ? Tensor::empty({x2.dim(0), F}) : Tensor();  // (rows, F)
   const Tensor h = affine(x2, w1, b1,
-                          kernels::Epilogue::activate(act, dact.defined() ? dact.data() : nullptr));  // (rows, F)
+                          z.defined() ? kernels::Epilogue::activate_keeping_input(act, z.data())
+                                      : kernels::Epilogue::activate(act, nullptr));  // (rows, F)
   Var out = make_result(affine(h, w2, b2).reshape(with_last(x.shape(), N)), {&x, &w1, &b1, &w2, &b2});
   if (!out.requires_grad()) return out;
-  record_backward(out, [x, w1, b1, w2, b2, x2, h, dact, first, C, F, N](const Tensor& g) {
+  record_backward(out, [x, w1, b1, w2, b2, x2, z, act, first, C, F, N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
     const int64_t rows = g2.dim(0);
+    // h = act(z) and act'(z), recomputed.
+    Tensor h = Tensor::empty({rows, F}), dact = first ? Tensor::empty({rows, F}) : Tensor();  // (rows, F) each
+    parallel::parallel_for(rows, std::max<int64_t>(1, 16384 / F), [&](int64_t r0, int64_t r1) {
+      std::copy_n(z.data() + r0 * F, (r1 - r0) * F, h.data() + r0 * F);
+      kernels::activate_rows(act, h.data() + r0 * F, dact.defined() ? dact.data() + r0 * F : nullptr, (r1 - r0) * F);
+    });
     Tensor dz, dw2;
     parallel::invoke(
         [&] {  // dz = (g W2^T) act'(z), the multiply in the GEMM's epilogue

@@ -4,9 +4,11 @@
 //
 //   kernels::activate_rows(Activation::Gelu, y, dydx, n);  // y = gelu(y), dydx = gelu'(y), in place
 //
-// The forward keeps the derivative instead of its input: the backward is then
-// one multiply, and the same derivative buffer serves the fused and the
-// composed paths, so both give the same numbers.
+// The gelu/relu/silu ops keep the derivative instead of their input: the
+// backward is then one multiply. The fused feed_forward keeps only the
+// input z and its backward recomputes act(z) and act'(z) here: the same
+// packet math as the epilogue's, so the same bits, for one buffer of F
+// floats per row instead of two.
 #pragma once
 
 #include <cstdint>

@@ -141,6 +141,10 @@ void tile(const Operands& o, int64_t lanes = kLanes) {
         Packet dydx;
         activate(e.act, z, z, dydx);
         if (e.aux) store(e.aux + at, dydx, v);
+      } else if constexpr (Cfg::Op == Epilogue::Op::ActivateKeepInput) {
+        store(e.aux + at, z, v);
+        Packet dydx;
+        activate(e.act, z, z, dydx);
       }
       store(o.c + at, z, v);
     }
@@ -437,6 +441,9 @@ void apply_epilogue(const Epilogue& epilogue, Scalar* c, int64_t ldc, int64_t ro
     Scalar* aux = epilogue.aux ? epilogue.aux + i * ldc : nullptr;
     if (epilogue.op == Epilogue::Op::Multiply) {
       eigen::array(row, cols) *= eigen::array(aux, cols);
+    } else if (epilogue.op == Epilogue::Op::ActivateKeepInput) {
+      std::copy_n(row, cols, aux);
+      activate_rows(epilogue.act, row, nullptr, cols);
     } else {
       activate_rows(epilogue.act, row, aux, cols);
     }
@@ -460,6 +467,8 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
           const Epilogue& epilogue) {
   TAPEFORMER_CHECK(!accumulate || epilogue.op == Epilogue::Op::Store, "gemm: an epilogue needs accumulate == false");
   TAPEFORMER_CHECK(epilogue.op != Epilogue::Op::Multiply || epilogue.aux, "gemm: a multiply epilogue needs its factor");
+  TAPEFORMER_CHECK(epilogue.op != Epilogue::Op::ActivateKeepInput || epilogue.aux,
+                   "gemm: an epilogue that keeps its input needs a buffer for it");
   if (a.rows == 0 || b.cols == 0) return;
   if (const Precision p = product_precision(); p != Precision::fp32 && a.cols > 0) {
     // bf16 operands (precision.h); the epilogue on the finished float32 sums.
@@ -488,6 +497,9 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
       case Epilogue::Op::Activate:
         return strided ? product_packet<true, Epilogue::Op::Activate>(o, M, N)
                        : product_packet<false, Epilogue::Op::Activate>(o, M, N);
+      case Epilogue::Op::ActivateKeepInput:
+        return strided ? product_packet<true, Epilogue::Op::ActivateKeepInput>(o, M, N)
+                       : product_packet<false, Epilogue::Op::ActivateKeepInput>(o, M, N);
       case Epilogue::Op::Multiply:
         return strided ? product_packet<true, Epilogue::Op::Multiply>(o, M, N)
                        : product_packet<false, Epilogue::Op::Multiply>(o, M, N);

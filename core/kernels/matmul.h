@@ -16,13 +16,16 @@ bool is_matrix_layout(const Tensor& t);
 // still in registers instead of in another pass over memory. `aux` is laid out
 // like C (same leading dimension; for batched_matmul, like `out`).
 struct Epilogue {
-  enum class Op { Store, Activate, Multiply };
+  enum class Op { Store, Activate, ActivateKeepInput, Multiply };
   Op op = Op::Store;
   Activation act = Activation::Gelu;
   Scalar* aux = nullptr;
 
   // C = act(z), and aux = act'(z) when dydx is not null.
   static Epilogue activate(Activation a, Scalar* dydx) { return {Op::Activate, a, dydx}; }
+  // C = act(z), and aux = z itself (a backward recomputes act and act' from
+  // it with activate_rows, to the same bits).
+  static Epilogue activate_keeping_input(Activation a, Scalar* z) { return {Op::ActivateKeepInput, a, z}; }
   // C = z * factor, elementwise.
   static Epilogue multiply(const Scalar* factor) {
     return {Op::Multiply, Activation::Gelu, const_cast<Scalar*>(factor)};  // only read
