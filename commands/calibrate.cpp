@@ -156,7 +156,7 @@ int run_calibrate(const CalibrateArgs& args) {
   // Windows of T tokens and the token after each, from every T-th token
   // (records: every data.align-th) while one fits.
   const int64_t stride = text.align > 1 ? text.align : T;
-  int64_t n = size > T ? (size - T - 1) / stride + 1 : 0;
+  int64_t n = whole_windows(size, T, stride);
   if (args.windows > 0) n = std::min(n, args.windows);
   TAPEFORMER_CHECK(n >= 20, "calibrate: '", data, "' (", args.split, " split) holds ", n, " windows of ", T,
                    " tokens; calibration and test need at least 20");

@@ -30,12 +30,7 @@ void Evaluator::read_text(const EvalText& text, int64_t T, int64_t mem_limit, bo
   ModelInputs inputs;
   const std::string phase = "the reading of '" + text.path + "'";
   const int64_t ext_len = use.carried() ? use.ext_len : 0;
-  // The windows counted by a pass that only cuts them (a few copies of the
-  // ids beside a forward each), so that for_each_window stays the one place
-  // that knows how a text is cut; only a command's ProgressScope shows them.
-  int64_t windows = 0;
-  if (ProgressScope::current() != nullptr)
-    for_each_window(text.ids, T, ext_len, [&](const Window&) { ++windows; }, text.align);
+  const int64_t windows = count_windows(static_cast<int64_t>(text.ids.size()), T, text.align);
   std::string what = "reading " + grouped(static_cast<int64_t>(text.ids.size())) + " tokens";
   if (!text.path.empty()) what += " of '" + text.path + "'";
   if (!text.split.empty() && text.split != "all") what += " (" + text.split + " split)";

@@ -34,6 +34,17 @@ EvalText read_eval_text(const std::string& path, const Tokenizer& tokenizer, con
   return out;
 }
 
+int64_t whole_windows(int64_t n, int64_t T, int64_t stride) {
+  TAPEFORMER_CHECK(T >= 1 && stride >= 1, "windows: length and stride must be >= 1, got ", T, " and ", stride);
+  return n >= T + 1 ? (n - T - 1) / stride + 1 : 0;
+}
+
+int64_t count_windows(int64_t n, int64_t T, int64_t align) {
+  TAPEFORMER_CHECK(T >= 1, "windows: length must be >= 1, got ", T);
+  if (align > 1) return whole_windows(n, T, align);
+  return n >= 2 ? (n - 2) / T + 1 : 0;  // starts 0, T, 2T, ... with a token after
+}
+
 void for_each_window(const std::vector<int32_t>& ids, int64_t T, int64_t ext_len,
                      const std::function<void(const Window&)>& fn, int64_t align) {
   TAPEFORMER_CHECK(T >= 1, "windows: length must be >= 1, got ", T);
@@ -46,7 +57,8 @@ void for_each_window(const std::vector<int32_t>& ids, int64_t T, int64_t ext_len
     // starting at multiples of align), each read once.
     TAPEFORMER_CHECK(n >= T + 1, "windows: data.align ", align, " reads whole windows of ", T + 1, " tokens, but the "
                      "text has ", n);
-    for (int64_t start = 0; start + T + 1 <= n; start += align) {
+    const int64_t windows = count_windows(n, T, align);
+    for (int64_t k = 0, start = 0; k < windows; ++k, start += align) {
       Window w;
       w.len = T;
       w.start = start;
@@ -56,7 +68,8 @@ void for_each_window(const std::vector<int32_t>& ids, int64_t T, int64_t ext_len
     }
     return;
   }
-  for (int64_t start = 0; start + 1 < n; start += T) {
+  const int64_t windows = count_windows(n, T, 1);
+  for (int64_t k = 0, start = 0; k < windows; ++k, start += T) {
     Window w;
     w.len = std::min(T, n - 1 - start);
     w.again = std::min(ext_len, start);

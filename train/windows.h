@@ -51,6 +51,12 @@ struct Window {
   int64_t start = 0;    // where in the text the predicted positions start
 };
 
+// Windows of T tokens and the token after each, one every `stride` tokens
+// from the first, in a text of n tokens (0 when none fits).
+int64_t whole_windows(int64_t n, int64_t T, int64_t stride);
+// The windows for_each_window calls fn with, for a text of n tokens.
+int64_t count_windows(int64_t n, int64_t T, int64_t align = 1);
+
 // Calls fn for each window of at most T tokens over ids, in order. With
 // align a > 1, the windows training draws from (data.align: fixed-length
 // records): whole windows of T starting at 0, a, 2a, ..., each once; ext_len

@@ -302,3 +302,25 @@ TEST_CASE("sample --knn: lambda 0 draws the model's tokens; lambda 1 greedy foll
     CHECK(seq[t + 1] == store.values()[static_cast<size_t>(nb.ids[0])]);
   }
 }
+
+TEST_CASE("count_windows: the windows for_each_window reads, streams and records") {
+  for (int64_t n : {0, 1, 2, 3, 9, 16, 17, 18, 33, 40}) {
+    const std::vector<int32_t> ids(static_cast<size_t>(n), 1);
+    for (int64_t T : {1, 4, 8, 16}) {
+      for (int64_t align : {1, 9, 17}) {
+        CAPTURE(n);
+        CAPTURE(T);
+        CAPTURE(align);
+        if (align > 1 && n < T + 1) {  // records need one whole window
+          CHECK(count_windows(n, T, align) == 0);
+          continue;
+        }
+        int64_t calls = 0;
+        for_each_window(ids, T, 0, [&](const Window&) { ++calls; }, align);
+        CHECK(count_windows(n, T, align) == calls);
+      }
+    }
+  }
+  CHECK(whole_windows(65 * 3, 64, 65) == 3);
+  CHECK(whole_windows(64, 64, 65) == 0);
+}
