@@ -176,18 +176,21 @@ ModelInputs inputs_for(const Subject& s, int64_t B, int64_t T) {
   return s.inputs ? s.inputs(s.cfg, B, T) : ModelInputs();
 }
 
+// Positions t0..t1-1 of ids or an input, (B, T, ...) -> (B, t1 - t0, ...).
+IndexTensor columns_of(const IndexTensor& x, int64_t t0, int64_t t1) {
+  const int64_t B = x.shape[0], T = x.shape[1], inner = x.numel() / (B * T);
+  Shape dims = x.shape;
+  dims[1] = t1 - t0;
+  std::vector<int32_t> v;
+  for (int64_t b = 0; b < B; ++b)
+    v.insert(v.end(), x.data.begin() + (b * T + t0) * inner, x.data.begin() + (b * T + t1) * inner);
+  return IndexTensor(dims, v);
+}
+
 // Positions t0..t1-1 of each (B, T, ...) input.
 ModelInputs columns_of(const ModelInputs& inputs, int64_t t0, int64_t t1) {
   ModelInputs out;
-  for (const auto& [name, x] : inputs) {
-    const int64_t B = x.shape[0], T = x.shape[1], inner = x.numel() / (B * T);
-    Shape dims = x.shape;
-    dims[1] = t1 - t0;
-    std::vector<int32_t> v;
-    for (int64_t b = 0; b < B; ++b)
-      v.insert(v.end(), x.data.begin() + (b * T + t0) * inner, x.data.begin() + (b * T + t1) * inner);
-    out[name] = IndexTensor(dims, v);
-  }
+  for (const auto& [name, x] : inputs) out[name] = columns_of(x, t0, t1);
   return out;
 }
 
@@ -265,12 +268,6 @@ CheckOutcome check_causality(const Subject& s) {
 CheckOutcome check_segments(const Subject& s, const LanguageModel& model) {
   constexpr int64_t kSegments = 3, B = 2, n = kSegments * kTokens;
   const IndexTensor ids = random_ids(B, n, 9);
-  const auto columns = [&](int64_t t0, int64_t t1) {
-    std::vector<int32_t> v;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[static_cast<size_t>(b * n + t)]);
-    return IndexTensor({B, t1 - t0}, v);
-  };
   const int64_t ext_len = model.memory_use().ext_len;
   const ModelInputs all = inputs_for(s, B, n);  // the extra inputs of every position, cut like the ids
   std::vector<Tensor> trained;  // per segment, (B, kTokens, V)
@@ -284,8 +281,8 @@ CheckOutcome check_segments(const Subject& s, const LanguageModel& model) {
       ctx.rng = &unused;
       ctx.memory = &memory;
       ctx.inputs = inputs.empty() ? nullptr : &inputs;
-      trained.push_back(model.forward(columns(start - again, start + kTokens), ctx).value().slice(1, again,
-                                                                                                again + kTokens));
+      const Tensor logits = model.forward(columns_of(ids, start - again, start + kTokens), ctx).value();
+      trained.push_back(logits.slice(1, again, again + kTokens));  // the re-fed positions dropped
     }
   }
   NoGradGuard no_grad;
@@ -296,7 +293,7 @@ CheckOutcome check_segments(const Subject& s, const LanguageModel& model) {
     ModelContext ctx;
     ctx.state = state.get();
     ctx.inputs = piece.empty() ? nullptr : &piece;
-    const Tensor got = model.forward(columns(t0, t1), ctx).value();  // (B, t1 - t0, V)
+    const Tensor got = model.forward(columns_of(ids, t0, t1), ctx).value();  // (B, t1 - t0, V)
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t k = t / kTokens, i = t % kTokens;
       const std::string where =
@@ -343,18 +340,12 @@ CheckOutcome check_generation(const Subject& s) {
   const Tensor full = whole(s, *model, ids, unused).value();  // (B, T, V)
   auto state = model->make_state(2);
   const ModelInputs inputs = inputs_for(s, 2, kTokens);
-  const auto columns = [&](int64_t t0, int64_t t1) {
-    std::vector<int32_t> v;
-    for (int64_t b = 0; b < 2; ++b)
-      for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[static_cast<size_t>(b * kTokens + t)]);
-    return IndexTensor({2, t1 - t0}, v);
-  };
   for (const auto& [t0, t1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 4}, {4, 5}, {5, 9}, {9, kTokens}}) {
     const ModelInputs piece = columns_of(inputs, t0, t1);
     ModelContext ctx;
     ctx.state = state.get();
     ctx.inputs = &piece;
-    const Tensor got = model->forward(columns(t0, t1), ctx).value();
+    const Tensor got = model->forward(columns_of(ids, t0, t1), ctx).value();
     const std::string where = far_apart(got, full.slice(1, t0, t1), 1e-4);
     if (!where.empty())
       return {"generation", CheckOutcome::Result::failed,
