@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -80,6 +81,20 @@ def run_timed(cmd, env, log_path, fail):
         fail(f"no result line from {' '.join(cmd[:3])} ...; see {log_path}")
     result = json.loads(lines[-1])
     result["peak_rss_mb"] = int(rss.group(1)) / 1024 if rss else float("nan")
+    return result
+
+
+def train_timed(config, data, sets, fail, prefix="bench-"):
+    """`tapeformer train --config CONFIG --data DATA --set S...` in a run directory of its own, under
+    run_timed; the directory and the log are removed after a run that succeeds (a failure keeps the log
+    it names). Returns run_timed's result."""
+    out = tempfile.mkdtemp(prefix=prefix)
+    cmd = ["build/cli/tapeformer", "train", "--config", config, "--data", data, "--out", out]
+    for s in sets:
+        cmd += ["--set", s]
+    result = run_timed(cmd, None, out + ".log", fail)
+    shutil.rmtree(out)
+    os.remove(out + ".log")
     return result
 
 

@@ -12,9 +12,7 @@ must not change a bit. Writes the section "recompute" of docs/results.md.
 """
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
@@ -27,17 +25,12 @@ def fail(message):
 
 def run(args, layers, recompute):
     """The result line of one training run, with "peak_rss_mb"."""
-    out = tempfile.mkdtemp(prefix="recompute-")
-    cmd = ["build/cli/tapeformer", "train", "--config", "configs/shakespeare_char.json", "--data", args.data,
-           "--out", out, "--set", f"model.n_layer={layers}", "--set", f"train.batch_size={args.batch}",
-           "--set", f"train.max_iters={args.steps}", "--set", "schedule.warmup_iters=0",
-           "--set", f"schedule.decay_iters={args.steps}",
-           "--set", "eval.iters=1", "--set", "eval.final_iters=1", "--set", f"eval.interval={args.steps}",
-           "--set", f"checkpoint.interval={args.steps}", "--set", f"train.recompute={recompute}"]
-    result = benchlib.run_timed(cmd, None, out + ".log", fail)  # a failure keeps the log it names
-    shutil.rmtree(out, ignore_errors=True)
-    os.remove(out + ".log")
-    return result
+    return benchlib.train_timed(
+        "configs/shakespeare_char.json", args.data,
+        [f"model.n_layer={layers}", f"train.batch_size={args.batch}", f"train.max_iters={args.steps}",
+         "schedule.warmup_iters=0", f"schedule.decay_iters={args.steps}", "eval.iters=1", "eval.final_iters=1",
+         f"eval.interval={args.steps}", f"checkpoint.interval={args.steps}", f"train.recompute={recompute}"],
+        fail, prefix="recompute-")
 
 
 def main():

@@ -13,9 +13,7 @@ of docs/results.md.
 """
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
@@ -28,14 +26,11 @@ def fail(message):
 
 def run(args, block, layers):
     """(peak RSS in MB, final result line) of one training run."""
-    out = tempfile.mkdtemp(prefix="rss-depth-")
-    cmd = ["build/cli/tapeformer", "train", "--config", "configs/shakespeare_char_cpu.json",
-           "--data", args.data, "--out", out, "--set", f"model.block={block}", "--set", f"model.n_layer={layers}",
-           "--set", "model.block_size=512", "--set", "train.batch_size=8", "--set", f"train.max_iters={args.steps}",
-           "--set", "eval.iters=2", "--set", "eval.final_iters=2", "--set", f"checkpoint.interval={args.steps // 2}"]
-    result = benchlib.run_timed(cmd, None, out + ".log", fail)
-    shutil.rmtree(out)
-    os.remove(out + ".log")
+    result = benchlib.train_timed(
+        "configs/shakespeare_char_cpu.json", args.data,
+        [f"model.block={block}", f"model.n_layer={layers}", "model.block_size=512", "train.batch_size=8",
+         f"train.max_iters={args.steps}", "eval.iters=2", "eval.final_iters=2",
+         f"checkpoint.interval={args.steps // 2}"], fail, prefix="rss-depth-")
     return result["peak_rss_mb"], result
 
 
