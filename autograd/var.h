@@ -6,6 +6,7 @@
 //   backward(sum(y));            // fills w.grad()
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +21,9 @@ struct Node {
   Tensor grad;  // undefined until a gradient arrives
   bool requires_grad = false;
   std::string name;
+  // Set by an op whose output is cheap to compute again (autograd/rebuild.h):
+  // gives `value` again, bit for bit, once it has been released.
+  std::function<Tensor()> rebuild;
 };
 
 class Var {
@@ -28,9 +32,21 @@ class Var {
   explicit Var(Tensor value, bool requires_grad = false, std::string name = {});
 
   bool defined() const { return node_ != nullptr; }
-  const Tensor& value() const { return node_->value; }
+  // A released value (autograd/rebuild.h) is rebuilt here and kept again.
+  const Tensor& value() const {
+    if (!node_->value.defined() && node_->rebuild) restore();
+    return node_->value;
+  }
   // Mutable value for in-place parameter updates (optimizers, loading).
-  Tensor& value() { return node_->value; }
+  Tensor& value() {
+    if (!node_->value.defined() && node_->rebuild) restore();
+    return node_->value;
+  }
+  // The value for one use: a released value is rebuilt for the caller and
+  // not kept (a backward that reads it once).
+  Tensor value_once() const;
+  // Whether the value may be released and rebuilt (autograd/rebuild.h).
+  bool rebuildable() const { return node_ && node_->rebuild != nullptr; }
   const Tensor& grad() const { return node_->grad; }
   // The gradient made contiguous in place first, for passes that walk its
   // buffer (clipping, optimizer steps, shard reduction). Requires has_grad().
@@ -50,12 +66,13 @@ class Var {
   int rank() const { return node_->value.rank(); }
   int64_t dim(int i) const { return node_->value.dim(i); }
   int64_t numel() const { return node_->value.numel(); }
-  Scalar item() const { return node_->value.item(); }
+  Scalar item() const { return value().item(); }
 
   Node* node() const { return node_.get(); }
   bool same_node(const Var& other) const { return node_ == other.node_; }
 
  private:
+  void restore() const;
   std::shared_ptr<Node> node_;
 };
 

@@ -96,6 +96,12 @@ Scalar& Tensor::at(std::initializer_list<int64_t> index) {
   return storage_->data()[flat_offset(shape_, strides_, offset_, index)];
 }
 
+Tensor Tensor::shape_only() const {
+  Tensor t = *this;
+  t.storage_.reset();
+  return t;
+}
+
 Scalar Tensor::item() const {
   require_defined("Tensor::item");
   TAPEFORMER_CHECK(numel() == 1, "Tensor::item: tensor ", shape_, " has ", numel(),

@@ -81,6 +81,9 @@ class Tensor {
   // ---- copies ----
   Tensor contiguous() const;  // self when already contiguous
   Tensor clone() const;       // always a fresh contiguous copy
+  // The shape without the elements: undefined (defined() is false, data()
+  // throws), its storage let go. For a value dropped and rebuilt later.
+  Tensor shape_only() const;
   // Copies src's elements into this tensor (shapes must match; this may be strided).
   void copy_from(const Tensor& src);
   void fill(Scalar value);

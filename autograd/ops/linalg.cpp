@@ -110,8 +110,10 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
   const Tensor x2 = x.value().reshape({-1, K});  // (rows, K)
   Var out = make_result(affine(x2, weight, bias).reshape(with_last(x.shape(), N)), {&x, &weight, &bias});
   if (!out.requires_grad()) return out;
-  record_backward(out, [x, weight, bias, x2, K, N](const Tensor& g) {
+  // A rebuildable x (a LayerNorm's output) is not kept: dW rebuilds it.
+  record_backward(out, [x, weight, bias, kept = x.rebuildable() ? Tensor() : x2, K, N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
+    const Tensor x2 = kept.defined() || !weight.requires_grad() ? kept : x.value_once().reshape({-1, K});
     Tensor dx, dw;
     // The two GEMMs are independent: run them side by side, each unsplit.
     parallel::invoke(
@@ -153,8 +155,11 @@ Var feed_forward(const Var& x, const Var& w1, const Var& b1, const Var& w2, cons
                                       : kernels::Epilogue::activate(act, nullptr));  // (rows, F)
   Var out = make_result(affine(h, w2, b2).reshape(with_last(x.shape(), N)), {&x, &w1, &b1, &w2, &b2});
   if (!out.requires_grad()) return out;
-  record_backward(out, [x, w1, b1, w2, b2, x2, z, act, first, C, F, N](const Tensor& g) {
+  // A rebuildable x (a LayerNorm's output) is not kept: dW1 rebuilds it.
+  record_backward(out, [x, w1, b1, w2, b2, kept = x.rebuildable() ? Tensor() : x2, z, act, first, C, F,
+                        N](const Tensor& g) {
     const Tensor g2 = g.reshape({-1, N});  // (rows, N)
+    const Tensor x2 = kept.defined() || !w1.requires_grad() ? kept : x.value_once().reshape({-1, C});
     const int64_t rows = g2.dim(0);
     // h = act(z) and act'(z), recomputed.
     Tensor h = Tensor::empty({rows, F}), dact = first ? Tensor::empty({rows, F}) : Tensor();  // (rows, F) each

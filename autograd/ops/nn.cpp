@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "tapeformer/autograd/ops.h"
+#include "tapeformer/autograd/rebuild.h"
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/norm.h"
@@ -84,6 +85,20 @@ Var layer_norm(const Var& x, const Var& weight, const Var& bias, Scalar eps) {
     if (dw.defined()) accumulate_grad(weight, dw, "layer_norm");
     if (db.defined()) accumulate_grad(bias, db, "layer_norm");
   });
+  // y comes back from x, mean and rstd (kept above) in one pass: its
+  // consumers need not keep it (autograd/rebuild.h). gamma and beta are
+  // copied, C floats each: the step changes the parameters in place.
+  if (releasing() && out.requires_grad()) {
+    const Tensor gamma = w ? Tensor::from({r.n}, std::vector<Scalar>(w, w + r.n)) : Tensor();
+    const Tensor beta = b ? Tensor::from({r.n}, std::vector<Scalar>(b, b + r.n)) : Tensor();
+    mark_rebuildable(out, [xc, gamma, beta, mean, rstd, r, shape = x.shape()] {
+      Tensor again = Tensor::empty(shape);
+      kernels::layer_norm_apply_rows(xc.data(), gamma.defined() ? gamma.data() : nullptr,
+                                     beta.defined() ? beta.data() : nullptr, mean.data(), rstd.data(),
+                                     again.data(), r.rows, r.n);
+      return again;
+    });
+  }
   return out;
 }
 

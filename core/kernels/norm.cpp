@@ -27,6 +27,23 @@ void accumulate_rows(Scalar* acc, int64_t rows, int64_t C, Term&& term) {
     for (int64_t r = 0; r < rows; ++r) a += term(r, c0, c1 - c0);
   });
 }
+// y = gamma * (x - mu) * rs + beta for one row: the forward and the rebuild
+// of its output run this same code, so they give the same bits.
+inline void normalise_row(const Scalar* x, const Scalar* gamma, const Scalar* beta, Scalar mu, Scalar rs,
+                          Scalar* y, int64_t C) {
+  const auto xr = eigen::array(x, C);
+  auto yr = eigen::array(y, C);
+  // One pass per case: Eigen's setup per expression is a large part of
+  // the cost on rows of a few hundred elements.
+  if (gamma && beta) {
+    yr = (xr - mu) * rs * eigen::array(gamma, C) + eigen::array(beta, C);
+  } else if (gamma) {
+    yr = (xr - mu) * rs * eigen::array(gamma, C);
+  } else {
+    yr = (xr - mu) * rs;
+    if (beta) yr += eigen::array(beta, C);
+  }
+}
 }  // namespace
 
 void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, Scalar* y,
@@ -35,24 +52,22 @@ void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, S
   parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const auto xr = eigen::array(x + r * C, C);
-      auto yr = eigen::array(y + r * C, C);
       const Scalar mu = xr.mean();
       // Two-pass variance: no cancellation when |mean| >> std.
       const Scalar var = (xr - mu).square().mean();
       const Scalar rs = 1.0f / std::sqrt(var + eps);
       mean[r] = mu;
       rstd[r] = rs;
-      // One pass per case: Eigen's setup per expression is a large part of
-      // the cost on rows of a few hundred elements.
-      if (gamma && beta) {
-        yr = (xr - mu) * rs * eigen::array(gamma, C) + eigen::array(beta, C);
-      } else if (gamma) {
-        yr = (xr - mu) * rs * eigen::array(gamma, C);
-      } else {
-        yr = (xr - mu) * rs;
-        if (beta) yr += eigen::array(beta, C);
-      }
+      normalise_row(x + r * C, gamma, beta, mu, rs, y + r * C, C);
     }
+  });
+}
+
+void layer_norm_apply_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, const Scalar* mean,
+                           const Scalar* rstd, Scalar* y, int64_t rows, int64_t C) {
+  const profile::Scope timed("norm");
+  parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) normalise_row(x + r * C, gamma, beta, mean[r], rstd[r], y + r * C, C);
   });
 }
 

@@ -11,6 +11,9 @@ namespace tapeformer::kernels {
 // gamma/beta may be null (no affine). Saves mean and rstd (rows) for backward.
 void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, Scalar* y,
                      Scalar* mean, Scalar* rstd, int64_t rows, int64_t C, Scalar eps);
+// The forward's y again from x and its saved mean and rstd, bit for bit.
+void layer_norm_apply_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, const Scalar* mean,
+                           const Scalar* rstd, Scalar* y, int64_t rows, int64_t C);
 // g = dy * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat));
 // dgamma += sum_rows dy * xhat; dbeta += sum_rows dy (either may be null).
 void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gamma,

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "tapeformer/autograd/rebuild.h"
 #include "tapeformer/autograd/recompute.h"
 #include "tapeformer/core/registry.h"
 #include "tapeformer/core/rng.h"
@@ -73,11 +74,13 @@ class BlockStack : public Module {
 };
 
 // layer->forward(x, rng), x (B, T, C) -> (B, T, C), its tensors recomputed in
-// the backward (the layer is owned by the recompute until then).
+// the backward (the layer is owned by the recompute until then). Its cheap
+// outputs (LayerNorm's) are released in the second run too.
 template <class Layer>
 Var recomputed_forward(const std::shared_ptr<Layer>& layer, const Var& x, Rng& rng) {
-  return recompute([layer](const std::vector<Var>& in, Rng& r) { return std::vector<Var>{layer->forward(in[0], r)}; },
-                   {x}, rng)[0];
+  return recompute([layer](const std::vector<Var>& in, Rng& r) {
+           return std::vector<Var>{release_rebuildable([&] { return layer->forward(in[0], r); })};
+         }, {x}, rng)[0];
 }
 
 // The new memory of one layer: the last mem_len rows of [old; x], (B, <= mem_len, C),

@@ -77,9 +77,12 @@ class SequentialStack : public BlockStack {
     return x;
   }
   // Layer i alone, x (B, T, C) -> (B, T, C), recomputed in the backward when
-  // the stack's setting says so (a model that runs the layers itself: early exit).
+  // the stack's setting says so (a model that runs the layers itself: early
+  // exit). Either way its LayerNorm outputs are not kept past it, but
+  // rebuilt where the backward reads them (autograd/rebuild.h).
   Var layer_forward(size_t i, const Var& x, Rng& rng) const {
-    return recomputes(i) ? recomputed_forward(blocks[i], x, rng) : blocks[i]->forward(x, rng);
+    if (recomputes(i)) return recomputed_forward(blocks[i], x, rng);
+    return release_rebuildable([&] { return blocks[i]->forward(x, rng); });
   }
 
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override {
@@ -111,9 +114,9 @@ class SequentialStack : public BlockStack {
       bool lent = false;
       for (const auto& m : memories) lent = lent || m->lends(i);
       std::function<Var()> run = [&] {
-        if (!recomputes(i) || lent) return layer.forward(in, rows, rng);
+        if (!recomputes(i) || lent) return release_rebuildable([&] { return layer.forward(in, rows, rng); });
         return recompute([block = blocks[i], rows](const std::vector<Var>& x, Rng& r) {
-                 return std::vector<Var>{block->forward(x[0], rows, r)};
+                 return std::vector<Var>{release_rebuildable([&] { return block->forward(x[0], rows, r); })};
                }, {in}, rng)[0];
       };
       for (auto m = memories.rbegin(); m != memories.rend(); ++m)

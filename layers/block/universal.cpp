@@ -135,7 +135,8 @@ Var UniversalStack::recur(const Var& x, int64_t start, bool every_step,
 Var UniversalStack::forward(const Var& x, Rng& rng) const {
   // Each step of the recurrence is a layer for activation recompute.
   return recur(x, 0, false, [&](const Var& s, int64_t n) {
-    return recomputes(static_cast<size_t>(n)) ? recomputed_forward(block, s, rng) : block->forward(s, rng);
+    if (recomputes(static_cast<size_t>(n))) return recomputed_forward(block, s, rng);
+    return release_rebuildable([&] { return block->forward(s, rng); });
   });
 }
 
