@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,12 @@ def train_timed(config, data, sets, fail, prefix="bench-"):
     shutil.rmtree(out)
     os.remove(out + ".log")
     return result
+
+
+def mean_sd(values, digits=0):
+    """'mean ± sd' of a list of numbers (sd 0 for one value)."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.{digits}f} ± {sd:.{digits}f}"
 
 
 def write_section(results, name, title, intro, cmd, body):
