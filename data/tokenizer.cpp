@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "tapeformer/data/byte_bpe.h"
 #include "tapeformer/data/sentencepiece.h"
 
 namespace tapeformer {
@@ -111,6 +112,8 @@ void check_no_subword_options(const TokenizerOptions& o) {
   TAPEFORMER_CHECK(o.vocab_size == 0, "data.vocab_size is ", o.vocab_size, " but data.tokenizer \"", o.kind, why,
                    "data.vocab_size)");
   TAPEFORMER_CHECK(o.sp_model.empty(), "data.sp_model is set but data.tokenizer \"", o.kind, why, "data.sp_model)");
+  TAPEFORMER_CHECK(o.path.empty(), "data.tokenizer_path is set but data.tokenizer \"", o.kind,
+                   "\" takes its vocabulary from the corpus (only \"byte_bpe\" reads data.tokenizer_path)");
 }
 
 TokenizerKind char_kind() {
@@ -154,7 +157,7 @@ TokenizerKind byte_kind() {
 }  // namespace
 
 Registry<TokenizerKind>& tokenizer_kinds() {
-  static Registry<TokenizerKind> r("data.tokenizer", {char_kind(), byte_kind(), sentencepiece_kind()});
+  static Registry<TokenizerKind> r("data.tokenizer", {char_kind(), byte_kind(), sentencepiece_kind(), byte_bpe_kind()});
   return r;
 }
 

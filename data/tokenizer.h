@@ -22,7 +22,8 @@
 // accepts any input. Encoding a character outside the vocabulary throws an
 // Error naming it, its U+ code and its byte offset:
 //   character 'z' (U+007A) at byte offset 2 is not in the vocabulary (3 characters)
-// Subword tokenizers (SentencePiece BPE / unigram) live in data/sentencepiece.h.
+// Subword tokenizers live in data/sentencepiece.h (SentencePiece BPE / unigram)
+// and data/byte_bpe.h (GPT-2's byte-level BPE).
 #pragma once
 
 #include <array>
@@ -54,7 +55,7 @@ struct TokenizerState {
   static constexpr uint64_t kMaxKindBytes = 16;
   static constexpr uint64_t kMaxVocab = 0x110000 - 0x800;  // Unicode scalar values
   static constexpr uint64_t kMaxModelBytes = uint64_t{64} << 20;
-  std::string kind;             // a name in tokenizer_kinds(): "char" | "byte" | "sentencepiece"
+  std::string kind;             // a name in tokenizer_kinds(): "char" | "byte" | "sentencepiece" | "byte_bpe"
   std::vector<uint32_t> vocab;  // char: id -> code point (sorted); others: empty
   std::string model;            // sentencepiece: the serialised model proto; others: empty
 
@@ -130,6 +131,7 @@ struct TokenizerOptions {
   int64_t vocab_size = 0;       // data.vocab_size: sentencepiece's vocabulary (0: unset)
   std::string sp_type = "bpe";  // data.sp_type: sentencepiece's algorithm, "bpe" | "unigram"
   std::string sp_model;         // data.sp_model: an existing sentencepiece .model file (then nothing is learnt)
+  std::string path;             // data.tokenizer_path: files a kind reads its vocabulary from (byte_bpe)
 };
 
 // A corpus as a kind sees it when it builds its vocabulary. Each visitor calls
@@ -157,7 +159,7 @@ struct TokenizerKind {
   std::function<std::unique_ptr<Tokenizer>(const TokenizerState&)> restore;
 };
 
-// Built in: "char", "byte", "sentencepiece". Key: data.tokenizer.
+// Built in: "char", "byte", "sentencepiece", "byte_bpe". Key: data.tokenizer.
 Registry<TokenizerKind>& tokenizer_kinds();
 
 // check + build, by options.kind; Error for an unknown kind.

@@ -38,6 +38,39 @@ size_t utf8_decode_one(std::string_view text, size_t i, uint32_t* cp) {
   return len;
 }
 
+std::string utf8_replace_invalid(std::string_view text) {
+  if (utf8_error_offset(text) == std::string_view::npos) return std::string(text);
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  std::string out;
+  out.reserve(text.size() + 8);
+  uint32_t cp;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_decode_one(text, i, &cp);
+    if (n != 0) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    // The maximal subpart: the lead byte and the continuation bytes that
+    // table 3-7 allows after it, as far as they go (at least the one byte).
+    const unsigned char b0 = byte(i);
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
+    else if (b0 >= 0xE0 && b0 <= 0xEF) len = 3, lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+    else if (b0 >= 0xF0 && b0 <= 0xF4) len = 4, lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    size_t k = 1;
+    while (k < len && i + k < text.size()) {
+      const unsigned char b = byte(i + k);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
+      ++k;
+    }
+    out.append("\xEF\xBF\xBD");
+    i += k;
+  }
+  return out;
+}
+
 size_t utf8_error_offset(std::string_view text) {
   uint32_t cp;
   for (size_t i = 0; i < text.size();) {

@@ -52,6 +52,13 @@ size_t utf8_bom_length(std::string_view text);
 // counts them) starts; text.size() when there are not more than n.
 size_t character_offset(std::string_view text, int64_t n);
 
+// text with every ill-formed sequence replaced by U+FFFD (EF BF BD), one per
+// maximal subpart (Unicode's recommended practice, chapter 3, "U+FFFD
+// Substitution of Maximal Subparts", which Python's decode(errors="replace")
+// follows): E2 82 (truncated) gives one U+FFFD, C0 AF (overlong) two,
+// ED A0 80 (a surrogate) three. Valid text comes back unchanged.
+std::string utf8_replace_invalid(std::string_view text);
+
 // True for code points that are Unicode scalar values (encodable in UTF-8).
 inline bool is_scalar_value(uint32_t cp) { return cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF); }
 

@@ -18,6 +18,7 @@ packages=(
   doctest-dev                       # tests
   nlohmann-json3-dev                # JSON configs and metrics lines
   libsentencepiece-dev pkg-config   # subword tokenizers (found through pkg-config)
+  libpcre2-dev                      # GPT-2's pre-tokenising pattern (Unicode letter/digit classes)
   libcli11-dev                      # the tapeformer command's flags
   libfaiss-dev                      # vector search for kNN-LM datastores (retrieval/)
   libopenmpi-dev openmpi-bin        # distributed training (mpirun) and its test

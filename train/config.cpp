@@ -76,6 +76,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("data.vocab_size", c.data.vocab_size);
   v("data.sp_type", c.data.sp_type);
   v("data.sp_model", c.data.sp_model);
+  v("data.tokenizer_path", c.data.tokenizer_path);
   v("data.align", c.data.align);
   v("train.batch_size", c.train.batch_size);
   v("train.grad_accum", c.train.grad_accum);
@@ -366,7 +367,7 @@ void TrainConfig::validate() const {
     const std::string& s = value.get_ref<const std::string&>();
     const size_t bad = utf8_error_offset(s);
     if (bad == std::string::npos) return;
-    const bool file = key == "data.path" || key == "data.sp_model";
+    const bool file = key == "data.path" || key == "data.sp_model" || key == "data.tokenizer_path";
     fail("config: '", key, "' = \"", s, "\" is not valid UTF-8 (bad byte ", hex_byte(static_cast<unsigned char>(s[bad])),
          " at offset ", bad, "); a checkpoint stores it as JSON: ", file ? "rename the file" : "use UTF-8");
   });

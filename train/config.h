@@ -29,15 +29,18 @@ namespace tapeformer {
 
 struct DataConfig {
   std::string path;               // a text file, or a directory of token files; empty: must come from --data
-  std::string tokenizer = "char"; // "char" | "byte" | "sentencepiece" (tokenizer_kinds(), data/tokenizer.h)
+  std::string tokenizer = "char"; // "char" | "byte" | "sentencepiece" | "byte_bpe" (tokenizer_kinds(), data/tokenizer.h)
   double val_fraction = 0.1;      // last fraction of the text (characters; bytes for "byte") is validation
   int64_t vocab_size = 0;         // sentencepiece: pieces to learn from the train split
   std::string sp_type = "bpe";    // sentencepiece: "bpe" | "unigram"
   std::string sp_model;           // sentencepiece: an existing .model file instead of learning one
+  std::string tokenizer_path;     // byte_bpe: a directory with vocab.json and merges.txt, or a tokenizer.json
   // Windows start at multiples of `align` tokens from their split's start
   // (fixed-length records, e.g. images as pixel sequences); 1: anywhere.
   int64_t align = 1;
-  TokenizerOptions tokenizer_options() const { return {tokenizer, vocab_size, sp_type, sp_model}; }
+  TokenizerOptions tokenizer_options() const {
+    return {tokenizer, vocab_size, sp_type, sp_model, tokenizer_path};
+  }
 };
 
 struct LoopConfig {
