@@ -50,6 +50,7 @@ struct ModelConfig {
   int64_t n_embd = 128;     // model width
   float dropout = 0.0f;     // on attention weights, residual branches and embeddings
   bool bias = true;         // biases in Linear and LayerNorm layers
+  float norm_eps = 1e-5f;   // LayerNorm's epsilon: y = (x - mean) / sqrt(var + eps) (GPT-2's layer_norm_epsilon)
   bool tie_weights = true;  // output head shares the token embedding matrix
   std::string activation = "gelu";  // standard MLP: "gelu" (tanh form) | "relu" | "silu" (layers/activations.h)
   std::string mlp = "standard";     // feed-forward kind: "standard" | "swiglu" | "geglu" (layers/mlp.h)

@@ -14,7 +14,7 @@ TransformerLM::TransformerLM(const ModelConfig& cfg, Rng& rng) : cfg_(cfg) {
   pos_emb = register_module("pos_emb", positional_kinds().get(cfg.positional).make(cfg, rng));
   drop = register_module("drop", std::make_shared<Dropout>(cfg.dropout));
   stack = register_inline(block_kinds().get(cfg.block).make(cfg, *pos_emb, rng));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias, cfg.norm_eps));
   if (!cfg.tie_weights)
     lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, false, rng));
 }

@@ -58,6 +58,7 @@ void visit_fields(Cfg& c, Visitor&& v) {
   v("model.block_size", c.model.block_size);
   v("model.dropout", c.model.dropout);
   v("model.bias", c.model.bias);
+  v("model.norm_eps", c.model.norm_eps);
   v("model.tie_weights", c.model.tie_weights);
   v("model.activation", c.model.activation);
   v("model.attention", c.model.attention);
@@ -385,6 +386,8 @@ void TrainConfig::validate() const {
                    ") must be a multiple of 'model.n_head' (", model.n_head, ")");
   TAPEFORMER_CHECK(model.dropout >= 0 && model.dropout < 1, "config: 'model.dropout' must be in [0, 1), got ",
                    model.dropout);
+  TAPEFORMER_CHECK(model.norm_eps > 0 && model.norm_eps <= 0.1f, "config: 'model.norm_eps' must be in (0, 0.1], got ",
+                   model.norm_eps);
   try {
     model.validate_kinds();  // the attention kind, the positional scheme and their options
   } catch (const Error& e) {

@@ -10,10 +10,10 @@ namespace tapeformer {
 GatedBlock::GatedBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
   const GateKind& gate = gate_kinds().get(cfg.option_string("gate"));
   const auto bias = static_cast<float>(cfg.option_number("gate_bias"));
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias, cfg.norm_eps));
   attn = register_module("attn", make_attention(cfg, positional.make_layer(rng), rng));
   gate_1 = register_module("gate_1", gate.make(cfg.n_embd, bias, rng));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias, cfg.norm_eps));
   mlp = register_module("mlp", make_mlp(cfg, rng));
   gate_2 = register_module("gate_2", gate.make(cfg.n_embd, bias, rng));
 }

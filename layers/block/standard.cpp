@@ -8,10 +8,10 @@
 namespace tapeformer {
 
 TransformerBlock::TransformerBlock(const ModelConfig& cfg, const Positional& positional, Rng& rng) {
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias, cfg.norm_eps));
   std::shared_ptr<PositionalLayer> pos = positional.make_layer(rng);
   attn = register_module("attn", make_attention(cfg, std::move(pos), rng));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias, cfg.norm_eps));
   mlp = register_module("mlp", make_mlp(cfg, rng));
 }
 

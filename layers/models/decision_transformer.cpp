@@ -102,11 +102,11 @@ DecisionTransformer::DecisionTransformer(const ModelConfig& cfg, Rng& rng)
     state_emb.push_back(register_module("state_emb_" + std::to_string(f), std::make_shared<Embedding>(sizes_[f], C, rng)));
   action_emb = register_module("action_emb", std::make_shared<Embedding>(cfg.vocab_size + 1, C, rng));
   time_emb = register_module("time_emb", std::make_shared<Embedding>(max_timestep_ + 1, C, rng));
-  embed_ln = register_module("embed_ln", std::make_shared<LayerNorm>(C, cfg.bias));
+  embed_ln = register_module("embed_ln", std::make_shared<LayerNorm>(C, cfg.bias, cfg.norm_eps));
   pos_emb = register_module("pos_emb", positional_kinds().get(cfg.positional).make(inner, rng));
   drop = register_module("drop", std::make_shared<Dropout>(cfg.dropout));
   stack = register_inline(block_kinds().get(cfg.block).make(inner, *pos_emb, rng));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(C, cfg.bias));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(C, cfg.bias, cfg.norm_eps));
   head = register_module("head", std::make_shared<Linear>(C, cfg.vocab_size, false, rng));
 }
 

@@ -60,7 +60,7 @@ EarlyExitLM::EarlyExitLM(const ModelConfig& cfg, Rng& rng) : TransformerLM(cfg, 
   const auto L = static_cast<int64_t>(blocks->blocks.size());
   if (cfg.option_string("exit_heads") == "per_layer")
     for (int64_t n = 1; n < L; ++n) {
-      exit_norms.push_back(register_module("exit_ln_" + std::to_string(n), std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias)));
+      exit_norms.push_back(register_module("exit_ln_" + std::to_string(n), std::make_shared<LayerNorm>(cfg.n_embd, cfg.bias, cfg.norm_eps)));
       exit_heads.push_back(
           register_module("exit_head_" + std::to_string(n), std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, false, rng)));
     }
