@@ -34,13 +34,13 @@ int run_train(const TrainArgs& args) {
   std::unique_ptr<Trainer> trainer;
   if (args.resume) {
     TAPEFORMER_CHECK(fs::exists(ckpt), "--resume: no checkpoint at '", ckpt, "'");
-    trainer = Trainer::resume(args.out, [&](TrainConfig& saved) {
+    trainer = Trainer::resume(args.out, [&](TrainConfig& saved, const Trainer::ResumePoint& point) {
       TrainConfig wanted = args.config.empty() ? TrainConfig::parse(saved.to_json(), "of the checkpoint", args.overrides)
                                                : TrainConfig::load(args.config, args.overrides);
       if (!args.data.empty()) wanted.data.path = args.data;
       if (wanted.data.path.empty()) wanted.data.path = saved.data.path;
       wanted.validate();  // --data may be a path a checkpoint cannot store
-      adopt_resume_config(saved, wanted, args.out);
+      adopt_resume_config(saved, wanted, args.out, point.started);
     });
   } else {
     TAPEFORMER_CHECK(!args.config.empty(), "train: --config is required (or --resume to continue a run)");

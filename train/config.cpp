@@ -556,10 +556,19 @@ bool key_may_change_on_resume(const std::string& key) {
          key.rfind("eval.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("log.", 0) == 0;
 }
 
-void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir) {
+void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir, bool started) {
   const auto was = saved.fields(), now = wanted.fields();
   for (size_t i = 0; i < was.size(); ++i) {
-    if (was[i].second != now[i].second && !key_may_change_on_resume(was[i].first))
+    const std::string& key = was[i].first;
+    if (was[i].second == now[i].second) continue;
+    // The model (but its dropout) and the tokenizer are the checkpoint's, started or not.
+    const bool kept = (key.rfind("model.", 0) == 0 && key != "model.dropout") || key == "data.tokenizer" || key == "data.vocab_size" ||
+                      key == "data.sp_type" || key == "data.sp_model" || key == "data.tokenizer_path";
+    if (!started && kept)
+      fail("cannot resume '", out_dir, "': its model and tokenizer are fixed (", key, " = ", was[i].second,
+           ", and the config asks for ", now[i].second, "); no step was trained yet, so every other key may change");
+    if (!started) continue;
+    if (!key_may_change_on_resume(key))
       fail("cannot resume '", out_dir, "': the checkpoint was trained with ", was[i].first, " = ", was[i].second,
            " but the config asks for ", now[i].second,
            " (only train.max_iters, train.threads, train.shards, train.precision, train.recompute, data.path, eval.*, "

@@ -170,6 +170,9 @@ bool key_may_change_on_resume(const std::string& key);
 // A resumed run's config: `saved` (the checkpoint's) becomes `wanted` (the
 // command's), which may differ only in the keys above; otherwise Error
 // naming the key and both values. The vocabulary stays the checkpoint's.
-void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir);
+// A run not `started` (no step trained yet: an imported model) may change
+// every key but model.* (model.dropout may) and the tokenizer's data.* keys.
+void adopt_resume_config(TrainConfig& saved, const TrainConfig& wanted, const std::string& out_dir,
+                         bool started = true);
 
 }  // namespace tapeformer

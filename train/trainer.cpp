@@ -396,8 +396,20 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, const std::
   return resume(out_dir, TaskData{}, adjust);
 }
 
+std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir,
+                                         const std::function<void(TrainConfig&, const ResumePoint&)>& adjust) {
+  return resume_run(out_dir, TaskData{}, adjust);
+}
+
 std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData task,
                                          const std::function<void(TrainConfig&)>& adjust) {
+  return resume_run(out_dir, std::move(task), [&](TrainConfig& c, const ResumePoint&) {
+    if (adjust) adjust(c);
+  });
+}
+
+std::unique_ptr<Trainer> Trainer::resume_run(const std::string& out_dir, TaskData task,
+                                             const std::function<void(TrainConfig&, const ResumePoint&)>& adjust) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->s_ = std::make_unique<State>();
   State& s = *t->s_;
@@ -414,7 +426,8 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   s.cfg = TrainConfig::parse(c.config_json, "in " + path);
   TAPEFORMER_CHECK(s.is_task() || !c.tokenizer.empty(), path, " holds no tokenizer, so it cannot resume on a text: it "
                    "was trained on ", task_run_origin(s.cfg.model.arch));
-  if (adjust) adjust(s.cfg);
+  const ResumePoint point{c.step, c.step > 0 || !c.optimizer.empty()};
+  if (adjust) adjust(s.cfg, point);
   TAPEFORMER_CHECK(s.cfg.train.max_iters >= c.step, "cannot resume '", out_dir, "': train.max_iters = ",
                    s.cfg.train.max_iters, " is below the checkpoint's step ", c.step,
                    " (a run does not go back; ask for train.max_iters >= ", c.step, ")");
@@ -425,9 +438,11 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
   }
   s.model->load_state(c.model);
   s.shards->sync_buffers();  // the replicas were built before the checkpoint's buffers (FAVOR+ features) loaded
-  s.optimizer->load_state(c.optimizer, c.optimizer_step);
+  if (point.started) s.optimizer->load_state(c.optimizer, c.optimizer_step);
   const std::string what = path + ": cannot decode the batch sampler";
-  if (s.carries_memory()) {
+  if (!point.started) {
+    // Nothing drawn yet: the sampler and the dropout draws are the fresh run's (build set them).
+  } else if (s.carries_memory()) {
     StreamState state = s.stream_state();
     state.format = c.version;
     from_bytes(c.sampler, state, what);
@@ -436,7 +451,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& out_dir, TaskData ta
     from_bytes(c.sampler, position, what);
   }
   s.check_same_state_on_every_rank(c.step, c.checksum);
-  s.dropout_rng = c.rng;
+  if (point.started) s.dropout_rng = c.rng;
   s.last_train_loss = c.train_loss;
   s.eval_pending = c.eval_pending;
   s.dir->set_saved_step(c.step);

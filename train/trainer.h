@@ -119,10 +119,26 @@ class Trainer {
   // before anything is built.
   static std::unique_ptr<Trainer> resume(const std::string& out_dir,
                                          const std::function<void(TrainConfig&)>& adjust = {});
+  // What a resume starts from. `started` is false for a checkpoint no step
+  // was trained from yet (no optimizer state: `import-hf`'s run): then every
+  // setting but the model's may change (adopt_resume_config), and the
+  // optimizer, batch sampler and dropout draws start as a fresh run's.
+  struct ResumePoint {
+    int64_t step = 0;
+    bool started = true;
+  };
+  static std::unique_ptr<Trainer> resume(const std::string& out_dir,
+                                         const std::function<void(TrainConfig&, const ResumePoint&)>& adjust);
   // Continues a task's run; `task` must be built as the fresh run's was.
   static std::unique_ptr<Trainer> resume(const std::string& out_dir, TaskData task,
                                          const std::function<void(TrainConfig&)>& adjust = {});
   ~Trainer();
+
+ private:
+  static std::unique_ptr<Trainer> resume_run(const std::string& out_dir, TaskData task,
+                                             const std::function<void(TrainConfig&, const ResumePoint&)>& adjust);
+
+ public:
 
   TrainResult run();
   // With `on`, run() times its steps by phase and kernel family and counts
