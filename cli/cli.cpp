@@ -28,7 +28,7 @@ namespace tapeformer {
 // The commands, in --help's order: NAME is commands/NAME.cpp's `Command
 // NAME_command()`. A new command is its file and its name here.
 #define TAPEFORMER_COMMANDS(X) \
-  X(train) X(sample) X(eval) X(calibrate) X(knn) X(rl) X(prepare) X(export) X(plot) X(check) X(kinds)
+  X(train) X(sample) X(eval) X(calibrate) X(knn) X(rl) X(prepare) X(export) X(import_hf) X(plot) X(check) X(kinds)
 
 #define TAPEFORMER_DECLARE_COMMAND(name) Command name##_command();
 TAPEFORMER_COMMANDS(TAPEFORMER_DECLARE_COMMAND)

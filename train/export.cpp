@@ -19,11 +19,15 @@ namespace {
 
 // nanoGPT's GPT: the transformer kind, standard stack and MLP, softmax attention, a learned position table.
 // (Kind-specific options of other kinds keep their defaults: the config check refuses anything else.)
-bool is_nanogpt(const LanguageModel& model) {
+}  // namespace
+
+bool is_gpt2_shaped(const LanguageModel& model) {
   const ModelConfig& c = model.config();
   return c.arch == "transformer" && c.block == "standard" && c.attention == "softmax" && c.positional == "learned" &&
          c.mlp == "standard" && !model.memory_use().carried();
 }
+
+namespace {
 
 // tapeformer name -> (nanoGPT name, transposed?) for a GPT's parameters.
 std::pair<std::string, bool> nanogpt_name(const std::string& name) {
@@ -58,9 +62,12 @@ std::vector<int64_t> dims(const Shape& s) {
 }
 
 // The tensors the file holds for this model: (file name, value in the file's layout).
-std::vector<std::pair<std::string, Tensor>> file_tensors(const LanguageModel& model) {
+std::vector<std::pair<std::string, Tensor>> file_tensors(const LanguageModel& model, SafetensorsLayout layout) {
   std::vector<std::pair<std::string, Tensor>> out;
-  const bool gpt = is_nanogpt(model);
+  const bool gpt = is_gpt2_shaped(model), hf = layout == SafetensorsLayout::hugging_face;
+  TAPEFORMER_CHECK(gpt || !hf, "export: the Hugging Face layout is GPT-2's, and this model is not (",
+                   model.config().arch, ", block ", model.config().block, ", attention ", model.config().attention,
+                   ", positional ", model.config().positional, ", mlp ", model.config().mlp, ")");
   Tensor wte;  // the token embedding, for the tied head
   for (const auto& [name, var] : model.named_parameters()) {
     if (name == "tok_emb.weight") wte = var.value();
@@ -69,17 +76,19 @@ std::vector<std::pair<std::string, Tensor>> file_tensors(const LanguageModel& mo
       continue;
     }
     const auto [file_name, transpose] = nanogpt_name(name);
-    out.emplace_back(file_name, transpose ? transposed(var.value()) : var.value().contiguous());
+    // transformers' lm_head is a Linear ([out, in]) like nanoGPT's; only its Conv1D weights are [in, out].
+    const bool flip = transpose && (!hf || file_name == "lm_head.weight");
+    out.emplace_back(file_name, flip ? transposed(var.value()) : var.value().contiguous());
   }
-  if (gpt && model.config().tie_weights)  // nanoGPT's state_dict lists the tied head too
+  if (gpt && !hf && model.config().tie_weights)  // nanoGPT's state_dict lists the tied head too
     out.emplace_back("lm_head.weight", wte.contiguous());
   return out;
 }
 
 }  // namespace
 
-void export_safetensors(const LanguageModel& model, const std::string& path) {
-  const auto tensors = file_tensors(model);
+void export_safetensors(const LanguageModel& model, const std::string& path, SafetensorsLayout layout) {
+  const auto tensors = file_tensors(model, layout);
   nlohmann::json header;
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -173,7 +182,7 @@ std::map<std::string, Entry> header_entries(const nlohmann::json& header, uint64
 
 }  // namespace
 
-void import_safetensors(LanguageModel& model, const std::string& path) {
+void import_safetensors(LanguageModel& model, const std::string& path, SafetensorsLayout layout) {
   check_regular_file(path, "safetensors");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "safetensors '", path, "': cannot open");
@@ -208,7 +217,15 @@ void import_safetensors(LanguageModel& model, const std::string& path) {
                        "' holds a NaN or an infinity at element ", i, " (weights must be finite)");
     return t;
   };
-  const bool gpt = is_nanogpt(model);
+  const bool gpt = is_gpt2_shaped(model), hf = layout == SafetensorsLayout::hugging_face;
+  TAPEFORMER_CHECK(gpt || !hf, "safetensors '", path, "': a Hugging Face GPT-2 file, but the model is not GPT-2's "
+                   "architecture (", model.config().block, " blocks, ", model.config().attention, " attention, ",
+                   model.config().positional, " positions)");
+  // GPT2Model's files name the body without "transformer.".
+  const bool bare = hf && entries.count("transformer.wte.weight") == 0 && entries.count("wte.weight") != 0;
+  const auto in_file = [&](const std::string& name) {
+    return bare && name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+  };
   NamedTensors state;
   for (const auto& [name, var] : model.named_parameters()) {
     if (!gpt) {
@@ -217,10 +234,11 @@ void import_safetensors(LanguageModel& model, const std::string& path) {
     }
     const auto [file_name, transpose] = nanogpt_name(name);
     const Shape& s = var.shape();
-    state.emplace_back(name, transpose ? transposed(read(file_name, Shape({s[1], s[0]}))) : read(file_name, s));
+    const bool flip = transpose && (!hf || file_name == "lm_head.weight");  // as in file_tensors
+    state.emplace_back(name, flip ? transposed(read(in_file(file_name), Shape({s[1], s[0]}))) : read(in_file(file_name), s));
   }
   // nanoGPT's state_dict lists a tied head too: it must be the embedding, bit for bit.
-  const auto head = entries.find("lm_head.weight"), wte = entries.find("transformer.wte.weight");
+  const auto head = entries.find("lm_head.weight"), wte = entries.find(in_file("transformer.wte.weight"));
   if (gpt && model.config().tie_weights && head != entries.end() && wte != entries.end()) {
     used.insert(head->first);
     const Entry &h = head->second, &w = wte->second;
@@ -234,8 +252,11 @@ void import_safetensors(LanguageModel& model, const std::string& path) {
   for (const auto& [name, e] : entries) {
     // nanoGPT without flash attention saves its causal mask as a buffer,
     // transformer.h.N.attn.bias (1, 1, T, T): not a weight, nothing to load.
-    const bool mask = gpt && e.shape.size() == 4 && name.rfind("transformer.h.", 0) == 0 &&
-                      name.size() > 10 && name.compare(name.size() - 10, 10, ".attn.bias") == 0;
+    const auto ends = [&](const std::string& tail) {
+      return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    const bool in_block = name.rfind(in_file("transformer.h."), 0) == 0;
+    const bool mask = gpt && in_block && ((e.shape.size() == 4 && ends(".attn.bias")) || (hf && ends(".attn.masked_bias")));
     TAPEFORMER_CHECK(mask || used.count(name) != 0, "safetensors '", path, "': tensor '", name,
                      "' is not a parameter of this model (a file of another model or config?)");
   }

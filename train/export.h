@@ -14,6 +14,12 @@
 // wte), as nanoGPT's state_dict has it. Any other architecture is written
 // under tapeformer's own parameter names and layouts. The model's config
 // goes into the header's __metadata__ ("tapeformer_config").
+//
+// SafetensorsLayout::hugging_face is transformers' GPT2LMHeadModel instead:
+// the same names, but its Conv1D weights are [in, out] as tapeformer keeps
+// them (only lm_head, a Linear, is [out, in]), the "transformer." prefix is optional on import
+// (GPT2Model's files have none), and a tied head is not written (transformers
+// ties it again when it loads) but accepted when equal to the embedding.
 #pragma once
 
 #include <string>
@@ -22,7 +28,10 @@
 
 namespace tapeformer {
 
-void export_safetensors(const LanguageModel& model, const std::string& path);
+enum class SafetensorsLayout { native, hugging_face };
+
+void export_safetensors(const LanguageModel& model, const std::string& path,
+                        SafetensorsLayout layout = SafetensorsLayout::native);
 // Loads every parameter of `model` from `path` (written by
 // export_safetensors, or by PyTorch from a matching nanoGPT GPT). The file is
 // checked whole before anything is loaded, and refused naming the file and
@@ -30,7 +39,15 @@ void export_safetensors(const LanguageModel& model, const std::string& path);
 // overlap or leave data bytes unclaimed, a tensor is missing, mis-shaped, not
 // F32, unknown to the model or not finite, or a tied model's lm_head.weight
 // differs from the embedding (it may be absent). nanoGPT's causal-mask
-// buffers (transformer.h.N.attn.bias, 4-D) are skipped.
-void import_safetensors(LanguageModel& model, const std::string& path);
+// buffers (transformer.h.N.attn.bias, 4-D) are skipped, and with the
+// hugging_face layout transformers' h.N.attn.masked_bias too. hugging_face
+// needs a model nanoGPT's names fit (is_gpt2_shaped).
+void import_safetensors(LanguageModel& model, const std::string& path,
+                        SafetensorsLayout layout = SafetensorsLayout::native);
+
+// Whether the model is GPT-2's architecture (nanoGPT's GPT): the transformer
+// kind with standard blocks and MLP, softmax attention, learned positions and
+// no memories. Its parameters have GPT-2's names.
+bool is_gpt2_shaped(const LanguageModel& model);
 
 }  // namespace tapeformer

@@ -140,7 +140,7 @@ TEST_CASE("ByteTokenizer round-trips arbitrary bytes") {
   CHECK(b.decode(ids) == bytes);
   CHECK_THROWS_WITH_AS(b.decode({256}), "decode: token 256 is not a byte (0..255)", Error);
   CHECK_THROWS_WITH_AS(make_tokenizer("bpe", "text"),
-                       "data.tokenizer: unknown kind \"bpe\" (known: char, byte, sentencepiece)", Error);
+                       "data.tokenizer: unknown kind \"bpe\" (known: char, byte, sentencepiece, byte_bpe)", Error);
 }
 
 TEST_CASE("tokenizers survive save/load: cereal archive (TokenizerState) and blob") {

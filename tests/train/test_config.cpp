@@ -51,7 +51,7 @@ TEST_CASE("config: unknown keys, wrong types and bad values are rejected with th
         "config: 'model.n_embd' (130) must be a multiple of 'model.n_head' (4)");
   CHECK(error_of(R"({"train": {"batch_size": 0}})") == "config: 'train.batch_size' must be > 0, got 0");
   CHECK(error_of(R"({"data": {"tokenizer": "bpe"}})") ==
-        "config: data.tokenizer: unknown kind \"bpe\" (known: char, byte, sentencepiece)");
+        "config: data.tokenizer: unknown kind \"bpe\" (known: char, byte, sentencepiece, byte_bpe)");
   CHECK(error_of(R"({"data": {"tokenizer": "sentencepiece", "vocab_size": -5}})") ==
         "config: data.vocab_size must be in [0, 65536] (token files hold uint16 ids), got -5");
   CHECK(error_of(R"({"data": {"tokenizer": "sentencepiece", "vocab_size": 1000, "sp_type": "wordpiece"}})") ==
