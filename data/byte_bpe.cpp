@@ -268,11 +268,23 @@ std::unique_ptr<ByteBpeTokenizer> ByteBpeTokenizer::from_tokenizer_json(std::str
       for (const char* key : {"lstrip", "rstrip", "single_word"})
         TAPEFORMER_CHECK(!flag(a, key, false), origin, ": added_tokens[", i, "] sets ", key, ", which byte_bpe does not do");
       const int64_t id = a["id"].get<int64_t>();
-      TAPEFORMER_CHECK(id >= 0 && id < static_cast<int64_t>(m.tokens.size()), origin, ": added_tokens[", i, "] has id ", id,
-                       ", beyond the vocabulary's ", m.tokens.size(), " tokens");
+      TAPEFORMER_CHECK(id >= 0 && id < 65536, origin, ": added_tokens[", i, "] has id ", id, ", outside 0..65535");
       m.added.emplace_back(static_cast<int32_t>(id), a["content"].get<std::string>());
     }
   }
+  // Added tokens past the model's vocabulary extend the table (tokens added
+  // after training); the ids must still run 0..n-1 without a gap.
+  const size_t model_tokens = m.tokens.size();
+  for (const auto& [id, text] : m.added) {
+    if (static_cast<size_t>(id) < model_tokens) continue;
+    if (static_cast<size_t>(id) >= m.tokens.size()) m.tokens.resize(static_cast<size_t>(id) + 1);
+    TAPEFORMER_CHECK(m.tokens[static_cast<size_t>(id)].empty(), origin, ": added tokens '", m.tokens[static_cast<size_t>(id)],
+                     "' and '", text, "' share id ", id);
+    m.tokens[static_cast<size_t>(id)] = text;
+  }
+  for (size_t id = model_tokens; id < m.tokens.size(); ++id)
+    TAPEFORMER_CHECK(!m.tokens[id].empty(), origin, ": no token has id ", id, " (model.vocab ends at ", model_tokens - 1,
+                     " and added_tokens go to ", m.tokens.size() - 1, ")");
   return std::make_unique<ByteBpeTokenizer>(std::move(m), origin);
 }
 

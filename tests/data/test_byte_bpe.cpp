@@ -119,3 +119,18 @@ TEST_CASE("byte_bpe: bad files are refused naming the file and what is wrong") {
   CHECK_THROWS_WITH_AS(ByteBpeTokenizer::from_tokenizer_json(R"({"model": {"type": "WordPiece"}})", "t.json"),
                        doctest::Contains("model.type is \"WordPiece\""), Error);
 }
+
+TEST_CASE("byte_bpe: added tokens past the model's vocabulary extend it; a gap in the ids is refused") {
+  auto doc = nlohmann::json::parse(slurp(kDir / "tokenizer.json"));
+  const int64_t n = static_cast<int64_t>(doc["model"]["vocab"].size());
+  doc["added_tokens"].push_back({{"id", n}, {"content", "<|pad|>"}, {"special", true}});
+  const auto tok = ByteBpeTokenizer::from_tokenizer_json(doc.dump(), "t.json");
+  CHECK(tok->vocab_size() == n + 1);
+  const std::vector<int32_t> ids = tok->encode("a<|pad|>b");
+  REQUIRE(ids.size() == 3);
+  CHECK(ids[1] == n);
+  CHECK(tok->decode(ids) == "a<|pad|>b");
+  doc["added_tokens"].back()["id"] = n + 1;
+  CHECK_THROWS_WITH_AS(ByteBpeTokenizer::from_tokenizer_json(doc.dump(), "t.json"),
+                       doctest::Contains("no token has id"), Error);
+}
