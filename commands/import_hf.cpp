@@ -14,10 +14,12 @@ namespace {
 struct ImportArgs {
   std::string dir;  // config.json, model.safetensors, tokenizer files
   std::string out;  // the run directory to make
+  int64_t block_size = 0;  // cut the position table to this many rows (0: keep n_positions)
 };
 
 int run_import(const ImportArgs& args) {
-  const HfGpt2 hf = read_hf_gpt2(args.dir);
+  TAPEFORMER_CHECK(args.block_size >= 0, "import-hf: --block-size must be >= 1, got ", args.block_size);
+  const HfGpt2 hf = read_hf_gpt2(args.dir, args.block_size);
   write_imported_run(hf, args.out);
   const ModelConfig& m = hf.cfg.model;
   std::printf("import-hf: wrote %s/checkpoint.bin (GPT-2, %lld parameters: %lld layers, %lld heads, width %lld, "
@@ -39,6 +41,8 @@ Command import_hf_command() {
             auto args = std::make_shared<ImportArgs>();
             x.add_option("dir", args->dir, "the directory transformers' save_pretrained wrote")->required();
             x.add_option("--out", args->out, "the run directory to make")->required();
+            x.add_option("--block-size", args->block_size, "train on this context: the position table is cut to its "
+                         "first N rows (nanoGPT's crop_block_size; default: all of n_positions)");
             return [args](const CommandContext&) { return run_import(*args); };
           }};
 }

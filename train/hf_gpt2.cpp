@@ -175,7 +175,7 @@ std::string hf_config_of_model(const LanguageModel& model, const Tokenizer* toke
   return doc.dump(2) + "\n";
 }
 
-HfGpt2 read_hf_gpt2(const std::string& dir) {
+HfGpt2 read_hf_gpt2(const std::string& dir, int64_t block_size) {
   std::error_code ec;
   const fs::path p(dir);
   TAPEFORMER_CHECK(fs::is_directory(p, ec), "import-hf: '", dir, "' is not a directory (give the directory "
@@ -203,6 +203,16 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
   Rng init(0);
   hf.model = make_model(hf.cfg.model, init);
   import_safetensors(*hf.model, weights.string(), SafetensorsLayout::hugging_face);
+  if (block_size > 0 && block_size != hf.cfg.model.block_size) {
+    TAPEFORMER_CHECK(block_size < hf.cfg.model.block_size, "import-hf: --block-size ", block_size, " is beyond the ",
+                     hf.cfg.model.block_size, " positions config.json gives (n_positions); it can only cut the table");
+    NamedTensors state = hf.model->state();
+    for (auto& [name, t] : state)
+      if (name == "pos_emb.weight") t = t.slice(0, 0, block_size).contiguous();  // (block_size, C)
+    hf.cfg.model.block_size = block_size;
+    hf.model = make_model(hf.cfg.model, init);
+    hf.model->load_state(state);
+  }
   hf.model->eval();
   return hf;
 }

@@ -39,7 +39,10 @@ ModelConfig model_config_of_hf(const std::string& config_json, const std::string
 // The model config -> config.json's text; Error naming the kind GPT-2 cannot express.
 std::string hf_config_of_model(const LanguageModel& model, const Tokenizer* tokenizer);
 
-HfGpt2 read_hf_gpt2(const std::string& dir);
+// With block_size > 0 (at most n_positions), the position table is cut to its
+// first block_size rows and model.block_size set to it (nanoGPT's
+// crop_block_size): a 1024-position GPT-2 fine-tuned on 256-token windows.
+HfGpt2 read_hf_gpt2(const std::string& dir, int64_t block_size = 0);
 // A run directory holding the imported model at step 0 (created; refused
 // when it already holds a checkpoint).
 void write_imported_run(const HfGpt2& hf, const std::string& out_dir);

@@ -112,6 +112,17 @@ TEST_CASE("import-hf: the run it writes, exported back, reads to the same bits")
                        Error);
 }
 
+TEST_CASE("import-hf: --block-size cuts the position table, and the logits stay transformers'") {
+  NoGradGuard no_grad;
+  const HfGpt2 full = read_hf_gpt2((kDir / "small_a").string());
+  const HfGpt2 cut = read_hf_gpt2((kDir / "small_a").string(), 16);
+  CHECK(cut.cfg.model.block_size == 16);
+  // The reference's 12 positions fit in 16: the same logits as the whole table's.
+  const auto ref = read_json(kDir / "small_a" / "reference.json");
+  CHECK(against_reference(*cut.model, ref).first == against_reference(*full.model, ref).first);
+  CHECK_THROWS_WITH_AS(read_hf_gpt2((kDir / "small_a").string(), 65), doctest::Contains("only cut the table"), Error);
+}
+
 TEST_CASE("import-hf: refusals name the file and the field") {
   TempDir dir("hf-refusals");
   const auto copy_of = [&](const std::string& name) {
