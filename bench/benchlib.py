@@ -1,7 +1,19 @@
 """What the benchmarks that write docs/results.md share (scale.py, ranks.py,
 rss_depth.py): the two char-LM recipes and their options, the build, a run
-timed by /usr/bin/time, and the section of the results page."""
+timed by /usr/bin/time, the section of the results page, and the interpreter
+that runs the PyTorch peer (bench/charlm_reference.py) for every bench.
+
+The PyTorch peer runs on the newest PyTorch on PyPI, in a virtual environment
+out of the repository's tracked files (never a dependency of tapeformer):
+
+    python3 bench/benchlib.py torch-python            # its interpreter's path (made on first use)
+    python3 bench/benchlib.py torch-python --venv DIR # another virtual environment ('none': Debian's /usr/bin/python3)
+    python3 bench/benchlib.py torch-version [PYTHON]  # torch.__version__ of PYTHON (default: the one above)
+    TORCH_PYTHON=/usr/bin/python3 ...                 # any interpreter with torch instead (here Debian's 1.13)
+"""
+import argparse
 import datetime
+import functools
 import json
 import os
 import re
@@ -15,6 +27,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import experiment  # noqa: E402  (replace_section, machine)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The PyTorch peer's interpreter (torch_python): $TORCH_PYTHON when set, else the
+# virtual environment TORCH_VENV, made on first use with the newest torch on PyPI;
+# out/hf-venv (tests/fixtures/make_hf_gpt2.py: the newest torch and transformers)
+# serves instead while TORCH_VENV has not been made, to spare a second install.
+TORCH_VENV = os.path.join(ROOT, "out", "torch-venv")
+HF_VENV = os.path.join(ROOT, "out", "hf-venv")
+DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's python3-torch (PyTorch 1.13 on the system BLAS)
 
 RECIPES = {
     "small": {"label": "nanoGPT CPU recipe (0.8M)", "config": "configs/shakespeare_char_cpu.json"},
@@ -85,6 +105,12 @@ def run_timed(cmd, env, log_path, fail):
     return result
 
 
+def last_json(stdout):
+    """The last line of a command's stdout that is a JSON object, parsed (None when there is none)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
 def train_timed(config, data, sets, fail, prefix="bench-"):
     """`tapeformer train --config CONFIG --data DATA --set S...` in a run directory of its own, under
     run_timed; the directory and the log are removed after a run that succeeds (a failure keeps the log
@@ -105,6 +131,82 @@ def mean_sd(values, digits=0):
     return f"{statistics.mean(values):.{digits}f} ± {sd:.{digits}f}"
 
 
+def _venv_python(venv):
+    return os.path.join(venv, "bin", "python")
+
+
+def _imports_torch(python):
+    return subprocess.run([python, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def torch_python(venv=None):
+    """The interpreter that runs the PyTorch peer (bench/charlm_reference.py), as a path.
+
+    venv None: $TORCH_PYTHON when set (any interpreter with torch, e.g. /usr/bin/python3), else
+    out/torch-venv, else out/hf-venv when only that exists and has torch, else out/torch-venv made
+    now with `pip install torch numpy` (the newest on PyPI). venv 'none': Debian's /usr/bin/python3.
+    venv DIR: that virtual environment, made the same way on first use. Progress goes to stderr."""
+    if venv is None:
+        if os.environ.get("TORCH_PYTHON"):
+            return os.environ["TORCH_PYTHON"]
+        if not os.path.exists(_venv_python(TORCH_VENV)) and os.path.exists(_venv_python(HF_VENV)) \
+                and _imports_torch(_venv_python(HF_VENV)):
+            return _venv_python(HF_VENV)
+        venv = TORCH_VENV
+    if venv == "none":
+        return DEBIAN_PYTHON
+    python = _venv_python(venv)
+    if not os.path.exists(python):
+        print(f"{os.path.basename(sys.argv[0])}: installing the newest PyTorch from PyPI into "
+              f"{os.path.relpath(venv)} (for the benches only; a few GB)...", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, stdout=sys.stderr)
+        subprocess.run([python, "-m", "pip", "install", "--quiet", "torch", "numpy"], check=True, stdout=sys.stderr)
+    elif not _imports_torch(python):
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {python} cannot import torch; remove {venv} to make it again")
+    return python
+
+
+@functools.lru_cache(maxsize=None)
+def torch_version(python):
+    """torch.__version__ of the interpreter `python` (e.g. '2.15.0+cu132', Debian's '1.13.0a0')."""
+    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], check=True,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+
+
+def torch_import_rss_mb(python):
+    """Peak RSS in MB of `python -c "import torch"` alone, under /usr/bin/time -v: the floor under every
+    PyTorch run's peak RSS (about 640 MB for PyPI's wheel, which loads its CUDA libraries even on a CPU;
+    about 235 MB for Debian's)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as timing:
+        subprocess.run(["/usr/bin/time", "-v", "-o", timing.name, python, "-c", "import torch"], check=True)
+        rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", timing.read())
+    return int(rss.group(1)) / 1024 if rss else float("nan")
+
+
+def _venv_of(python):
+    """The virtual environment `python` belongs to, or None."""
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    return venv if os.path.exists(os.path.join(venv, "pyvenv.cfg")) else None
+
+
+def is_debian_python(python):
+    """Whether `python` is Debian's own interpreter (not a virtual environment), whose torch comes from apt
+    (python3-torch, on the system BLAS)."""
+    return _venv_of(python) is None and os.path.realpath(python).startswith("/usr/bin/")
+
+
+def torch_origin(python):
+    """Where `python`'s torch comes from, in words: "Debian's python3-torch", "PyPI, out/torch-venv" (or
+    out/hf-venv), another virtual environment's directory, or the interpreter's path."""
+    if is_debian_python(python):
+        return "Debian's python3-torch"
+    venv = _venv_of(python)
+    if venv and os.path.realpath(venv) in (os.path.realpath(TORCH_VENV), os.path.realpath(HF_VENV)):
+        return "PyPI, " + os.path.relpath(venv, ROOT)  # the environments made here, from PyPI
+    return f"the virtual environment {venv}" if venv else python
+
+
 def write_section(results, name, title, intro, cmd, body):
     """Replaces the section `name` of the results page: the title, the intro, the command that
     reproduces it with today's date and the machine, then the lines of `body`."""
@@ -123,3 +225,22 @@ def write_section(results, name, title, intro, cmd, body):
     experiment.replace_section(results, name, section)
     print(f"{os.path.basename(sys.argv[0])}: wrote the '{name}' section of {os.path.relpath(results, ROOT)}",
           file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="The interpreter of the PyTorch peer the benches run.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    tp = sub.add_parser("torch-python", help="print the interpreter's path (the virtual environment is made on first use)")
+    tp.add_argument("--venv", help="a virtual environment (default: $TORCH_PYTHON, else out/torch-venv; "
+                                   "'none': Debian's /usr/bin/python3)")
+    tv = sub.add_parser("torch-version", help="print torch.__version__ of PYTHON")
+    tv.add_argument("python", nargs="?", help="an interpreter (default: what torch-python prints)")
+    args = ap.parse_args()
+    if args.command == "torch-python":
+        print(torch_python(args.venv))
+    else:
+        print(torch_version(args.python or torch_python()))
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/out/quickstart"
 ln -s "$root/build" "$work/build"
 ln -s "$root/configs" "$work/configs"
+ln -s "$root/tests" "$work/tests"
 ln -s "$root/out/quickstart/fortunes.txt" "$work/out/quickstart/fortunes.txt"
 # The first ```sh block of the README, continuation lines joined.
 python3 - "$root/README.md" > "$work/tour.sh" <<'PY'

@@ -1,6 +1,7 @@
 #include "tapeformer/train/hf_gpt2.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -147,7 +148,9 @@ std::string hf_config_of_model(const LanguageModel& model, const Tokenizer* toke
   else if (m.activation == "relu" || m.activation == "silu") act = m.activation;
   else fail("export --format hf: model.activation \"", m.activation, "\" has no GPT-2 counterpart");
   const json eot = end_of_text(tokenizer);
-  const double eps = std::stod(std::to_string(m.norm_eps));  // 1e-05, not 9.99999974738e-06
+  char eps_text[32];
+  std::snprintf(eps_text, sizeof eps_text, "%.7g", static_cast<double>(m.norm_eps));
+  const double eps = std::stod(eps_text);  // the float's shortest decimal: 1e-05, not 9.99999974738e-06
   const json doc = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
