@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tapeformer/commands/command.h"
+#include "tapeformer/commands/flags.h"
 #include "tapeformer/core/program_name.h"
 #include "tapeformer/train/hf_gpt2.h"
 
@@ -41,7 +42,7 @@ Command import_hf_command() {
             auto args = std::make_shared<ImportArgs>();
             x.add_option("dir", args->dir, "the directory transformers' save_pretrained wrote")->required();
             x.add_option("--out", args->out, "the run directory to make")->required();
-            x.add_option("--block-size", args->block_size, "train on this context: the position table is cut to its "
+            number_option(&x, "--block-size", args->block_size, "train on this context: the position table is cut to its "
                          "first N rows (nanoGPT's crop_block_size; default: all of n_positions)");
             return [args](const CommandContext&) { return run_import(*args); };
           }};
