@@ -148,14 +148,16 @@ def torch_python(venv=None):
     now with `pip install torch numpy` (the newest on PyPI). venv 'none': Debian's /usr/bin/python3.
     venv DIR: that virtual environment, made the same way on first use. Progress goes to stderr."""
     if venv is None:
-        if os.environ.get("TORCH_PYTHON"):
-            return os.environ["TORCH_PYTHON"]
+        chosen = os.environ.get("TORCH_PYTHON")
+        if chosen:  # a path (made absolute: benches run it from the repository's root), or a name on PATH
+            return os.path.abspath(chosen) if os.sep in chosen else (shutil.which(chosen) or chosen)
         if not os.path.exists(_venv_python(TORCH_VENV)) and os.path.exists(_venv_python(HF_VENV)) \
                 and _imports_torch(_venv_python(HF_VENV)):
             return _venv_python(HF_VENV)
         venv = TORCH_VENV
     if venv == "none":
         return DEBIAN_PYTHON
+    venv = os.path.abspath(venv)
     python = _venv_python(venv)
     if not os.path.exists(python):
         print(f"{os.path.basename(sys.argv[0])}: installing the newest PyTorch from PyPI into "
@@ -186,14 +188,21 @@ def torch_import_rss_mb(python):
 
 def _venv_of(python):
     """The virtual environment `python` belongs to, or None."""
-    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(shutil.which(python) or python)))
     return venv if os.path.exists(os.path.join(venv, "pyvenv.cfg")) else None
 
 
 def is_debian_python(python):
     """Whether `python` is Debian's own interpreter (not a virtual environment), whose torch comes from apt
     (python3-torch, on the system BLAS)."""
-    return _venv_of(python) is None and os.path.realpath(python).startswith("/usr/bin/")
+    return _venv_of(python) is None and os.path.realpath(shutil.which(python) or python).startswith("/usr/bin/")
+
+
+def debian_torch_packages(python):
+    """The Debian packages `python`'s torch needs: for Debian's own interpreter, python3-torch and the OpenMP
+    OpenBLAS (Debian's torch calls the system BLAS, and on the default reference BLAS it runs ~15x slower);
+    none for a virtual environment, whose wheel brings its own BLAS (MKL on x86)."""
+    return ["python3-torch", "libopenblas0-openmp"] if is_debian_python(python) else []
 
 
 def torch_origin(python):
@@ -235,9 +244,14 @@ def main():
                                    "'none': Debian's /usr/bin/python3)")
     tv = sub.add_parser("torch-version", help="print torch.__version__ of PYTHON")
     tv.add_argument("python", nargs="?", help="an interpreter (default: what torch-python prints)")
+    tk = sub.add_parser("torch-packages", help="print the Debian packages PYTHON's torch needs (for scripts/setup.sh): "
+                                               "python3-torch and OpenBLAS for Debian's /usr/bin/python3, else none")
+    tk.add_argument("python")
     args = ap.parse_args()
     if args.command == "torch-python":
         print(torch_python(args.venv))
+    elif args.command == "torch-packages":
+        print(" ".join(debian_torch_packages(args.python)))
     else:
         print(torch_version(args.python or torch_python()))
 

@@ -1,12 +1,20 @@
-"""PyTorch reference of tapeformer's char-LM recipe, for bench/charlm_vs_pytorch.sh.
+"""PyTorch reference of tapeformer's char-LM recipe, the peer of every bench that
+compares with PyTorch (scale.py, charlm_vs_pytorch.sh, val_loss_seeds.sh, paired_run).
 
 Same config file, same architecture and init (nanoGPT's GPT: pre-LN blocks, fused
 qkv, tanh-GELU MLP, tied head), same AdamW groups, nanoGPT's warmup+cosine
 schedule, gradient clipping, data split and random-window batches, and the same
 evaluation protocol (eval.iters val batches at each eval, eval.final_iters at the
-end). Prints one JSON line on stdout; progress goes to stderr.
+end). Prints one JSON line on stdout (its "torch" is the PyTorch version that
+ran); progress goes to stderr.
 
-  /usr/bin/python3 bench/charlm_reference.py --config configs/shakespeare_char_cpu.json \
+The benches run it on the newest PyTorch on PyPI, in a virtual environment out
+of tapeformer's dependencies (`python3 bench/benchlib.py torch-python` prints
+its interpreter, making out/torch-venv on first use); it runs as well on
+Debian's python3-torch (PyTorch 1.13, /usr/bin/python3):
+
+  PY=$(python3 bench/benchlib.py torch-python)        # or PY=/usr/bin/python3
+  $PY bench/charlm_reference.py --config configs/shakespeare_char_cpu.json \
       --data input.txt [--threads N] [--set train.max_iters=200 ...] [--precision bf16]
 
 --precision bf16 runs every forward (training and evaluation) under

@@ -12,12 +12,18 @@ bench/paired_run.sh drives it. `prepare` builds the reference model
 `train --dtype float32|float64` then trains the reference from init.bin on
 those batches and writes DIR/pytorch-DTYPE.jsonl: one line per step
 {"step", "lr", "train_loss", "grad_norm"} (grad_norm before clipping) and a
-last line {"final_val_loss"}. bench/paired_run.cpp writes the same for
-tapeformer, and `compare` prints them side by side.
+last line {"final_val_loss", "torch"} (torch: the PyTorch version that ran).
+bench/paired_run.cpp writes the same for tapeformer, and `compare` prints them
+side by side.
 
-  /usr/bin/python3 bench/paired_run.py prepare --config C --data FILE --out DIR [--set k=v ...]
-  /usr/bin/python3 bench/paired_run.py train --config C --data FILE --out DIR --dtype float64
-  /usr/bin/python3 bench/paired_run.py compare --out DIR
+Run it with the interpreter of the PyTorch peer, the newest PyTorch on PyPI in
+a virtual environment (`python3 bench/benchlib.py torch-python` prints it,
+making it on first use; $TORCH_PYTHON picks another, e.g. /usr/bin/python3):
+
+  PY=$(python3 bench/benchlib.py torch-python)
+  $PY bench/paired_run.py prepare --config C --data FILE --out DIR [--set k=v ...]
+  $PY bench/paired_run.py train --config C --data FILE --out DIR --dtype float64
+  $PY bench/paired_run.py compare --out DIR
 """
 import argparse
 import json
@@ -106,17 +112,23 @@ def train(cfg, args):
     model.eval()
     with torch.no_grad():
         val = sum(model(*batch(val_data, b)).item() for b in batches["final"]) / len(batches["final"])
-    out.write(json.dumps({"final_val_loss": val}) + "\n")
+    out.write(json.dumps({"final_val_loss": val, "torch": torch.__version__}) + "\n")
 
 
 def compare(args):
+    versions = {}
+
     def load(name):
         lines = [json.loads(l) for l in open(os.path.join(args.out, name + ".jsonl"))]
+        versions[name] = lines[-1].get("torch", "?")  # "?" in files written before the version was recorded
         return lines[:-1], lines[-1]["final_val_loss"]
 
     (tf, tf_val), (pt, pt_val), (pd, pd_val) = load("tapeformer"), load("pytorch-float32"), load("pytorch-float64")
     assert len(tf) == len(pt) == len(pd), "the three runs have the same number of steps"
-    print("Train loss of the same batches, from the same initial weights:")
+    torch_version = versions["pytorch-float32"]
+    if versions["pytorch-float64"] != torch_version:
+        torch_version += " (float32), " + versions["pytorch-float64"] + " (float64)"
+    print("Train loss of the same batches, from the same initial weights (torch: PyTorch %s):" % torch_version)
     print("%6s %11s %11s %11s %15s %15s" % ("step", "tapeformer", "torch f32", "torch f64", "|tf - f64|", "|torch f32 - f64|"))
     marks = [s for s in (1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 750, 1000, 1500, 2000) if s <= len(tf)]
     if len(tf) not in marks:
@@ -139,7 +151,7 @@ def compare(args):
     for tol in (1e-4, 1e-3, 1e-2):
         print("first step whose train loss is more than %g from float64: tapeformer %s, torch float32 %s" % (
             tol, first_step_off(tf, tol) or "never", first_step_off(pt, tol) or "never"))
-    summary = {"steps": len(tf),
+    summary = {"steps": len(tf), "torch": torch_version,
                "final_val_loss": {"tapeformer": tf_val, "pytorch_float32": pt_val, "pytorch_float64": pd_val},
                "max_rel_diff_from_float64": {
                    "tapeformer": {k: worst(tf, k) for k in ("train_loss", "grad_norm")},

@@ -8,6 +8,12 @@
 #
 #   bash bench/paired_run.sh DATA [--set key=value ...]
 #   CONFIG=configs/quickstart.json OUT=out/paired bash bench/paired_run.sh input.txt --set train.max_iters=300
+#   TORCH_PYTHON=/usr/bin/python3 bash bench/paired_run.sh input.txt           # Debian's PyTorch 1.13 instead
+#
+# PyTorch is the newest on PyPI, in a virtual environment made on first use
+# (out/torch-venv: `python3 bench/benchlib.py torch-python`), never a
+# dependency of tapeformer; TORCH_PYTHON names another interpreter with torch.
+# The comparison names its version.
 #
 # One thread each (the three runs go one after the other); model.dropout must
 # be 0. About 15 minutes for the nanoGPT CPU recipe on this project's 2-core
@@ -29,14 +35,19 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-bash scripts/setup.sh python3-torch libopenblas0-openmp
+# The PyTorch peer's interpreter (Debian's needs python3-torch on OpenBLAS).
+torch_python=$(python3 bench/benchlib.py torch-python)
+torch_packages=$(python3 bench/benchlib.py torch-packages "$torch_python")
+# shellcheck disable=SC2086  # the package names, one word each
+bash scripts/setup.sh $torch_packages
+echo "paired_run.sh: PyTorch $("$torch_python" -c 'import torch; print(torch.__version__)') ($torch_python)" >&2
 echo "paired_run.sh: building (Release)..." >&2
 cmake -S . -B build -G Ninja >/dev/null
 cmake --build build -j "$(nproc)" --target paired_run >/dev/null
 mkdir -p "$out"
 rm -f "$out"/*.jsonl
 
-py=(/usr/bin/python3 bench/paired_run.py --config "$config" --data "$data" --out "$out" ${sets[@]+"${sets[@]}"})
+py=("$torch_python" bench/paired_run.py --config "$config" --data "$data" --out "$out" ${sets[@]+"${sets[@]}"})
 echo "paired_run.sh: initial weights and batches..." >&2
 "${py[@]}" prepare
 echo "paired_run.sh: tapeformer..." >&2
@@ -45,4 +56,4 @@ echo "paired_run.sh: PyTorch float32..." >&2
 "${py[@]}" train --dtype float32
 echo "paired_run.sh: PyTorch float64..." >&2
 "${py[@]}" train --dtype float64
-/usr/bin/python3 bench/paired_run.py compare --out "$out"
+"$torch_python" bench/paired_run.py compare --out "$out"

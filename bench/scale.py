@@ -2,12 +2,17 @@
 recipe (configs/shakespeare_char_cpu.json) and its default shakespeare_char
 model (configs/shakespeare_char.json, 10.7M parameters), each trained by
 `tapeformer train` and by bench/charlm_reference.py (nanoGPT's model and loop
-in PyTorch) on the same data, alternating which goes first.
+in PyTorch) on the same data, alternating which goes first. The PyTorch is the
+newest on PyPI, in a virtual environment made on first use (out/torch-venv;
+benchlib.torch_python), never a dependency of tapeformer; its version is in
+every table.
 
     python3 bench/scale.py DATA                       # threads 1, 2, 4, ... up to min(cores, 16)
     python3 bench/scale.py DATA --threads 1,2 --large-steps 12 --small-steps 300
     python3 bench/scale.py DATA --no-results          # print only; leave docs/results.md alone
     python3 bench/scale.py DATA --precisions fp32     # no bf16 runs (the default where the CPU has AVX512-BF16)
+    python3 bench/scale.py DATA --also-torch /usr/bin/python3   # and Debian's PyTorch 1.13 in the same turns
+    TORCH_PYTHON=/usr/bin/python3 python3 bench/scale.py DATA   # Debian's PyTorch as the peer instead
 
 For each recipe and thread count it prints tokens/s of each, their ratio, the
 model-FLOP rate of each (nanoGPT's 6N + 12 L H Q T FLOPs per token) against the
@@ -19,10 +24,10 @@ evaluation, as the trainers report them.
 
 With bf16 (`train.precision=bf16`; PyTorch: `torch.autocast("cpu",
 dtype=torch.bfloat16)`, `charlm_reference.py --precision bf16`), a second
-table puts each in both precisions side by side, against Debian's PyTorch
-and the newest PyTorch on PyPI, installed for this bench in a virtual
-environment (--torch-venv, made on first use; --torch-venv none skips it):
-never a dependency of tapeformer itself.
+table puts each in both precisions side by side, with every PyTorch run:
+the peer (--torch-venv DIR, or $TORCH_PYTHON; --torch-venv none: Debian's
+/usr/bin/python3) and each --also-torch interpreter, run in the same turns.
+Without bf16, that table appears when there is an --also-torch.
 """
 import argparse
 import json
@@ -41,9 +46,9 @@ def fail(message):
     sys.exit(2)
 
 
-# PyTorch's matrix product (OpenBLAS for Debian's build) on the same 1536^3
-# product as machine_peak's GEMM, best of 10 calls: the best GEMM at hand is
-# the better of the two.
+# The peer PyTorch's matrix product (MKL in PyPI's build, OpenBLAS in Debian's)
+# on the same 1536^3 product as machine_peak's GEMM, best of 10 calls: the best
+# GEMM at hand is the better of the two.
 TORCH_GEMM = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
@@ -65,25 +70,6 @@ def flops_per_token(config_path, params):
     return 6 * n + 12 * m["n_layer"] * m["n_embd"] * m["block_size"]  # H * Q = C
 
 
-def newest_torch(venv):
-    """The interpreter of a virtual environment holding the newest PyTorch on PyPI (made on first use),
-    or None for --torch-venv none."""
-    if venv == "none":
-        return None
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(python):
-        print(f"scale.py: installing the newest PyTorch from PyPI into {venv} (for this bench only)...",
-              file=sys.stderr)
-        subprocess.run(["python3", "-m", "venv", venv], check=True)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "torch", "numpy"], check=True)
-    return python
-
-
-def torch_version_of(python):
-    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], check=True,
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
-
-
 def bf16_supported():
     """Whether this CPU has the bf16 dot products tapeformer's bf16 needs (core/kernels/precision.h)."""
     try:
@@ -100,8 +86,12 @@ def main():
     ap.add_argument("--threads", help="comma-separated thread counts (default 1, 2, 4, ... up to min(cores, 16))")
     ap.add_argument("--precisions", help="fp32 and/or bf16, comma-separated (default: both on a CPU with "
                                          "AVX512-BF16, else fp32)")
-    ap.add_argument("--torch-venv", default=os.path.join(ROOT, "out", "torch-venv"),
-                    help="virtual environment of the newest PyTorch (made on first use; 'none': skip it)")
+    ap.add_argument("--torch-venv", help="virtual environment of the PyTorch peer (default: $TORCH_PYTHON when "
+                                         "set, else out/torch-venv with the newest PyTorch on PyPI, made on first "
+                                         "use; 'none': Debian's /usr/bin/python3)")
+    ap.add_argument("--also-torch", metavar="PYTHON", action="append", default=[],
+                    help="another interpreter with PyTorch (e.g. /usr/bin/python3: Debian's 1.13) run in the same "
+                         "turns, in every precision, and shown in the second table (repeatable)")
     args = ap.parse_args()
     precisions = (args.precisions or ("fp32,bf16" if bf16_supported() else "fp32")).split(",")
     if not precisions or any(p not in ("fp32", "bf16") for p in precisions) or "fp32" not in precisions:
@@ -120,16 +110,20 @@ def main():
     else:
         threads = sorted({t for t in (1, 2, 4, 8, 16) if t <= min(cores, 16)} | {min(cores, 16)})
 
-    subprocess.run(["bash", "scripts/setup.sh", "python3-torch", "libopenblas0-openmp", "time"], cwd=ROOT, check=True)
+    # The PyTorch builds compared: the peer (the newest on PyPI unless chosen otherwise), then --also-torch.
+    peers = [benchlib.torch_python(args.torch_venv)] + args.also_torch
+    if len({os.path.realpath(p) for p in peers}) < len(peers):
+        fail(f"--also-torch names the peer's interpreter again: {', '.join(peers)}")
+    debian = sorted({pkg for p in peers for pkg in benchlib.debian_torch_packages(p)})  # for Debian's torch
+    subprocess.run(["bash", "scripts/setup.sh", *debian, "time"], cwd=ROOT, check=True)
+    versions = [benchlib.torch_version(p) for p in peers]
+    import_rss = benchlib.torch_import_rss_mb(peers[0])  # part of every peak RSS of the peer's runs
+    for p, v in zip(peers, versions):
+        print(f"scale.py: PyTorch {v} ({benchlib.torch_origin(p)}): {p}", file=sys.stderr)
+    print(f"scale.py: importing PyTorch {versions[0]} alone: peak RSS {import_rss:.0f} MB", file=sys.stderr)
     print("scale.py: building (Release)...", file=sys.stderr)
     benchlib.build("tapeformer_command", "machine_peak")
     os.makedirs(args.out, exist_ok=True)
-    # The PyTorch builds compared: Debian's, and in bf16 runs also the newest on PyPI.
-    peers = [("Debian", "/usr/bin/python3")]
-    newest = newest_torch(args.torch_venv) if "bf16" in precisions else None
-    if newest:
-        peers.append(("PyPI", newest))
-    versions = {label: torch_version_of(python) for label, python in peers}
 
     peaks = {}
     out = subprocess.run(["build/bench/machine_peak", "1"] + [str(t) for t in threads], cwd=ROOT, check=True,
@@ -138,7 +132,7 @@ def main():
         p = json.loads(line)
         t = p["threads"]
         env = dict(os.environ, OMP_NUM_THREADS=str(t))
-        p["torch_gemm_gflops"] = float(subprocess.run(["/usr/bin/python3", "-c", TORCH_GEMM, str(t)], env=env, check=True,
+        p["torch_gemm_gflops"] = float(subprocess.run([peers[0], "-c", TORCH_GEMM, str(t)], env=env, check=True,
                                                       stdout=subprocess.PIPE, text=True).stdout)
         p["best_gemm"] = max(p["gemm_gflops"], p["torch_gemm_gflops"])
         peaks[t] = p
@@ -156,10 +150,10 @@ def main():
                 runs.append(("tapeformer", p, ["build/cli/tapeformer", "train", "--config", recipe["config"], "--data",
                                                args.data, "--out", run_dir, "--threads", str(t),
                                                "--set", f"train.precision={p}"] + sets))
-                for label, python in peers:
-                    runs.append((f"pytorch-{label}", p, [python, "bench/charlm_reference.py", "--config",
-                                                         recipe["config"], "--data", args.data, "--threads", str(t),
-                                                         "--precision", p] + sets))
+                for k, python in enumerate(peers):
+                    runs.append((f"pytorch-{k}", p, [python, "bench/charlm_reference.py", "--config",
+                                                     recipe["config"], "--data", args.data, "--threads", str(t),
+                                                     "--precision", p] + sets))
             if i % 2:
                 runs.reverse()  # alternate which goes first: a slow spell of a shared machine hits all alike
             results = {}
@@ -168,25 +162,31 @@ def main():
                 subprocess.run(["rm", "-rf", os.path.join(args.out, f"{name}-{t}-{p}")])
                 results[(impl, p)] = benchlib.run_timed(cmd, env, os.path.join(args.out, f"{name}-{t}-{impl}-{p}.log"),
                                                         fail)
-            ours, theirs = results[("tapeformer", "fp32")], results[("pytorch-Debian", "fp32")]
+                if impl != "tapeformer" and results[(impl, p)].get("torch") != versions[int(impl.split("-")[1])]:
+                    fail(f"{impl} reports PyTorch {results[(impl, p)].get('torch')}, not "
+                         f"{versions[int(impl.split('-')[1])]}")
+            ours, theirs = results[("tapeformer", "fp32")], results[("pytorch-0", "fp32")]
             fpt = flops_per_token(recipe["config"], ours["params"])
             row = {"recipe": recipe["label"], "threads": t, "steps": steps, "ours": ours, "theirs": theirs,
                    "ratio": ours["tokens_per_s"] / theirs["tokens_per_s"],
                    "ours_gflops": ours["tokens_per_s"] * fpt / 1e9, "theirs_gflops": theirs["tokens_per_s"] * fpt / 1e9,
                    "fma_peak": peaks[t]["fma_gflops"], "gemm_peak": peaks[t]["best_gemm"],
-                   "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"], "torch": theirs.get("torch", "?"),
+                   "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"], "torch": versions[0],
+                   "torch_python": peers[0], "torch_import_rss_mb": import_rss,
+                   "also_torch": dict(zip(args.also_torch, versions[1:])),
                    "runs": {f"{impl} {p}": r for (impl, p), r in results.items()}}
             rows.append(row)
             print(f"  tapeformer {ours['tokens_per_s']:.0f} tok/s, PyTorch {theirs['tokens_per_s']:.0f} tok/s: "
                   f"{row['ratio']:.2f}x; RSS {ours['peak_rss_mb']:.0f} / {theirs['peak_rss_mb']:.0f} MB", file=sys.stderr)
-            if "bf16" in precisions:
-                print("  bf16: " + ", ".join(f"{impl} {r['tokens_per_s']:.0f} tok/s" for (impl, p), r in results.items()
-                                            if p == "bf16"), file=sys.stderr)
+            if "bf16" in precisions or len(peers) > 1:
+                print("  " + ", ".join(f"{impl} {p} {r['tokens_per_s']:.0f} tok/s" for (impl, p), r in results.items()
+                                       if p == "bf16" or impl not in ("tapeformer", "pytorch-0")), file=sys.stderr)
             with open(os.path.join(args.out, "scale.jsonl"), "a") as f:
                 f.write(json.dumps(row) + "\n")
 
-    header = ("| recipe | threads | tapeformer tok/s | PyTorch tok/s | ratio | tapeformer GFLOP/s (of FMA peak, "
-              "of best GEMM) | PyTorch GFLOP/s (of FMA peak) | peak RSS MB: tapeformer / PyTorch (ratio) |")
+    v0 = versions[0]
+    header = (f"| recipe | threads | tapeformer tok/s | PyTorch {v0} tok/s | ratio | tapeformer GFLOP/s (of FMA peak, "
+              f"of best GEMM) | PyTorch {v0} GFLOP/s (of FMA peak) | peak RSS MB: tapeformer / PyTorch {v0} (ratio) |")
     lines = [header, "|" + "---|" * 8]
     for r in rows:
         lines.append(
@@ -204,54 +204,68 @@ def main():
                      for t in sorted(per) if t != 1]
             scaling.append(f"- {recipe['label']}, tokens/s against 1 thread: " + ", ".join(parts))
     peak_text = "; ".join(f"{t} thread{'s' if t > 1 else ''}: FMA {p['fma_gflops']:.0f}, GEMM {p['gemm_gflops']:.0f} "
-                          f"(tapeformer) and {p['torch_gemm_gflops']:.0f} (PyTorch) GFLOP/s"
+                          f"(tapeformer) and {p['torch_gemm_gflops']:.0f} (PyTorch {v0}) GFLOP/s"
                           for t, p in sorted(peaks.items()))
     table = "\n".join(lines)
     print(table)
     print("\n".join(scaling))
-    bf16_lines = []
-    if "bf16" in precisions:
-        head = "| recipe | threads | tapeformer fp32 | tapeformer bf16 | bf16 / fp32 |"
-        for label, _ in peers:
-            v = versions[label]
-            head += f" PyTorch {v} fp32 | PyTorch {v} bf16 | tapeformer bf16 / PyTorch {v} bf16 |"
-        head += " peak RSS MB, tapeformer fp32 / bf16 |"
+    bf16 = "bf16" in precisions
+    bf16_lines = []  # every precision of every PyTorch run: with bf16, or with an --also-torch
+    if bf16 or len(peers) > 1:
+        head = "| recipe | threads | tapeformer fp32 |" + (" tapeformer bf16 | bf16 / fp32 |" if bf16 else "")
+        for v in versions:
+            head += (f" PyTorch {v} fp32 | PyTorch {v} bf16 | tapeformer bf16 / PyTorch {v} bf16 |" if bf16 else
+                     f" PyTorch {v} fp32 | tapeformer fp32 / PyTorch {v} fp32 |")
+        head += " peak RSS MB, tapeformer fp32 / bf16 |" if bf16 else ""
         bf16_lines = [head, "|" + "---|" * (head.count("|") - 1)]
         for r in rows:
             tok = {k: v["tokens_per_s"] for k, v in r["runs"].items()}
-            line = (f"| {r['recipe']} | {r['threads']} | {tok['tapeformer fp32']:,.0f} | {tok['tapeformer bf16']:,.0f} | "
-                    f"**{tok['tapeformer bf16'] / tok['tapeformer fp32']:.2f}x** |")
-            for label, _ in peers:
-                fp32, bf16 = tok[f"pytorch-{label} fp32"], tok[f"pytorch-{label} bf16"]
-                line += f" {fp32:,.0f} | {bf16:,.0f} | **{tok['tapeformer bf16'] / bf16:.2f}x** |"
-            line += (f" {r['runs']['tapeformer fp32']['peak_rss_mb']:,.0f} / "
-                     f"{r['runs']['tapeformer bf16']['peak_rss_mb']:,.0f} |")
+            line = f"| {r['recipe']} | {r['threads']} | {tok['tapeformer fp32']:,.0f} |"
+            if bf16:
+                line += f" {tok['tapeformer bf16']:,.0f} | **{tok['tapeformer bf16'] / tok['tapeformer fp32']:.2f}x** |"
+            for k in range(len(peers)):
+                fp32 = tok[f"pytorch-{k} fp32"]
+                if bf16:
+                    b = tok[f"pytorch-{k} bf16"]
+                    line += f" {fp32:,.0f} | {b:,.0f} | **{tok['tapeformer bf16'] / b:.2f}x** |"
+                else:
+                    line += f" {fp32:,.0f} | **{tok['tapeformer fp32'] / fp32:.2f}x** |"
+            if bf16:
+                line += (f" {r['runs']['tapeformer fp32']['peak_rss_mb']:,.0f} / "
+                         f"{r['runs']['tapeformer bf16']['peak_rss_mb']:,.0f} |")
             bf16_lines.append(line)
         print("\n".join(bf16_lines))
     if args.no_results:
         return
     extra = (f" --threads {args.threads}" if args.threads else "") + \
-        (f" --precisions {args.precisions}" if args.precisions else "")
+        (f" --precisions {args.precisions}" if args.precisions else "") + \
+        (f" --torch-venv {args.torch_venv}" if args.torch_venv else "") + \
+        "".join(f" --also-torch {p}" for p in args.also_torch)
     cmd = benchlib.reproduce("scale.py", args, extra)
-    torch_version = rows[0]["torch"] if rows else "?"
+    if not args.torch_venv and os.environ.get("TORCH_PYTHON"):
+        cmd = f"TORCH_PYTHON={os.environ['TORCH_PYTHON']} {cmd}"
+    peer_text = ", ".join(f"{v} ({benchlib.torch_origin(p)})" for p, v in zip(peers, versions))
     isa = next(iter(peaks.values()))["isa"] if peaks else "?"
     intro = (
         "nanoGPT's CPU recipe (4 layers, width 128, block 64, batch 12; "
         f"{args.small_steps} steps) and its default shakespeare_char model (6 layers, 6 heads, width 384, block 256, "
         f"batch 64, dropout 0.2, 10.7M parameters; {args.large_steps} steps), fp32, trained by `tapeformer train` "
-        f"and by `bench/charlm_reference.py` (nanoGPT's model and loop; PyTorch {torch_version}) on tiny shakespeare, "
+        f"and by `bench/charlm_reference.py` (nanoGPT's model and loop; PyTorch {v0}, "
+        f"{benchlib.torch_origin(peers[0])}) on tiny shakespeare, "
         "one after the other at each thread count (alternating which goes first). tokens/s over all steps "
         "(evaluation excluded); GFLOP/s are model FLOPs (nanoGPT's 6N + 12 L H Q T per token) against the "
         f"machine's measured peaks at that thread count ({isa}; {peak_text}): an FMA loop in registers on every "
         "thread (`build/bench/machine_peak`) and the best GEMM at hand, tapeformer's or PyTorch's on a 1536³ "
-        "product; peak RSS from `/usr/bin/time -v`.")
+        f"product; peak RSS from `/usr/bin/time -v` (`import torch` alone: {import_rss:,.0f} MB for PyTorch {v0}).")
     body = [table] + (["", "\n".join(scaling)] if scaling else [])  # scaling: none for one thread count
-    if bf16_lines:
+    if bf16_lines and bf16:
         body += ["", "bf16 (`train.precision=bf16`: bf16 operands of every product, float32 sums, weights and "
                  "optimizer; PyTorch: `torch.autocast(\"cpu\", dtype=torch.bfloat16)` around each forward, as "
                  "nanoGPT's `dtype='bfloat16'`), tokens/s, the same runs as above and in the same turns, with "
-                 "Debian's PyTorch and the newest on PyPI (" + ", ".join(f"{versions[l]} ({l})" for l, _ in peers) +
-                 "):", "", "\n".join(bf16_lines)]
+                 f"PyTorch {peer_text}:", "", "\n".join(bf16_lines)]
+    elif bf16_lines:
+        body += ["", f"fp32 tokens/s of every PyTorch run, the same runs as above and in the same turns: PyTorch "
+                 f"{peer_text}:", "", "\n".join(bf16_lines)]
     benchlib.write_section(args.results, "scale", "Threads: tapeformer against PyTorch on the two recipes", intro,
                            cmd, body)
 
