@@ -86,11 +86,33 @@ def expand(template, values):
     return out
 
 
+_torch = {}
+
+
+def torch_python():
+    """The interpreter of the newest PyTorch the benches use (bench/benchlib.py torch-python: out/torch-venv,
+    made on first use; TORCH_PYTHON overrides it), asked once."""
+    if "python" not in _torch:
+        _torch["python"] = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "benchlib.py"), "torch-python"],
+                                          check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    return _torch["python"]
+
+
+def torch_version():
+    if "version" not in _torch:
+        _torch["version"] = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "benchlib.py"), "torch-version",
+                                            torch_python()], check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    return _torch["version"]
+
+
 def run_command(spec, arm, seed, args, threads):
     run_dir = os.path.join(args.out, spec["name"], slug(arm["name"]), f"seed{seed}")
     values = {"build": args.build, "run_dir": run_dir, "seed": seed, "threads": threads, "root": ROOT, "out": args.out}
     if args.data:
         values["data"] = args.data
+    if any("{torch_python}" in c for c in spec["command"] + arm.get("args", [])):
+        # A dry run prints the commands without making the environment.
+        values["torch_python"] = "out/torch-venv/bin/python" if getattr(args, "dry_run", False) else torch_python()
     cmd = [expand(c, values) for c in spec["command"]] + [expand(c, values) for c in arm.get("args", [])]
     return run_dir, cmd
 
@@ -493,7 +515,10 @@ def write_results(spec, spec_path, args, table_md, plots):
     os.makedirs(img_dir, exist_ok=True)
     body = [begin, f"## {spec.get('title', spec['name'])}", ""]
     if spec.get("about"):
-        body += [spec["about"], ""]
+        about = spec["about"]
+        if "{torch_version}" in about:  # the PyTorch the arms ran on
+            about = about.replace("{torch_version}", torch_version())
+        body += [about, ""]
     body += [
         f"Reproduce: `{reproduce_command(spec_path, args)}` "
         f"({len(spec['arms'])} arms x {len(spec['seeds'])} seeds, mean ± sd over seeds; "
