@@ -1,6 +1,9 @@
 #include "tapeformer/train/export.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <memory>
 #include <cmath>
 #include <set>
 #include <cstring>
@@ -120,6 +123,8 @@ struct Entry {
   std::string name, dtype;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // its bytes in the data section
+  const char* data = nullptr;   // the data section of the file it is in
+  std::string path;             // that file, for errors
 };
 
 // The header's JSON; a tensor name given twice is refused (JSON would keep
@@ -182,38 +187,57 @@ std::map<std::string, Entry> header_entries(const nlohmann::json& header, uint64
 
 }  // namespace
 
-void import_safetensors(LanguageModel& model, const std::string& path, SafetensorsLayout layout) {
+namespace {
+
+// A whole safetensors file, its entries checked (header_entries), each
+// pointing into `bytes`.
+struct SafetensorsFile {
+  std::string bytes;
+  std::map<std::string, Entry> entries;
+};
+
+std::unique_ptr<SafetensorsFile> read_safetensors(const std::string& path) {
   check_regular_file(path, "safetensors");
   std::ifstream in(path, std::ios::binary);
   TAPEFORMER_CHECK(in.good(), "safetensors '", path, "': cannot open");
+  auto file = std::make_unique<SafetensorsFile>();
   std::stringstream buf;
   buf << in.rdbuf();
-  const std::string bytes = buf.str();
+  file->bytes = buf.str();
+  const std::string& bytes = file->bytes;
   TAPEFORMER_CHECK(bytes.size() >= 8, "safetensors '", path, "': ", bytes.size(), " bytes, too short for a header");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   TAPEFORMER_CHECK(n <= bytes.size() - 8, "safetensors '", path, "': a header of ", n, " bytes in a file of ",
                    bytes.size());
   const size_t data = 8 + n;
-  // Every entry is checked before anything is loaded.
-  const std::map<std::string, Entry> entries = header_entries(parse_header(bytes.substr(8, n), path),
-                                                              bytes.size() - data, path);
+  file->entries = header_entries(parse_header(bytes.substr(8, n), path), bytes.size() - data, path);
+  for (auto& [name, e] : file->entries) {
+    e.data = bytes.data() + data;
+    e.path = path;
+  }
+  return file;
+}
+
+// The weights of `entries` (from one file or several shards) into the model.
+void load_entries(LanguageModel& model, const std::map<std::string, Entry>& entries, const std::string& path,
+                  SafetensorsLayout layout) {
   std::set<std::string> used;
   const auto read = [&](const std::string& name, const Shape& want) {
     const auto it = entries.find(name);
     TAPEFORMER_CHECK(it != entries.end(), "safetensors '", path, "': no tensor '", name, "'");
     const Entry& e = it->second;
     used.insert(name);
-    TAPEFORMER_CHECK(e.dtype == "F32", "safetensors '", path, "': tensor '", name, "' is ", e.dtype, ", not F32");
-    TAPEFORMER_CHECK(e.shape == dims(want), "safetensors '", path, "': tensor '", name, "' has shape ",
+    TAPEFORMER_CHECK(e.dtype == "F32", "safetensors '", e.path, "': tensor '", name, "' is ", e.dtype, ", not F32");
+    TAPEFORMER_CHECK(e.shape == dims(want), "safetensors '", e.path, "': tensor '", name, "' has shape ",
                      nlohmann::json(e.shape).dump(), " but the model expects ", want);
-    TAPEFORMER_CHECK(e.end - e.begin == static_cast<uint64_t>(want.numel()) * 4, "safetensors '", path, "': tensor '",
+    TAPEFORMER_CHECK(e.end - e.begin == static_cast<uint64_t>(want.numel()) * 4, "safetensors '", e.path, "': tensor '",
                      name, "' holds ", e.end - e.begin, " bytes for its ", want.numel(), " floats");
     Tensor t = Tensor::empty(want);
-    std::memcpy(t.data(), bytes.data() + data + e.begin, static_cast<size_t>(want.numel()) * sizeof(float));
+    std::memcpy(t.data(), e.data + e.begin, static_cast<size_t>(want.numel()) * sizeof(float));
     const Scalar* v = t.data();
     for (int64_t i = 0; i < t.numel(); ++i)
-      TAPEFORMER_CHECK(std::isfinite(v[i]), "safetensors '", path, "': tensor '", name,
+      TAPEFORMER_CHECK(std::isfinite(v[i]), "safetensors '", e.path, "': tensor '", name,
                        "' holds a NaN or an infinity at element ", i, " (weights must be finite)");
     return t;
   };
@@ -244,8 +268,7 @@ void import_safetensors(LanguageModel& model, const std::string& path, Safetenso
     const Entry &h = head->second, &w = wte->second;
     // The lengths first: the head's byte range is not checked against its shape, and the comparison reads w's length.
     TAPEFORMER_CHECK(h.shape == w.shape && h.dtype == w.dtype && h.end - h.begin == w.end - w.begin &&
-                         std::memcmp(bytes.data() + data + h.begin, bytes.data() + data + w.begin,
-                                     static_cast<size_t>(w.end - w.begin)) == 0,
+                         std::memcmp(h.data + h.begin, w.data + w.begin, static_cast<size_t>(w.end - w.begin)) == 0,
                      "safetensors '", path, "': lm_head.weight differs from transformer.wte.weight, but this model "
                      "ties them (model.tie_weights): the file is of an untied model");
   }
@@ -257,11 +280,60 @@ void import_safetensors(LanguageModel& model, const std::string& path, Safetenso
     };
     const bool in_block = name.rfind(in_file("transformer.h."), 0) == 0;
     const bool mask = gpt && in_block && ((e.shape.size() == 4 && ends(".attn.bias")) || (hf && ends(".attn.masked_bias")));
-    TAPEFORMER_CHECK(mask || used.count(name) != 0, "safetensors '", path, "': tensor '", name,
+    TAPEFORMER_CHECK(mask || used.count(name) != 0, "safetensors '", e.path, "': tensor '", name,
                      "' is not a parameter of this model (a file of another model or config?)");
   }
   for (auto& b : model.named_buffers()) state.push_back(b);
   model.load_state(state);
+}
+
+}  // namespace
+
+void import_safetensors(LanguageModel& model, const std::string& path, SafetensorsLayout layout) {
+  const auto file = read_safetensors(path);  // every entry checked before anything is loaded
+  load_entries(model, file->entries, path, layout);
+}
+
+void import_safetensors_shards(LanguageModel& model, const std::string& index_path, SafetensorsLayout layout) {
+  const auto text = read_regular_file(index_path, "safetensors index", size_t{64} << 20);
+  TAPEFORMER_CHECK(text.has_value(), "safetensors index '", index_path, "' cannot be read: ", std::strerror(errno));
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("safetensors index '", index_path, "' is not JSON (", json_error_text(e.what()), ")");
+  }
+  TAPEFORMER_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+                   "safetensors index '", index_path, "': no \"weight_map\" object");
+  // Shards are files beside the index, named plainly: never a path elsewhere.
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  std::map<std::string, std::string> shard_of;  // tensor -> shard file name
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    TAPEFORMER_CHECK(file.is_string(), "safetensors index '", index_path, "': the shard of '", name, "' is not a string");
+    const std::string f = file.get<std::string>();
+    TAPEFORMER_CHECK(!f.empty() && f.size() <= 255 && f.find('/') == std::string::npos && f.find('\\') == std::string::npos &&
+                         f != "." && f != "..",
+                     "safetensors index '", index_path, "': shard '", f, "' of '", name,
+                     "' is not a file name in the index's directory");
+    shard_of[name] = f;
+  }
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
+  for (const auto& [name, f] : shard_of)
+    if (!shards.count(f)) shards[f] = read_safetensors((dir / f).string());
+  std::map<std::string, Entry> entries;
+  for (const auto& [f, shard] : shards) {
+    for (const auto& [name, e] : shard->entries) {
+      const auto listed = shard_of.find(name);
+      TAPEFORMER_CHECK(listed != shard_of.end() && listed->second == f, "safetensors shard '", (dir / f).string(),
+                       "' holds '", name, "', which the index ",
+                       listed == shard_of.end() ? std::string("does not list") : "puts in '" + listed->second + "'");
+      entries.emplace(name, e);
+    }
+  }
+  for (const auto& [name, f] : shard_of)
+    TAPEFORMER_CHECK(entries.count(name), "safetensors index '", index_path, "' puts '", name, "' in '", f,
+                     "', which does not hold it");
+  load_entries(model, entries, index_path, layout);
 }
 
 }  // namespace tapeformer

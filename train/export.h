@@ -44,6 +44,12 @@ void export_safetensors(const LanguageModel& model, const std::string& path,
 // needs a model nanoGPT's names fit (is_gpt2_shaped).
 void import_safetensors(LanguageModel& model, const std::string& path,
                         SafetensorsLayout layout = SafetensorsLayout::native);
+// The same from a sharded checkpoint: its index (model.safetensors.index.json,
+// {"weight_map": {tensor: shard file}}) and the shards beside it, each
+// checked whole; a shard named by a path, a tensor in a shard the index does
+// not give it, or one the index lists but its shard lacks, is refused.
+void import_safetensors_shards(LanguageModel& model, const std::string& index_path,
+                               SafetensorsLayout layout = SafetensorsLayout::native);
 
 // Whether the model is GPT-2's architecture (nanoGPT's GPT): the transformer
 // kind with standard blocks and MLP, softmax attention, learned positions and

@@ -185,10 +185,14 @@ HfGpt2 read_hf_gpt2(const std::string& dir, int64_t block_size) {
                    "save_pretrained wrote: config.json, model.safetensors and the tokenizer files)");
   const fs::path config = p / "config.json", weights = p / "model.safetensors";
   TAPEFORMER_CHECK(fs::exists(config, ec), "import-hf: '", dir, "' has no config.json");
-  if (!fs::exists(weights, ec)) {
-    TAPEFORMER_CHECK(!fs::exists(p / "model.safetensors.index.json", ec), "import-hf: '", dir,
-                     "' holds a sharded checkpoint (model.safetensors.index.json); import-hf reads one model.safetensors: "
-                     "save it unsharded with transformers (save_pretrained(dir, max_shard_size=\"100GB\"))");
+  const fs::path index = p / "model.safetensors.index.json";
+  const bool sharded = !fs::exists(weights, ec) && fs::exists(index, ec);
+  if (!fs::exists(weights, ec) && !sharded) {
+    bool shards = false;
+    for (const auto& e : fs::directory_iterator(p, ec))
+      shards = shards || (e.path().extension() == ".safetensors" && e.path().filename().string().rfind("model-", 0) == 0);
+    TAPEFORMER_CHECK(!shards, "import-hf: '", dir, "' holds safetensors shards (model-*.safetensors) but no "
+                     "model.safetensors.index.json, which says which tensor each holds");
     const bool pickle = fs::exists(p / "pytorch_model.bin", ec);
     fail("import-hf: '", dir, "' has no model.safetensors", pickle ? " (only pytorch_model.bin, a Python pickle, which "
          "can run code when it is read and which tapeformer does not read); convert it with transformers: "
@@ -205,7 +209,8 @@ HfGpt2 read_hf_gpt2(const std::string& dir, int64_t block_size) {
   hf.cfg.validate();
   Rng init(0);
   hf.model = make_model(hf.cfg.model, init);
-  import_safetensors(*hf.model, weights.string(), SafetensorsLayout::hugging_face);
+  if (sharded) import_safetensors_shards(*hf.model, index.string(), SafetensorsLayout::hugging_face);
+  else import_safetensors(*hf.model, weights.string(), SafetensorsLayout::hugging_face);
   if (block_size > 0 && block_size != hf.cfg.model.block_size) {
     TAPEFORMER_CHECK(block_size < hf.cfg.model.block_size, "import-hf: --block-size ", block_size, " is beyond the ",
                      hf.cfg.model.block_size, " positions config.json gives (n_positions); it can only cut the table");

@@ -15,8 +15,9 @@
 // model_type, the erf GELU ("gelu"), an n_inner other than 4 n_embd,
 // scale_attn_weights false, scale_attn_by_inverse_layer_idx, cross
 // attention; a directory with only pytorch_model.bin (a pickle, which can
-// run code when read), or with shards; a tokenizer whose size is not
-// vocab_size.
+// run code when read), or with shards but no index; a tokenizer whose size
+// is not vocab_size. A sharded checkpoint reads through its index
+// (model.safetensors.index.json).
 #pragma once
 
 #include <memory>

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -56,7 +58,68 @@ std::pair<double, double> against_reference(const LanguageModel& model, const nl
   return {worst, std::abs(loss - ref["loss"].get<double>())};
 }
 
+// Writes `from`'s tensors into two shards beside an index, as
+// save_pretrained(max_shard_size=...) does; `edit` may change the index.
+void shard(const fs::path& from, const fs::path& dir, const std::function<void(nlohmann::json&)>& edit = {}) {
+  std::ifstream in(from, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));
+  const std::string names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  nlohmann::json heads[2], index = {{"metadata", {}}, {"weight_map", nlohmann::json::object()}};
+  std::string data[2];
+  size_t k = 0;
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    const size_t s = k++ % 2;  // alternate the tensors between the shards
+    const auto off = e["data_offsets"].get<std::vector<uint64_t>>();
+    heads[s][name] = {{"dtype", e["dtype"]}, {"shape", e["shape"]}, {"data_offsets", {data[s].size(), data[s].size() + off[1] - off[0]}}};
+    data[s] += bytes.substr(8 + n + off[0], off[1] - off[0]);
+    index["weight_map"][name] = names[s];
+  }
+  for (int s = 0; s < 2; ++s) {
+    const std::string h = heads[s].dump();
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    std::ofstream(dir / names[s], std::ios::binary) << out << h << data[s];
+  }
+  if (edit) edit(index);
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+}
+
 }  // namespace
+
+TEST_CASE("import-hf: a sharded checkpoint reads through its index, to the same weights") {
+  TempDir dir("hf-shards");
+  const auto sharded = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path d = dir.path / name;
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(kDir / "small_a"))
+      if (e.path().filename() != "model.safetensors") fs::copy_file(e.path(), d / e.path().filename());
+    shard(kDir / "small_a" / "model.safetensors", d, edit);
+    return d.string();
+  };
+  const HfGpt2 whole = read_hf_gpt2((kDir / "small_a").string());
+  const HfGpt2 parts = read_hf_gpt2(sharded("ok", {}));
+  const auto a = whole.model->state(), b = parts.model->state();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].second.to_vector() == b[i].second.to_vector());
+  const auto refused = [](const std::string& d, const std::string& expected) {
+    CHECK_THROWS_WITH_AS(read_hf_gpt2(d), doctest::Contains(expected.c_str()), Error);
+  };
+  refused(sharded("escape", [](auto& index) { index["weight_map"]["transformer.wte.weight"] = "../model.safetensors"; }),
+          "is not a file name in the index's directory");
+  refused(sharded("unlisted", [](auto& index) { index["weight_map"].erase("transformer.wpe.weight"); }),
+          "which the index does not list");
+  refused(sharded("moved", [](auto& index) {
+            auto& m = index["weight_map"];
+            m["transformer.wpe.weight"] = m["transformer.wpe.weight"] == "model-00001-of-00002.safetensors"
+                                              ? "model-00002-of-00002.safetensors"
+                                              : "model-00001-of-00002.safetensors";
+          }),
+          "which the index puts in");
+}
 
 TEST_CASE("import-hf: logits and loss equal transformers' for two GPT-2 shapes") {
   NoGradGuard no_grad;
@@ -159,8 +222,9 @@ TEST_CASE("import-hf: refusals name the file and the field") {
   refused(pickle.string(), "only pytorch_model.bin");
   const fs::path sharded = copy_of("sharded");
   fs::rename(sharded / "model.safetensors", sharded / "model-00001-of-00002.safetensors");
+  refused(sharded.string(), "but no model.safetensors.index.json");
   std::ofstream(sharded / "model.safetensors.index.json") << "{}";
-  refused(sharded.string(), "sharded checkpoint");
+  refused(sharded.string(), "no \"weight_map\"");
   const fs::path truncated = copy_of("truncated");
   fs::resize_file(truncated / "model.safetensors", 1000);
   refused(truncated.string(), "model.safetensors");
