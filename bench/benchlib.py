@@ -105,6 +105,19 @@ def run_timed(cmd, env, log_path, fail):
     return result
 
 
+def parse_data_bench(ap, fail):
+    """The arguments of a bench that trains on a DATA file and writes a results section: adds --results and
+    --no-results to `ap` (which declares "data" and its own options), parses, checks the file and builds
+    the tapeformer command."""
+    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
+    ap.add_argument("--no-results", action="store_true")
+    args = ap.parse_args()
+    if not os.path.isfile(args.data):
+        fail(f"data file '{args.data}' not found")
+    build("tapeformer_command")
+    return args
+
+
 def last_json(stdout):
     """The last line of a command's stdout that is a JSON object, parsed (None when there is none)."""
     lines = [line for line in stdout.splitlines() if line.startswith("{")]

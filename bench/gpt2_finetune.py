@@ -88,12 +88,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--block", type=int, default=256)
     ap.add_argument("--sample-tokens", type=int, default=64)
-    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
-    ap.add_argument("--no-results", action="store_true")
-    args = ap.parse_args()
-    if not os.path.isfile(args.data):
-        fail(f"data file '{args.data}' not found")
-    benchlib.build("tapeformer_command")
+    args = benchlib.parse_data_bench(ap, fail)
     make_checkpoint(os.path.abspath(args.data))
     tf = os.path.join(ROOT, "build", "cli", "tapeformer")
     work = tempfile.mkdtemp(prefix="gpt2-finetune-")

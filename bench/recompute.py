@@ -41,12 +41,7 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3, help="runs of each arm, alternating (default 3)")
-    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
-    ap.add_argument("--no-results", action="store_true")
-    args = ap.parse_args()
-    if not os.path.isfile(args.data):
-        fail(f"data file '{args.data}' not found")
-    benchlib.build("tapeformer_command")
+    args = benchlib.parse_data_bench(ap, fail)
     lines = ["| layers | parameters | peak RSS MB, none | peak RSS MB, blocks | RSS blocks / none | tokens/s, none | "
              "tokens/s, blocks | speed blocks / none | same train loss |", "|---|---|---|---|---|---|---|---|---|"]
     for layers in (6, 24):

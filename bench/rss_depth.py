@@ -38,12 +38,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--results", default=os.path.join(ROOT, "docs", "results.md"))
-    ap.add_argument("--no-results", action="store_true")
-    args = ap.parse_args()
-    if not os.path.isfile(args.data):
-        fail(f"data file '{args.data}' not found")
-    benchlib.build("tapeformer_command")
+    args = benchlib.parse_data_bench(ap, fail)
     lines = ["| block | peak RSS MB, 2 layers | peak RSS MB, 12 layers | 12 / 2 | parameter state added, MB | "
              "12 / 2 without it |", "|---|---|---|---|---|---|"]
     for block in ("standard", "reversible"):
