@@ -326,14 +326,13 @@ void ByteBpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>
   // The pair of lowest rank, merged at every place it occurs (left to right),
   // until no adjacent pair has a rank.
   while (word.size() > 1) {
-    int32_t best = std::numeric_limits<int32_t>::max(), merged = -1;
+    int32_t best = std::numeric_limits<int32_t>::max(), merged = -1, l = -1, r = -1;
     for (size_t i = 0; i + 1 < word.size(); ++i) {
       const auto it = merges_.find(pair_key(word[i], word[i + 1]));
-      if (it != merges_.end() && it->second.first < best) best = it->second.first, merged = it->second.second;
+      if (it != merges_.end() && it->second.first < best)
+        best = it->second.first, merged = it->second.second, l = word[i], r = word[i + 1];
     }
     if (merged < 0) break;
-    const auto& [left, right] = model_.merges[static_cast<size_t>(best)];
-    const int32_t l = ids_.at(left), r = ids_.at(right);
     size_t w = 0;
     for (size_t i = 0; i < word.size(); ++i) {
       if (i + 1 < word.size() && word[i] == l && word[i + 1] == r) {
