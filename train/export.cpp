@@ -32,8 +32,8 @@ bool is_gpt2_shaped(const LanguageModel& model) {
 
 namespace {
 
-// tapeformer name -> (nanoGPT name, transposed?) for a GPT's parameters.
-std::pair<std::string, bool> nanogpt_name(const std::string& name) {
+// tapeformer name -> (nanoGPT name, a Linear weight?).
+std::pair<std::string, bool> nanogpt_name_linear(const std::string& name) {
   static const std::map<std::string, std::pair<std::string, bool>> whole = {
       {"tok_emb.weight", {"transformer.wte.weight", false}},
       {"pos_emb.weight", {"transformer.wpe.weight", false}},
@@ -54,6 +54,14 @@ std::pair<std::string, bool> nanogpt_name(const std::string& name) {
     if (it != in_block.end()) return {"transformer.h." + name.substr(0, dot) + "." + it->second.first, it->second.second};
   }
   fail("export: no nanoGPT name for parameter '", name, "'");
+}
+
+// tapeformer name -> (nanoGPT name, transposed in the file?) for a GPT's
+// parameters. nanoGPT's Linear weights are [out, in]; transformers' GPT-2
+// keeps [in, out] (Conv1D) but for lm_head, a Linear.
+std::pair<std::string, bool> nanogpt_name(const std::string& name, SafetensorsLayout layout) {
+  const auto [file_name, linear] = nanogpt_name_linear(name);
+  return {file_name, linear && (layout == SafetensorsLayout::native || file_name == "lm_head.weight")};
 }
 
 Tensor transposed(const Tensor& t) { return t.transpose(0, 1).contiguous(); }
@@ -78,10 +86,8 @@ std::vector<std::pair<std::string, Tensor>> file_tensors(const LanguageModel& mo
       out.emplace_back(name, var.value().contiguous());
       continue;
     }
-    const auto [file_name, transpose] = nanogpt_name(name);
-    // transformers' lm_head is a Linear ([out, in]) like nanoGPT's; only its Conv1D weights are [in, out].
-    const bool flip = transpose && (!hf || file_name == "lm_head.weight");
-    out.emplace_back(file_name, flip ? transposed(var.value()) : var.value().contiguous());
+    const auto [file_name, transpose] = nanogpt_name(name, layout);
+    out.emplace_back(file_name, transpose ? transposed(var.value()) : var.value().contiguous());
   }
   if (gpt && !hf && model.config().tie_weights)  // nanoGPT's state_dict lists the tied head too
     out.emplace_back("lm_head.weight", wte.contiguous());
@@ -256,10 +262,9 @@ void load_entries(LanguageModel& model, const std::map<std::string, Entry>& entr
       state.emplace_back(name, read(name, var.shape()));
       continue;
     }
-    const auto [file_name, transpose] = nanogpt_name(name);
+    const auto [file_name, transpose] = nanogpt_name(name, layout);
     const Shape& s = var.shape();
-    const bool flip = transpose && (!hf || file_name == "lm_head.weight");  // as in file_tensors
-    state.emplace_back(name, flip ? transposed(read(in_file(file_name), Shape({s[1], s[0]}))) : read(in_file(file_name), s));
+    state.emplace_back(name, transpose ? transposed(read(in_file(file_name), Shape({s[1], s[0]}))) : read(in_file(file_name), s));
   }
   // nanoGPT's state_dict lists a tied head too: it must be the embedding, bit for bit.
   const auto head = entries.find("lm_head.weight"), wte = entries.find(in_file("transformer.wte.weight"));
