@@ -118,6 +118,23 @@ def parse_data_bench(ap, fail):
     return args
 
 
+def publish(ap, args, script, name, title, intro, table):
+    """Prints a parse_data_bench bench's table and, unless --no-results, writes it as the section `name`
+    of the results page with the command that reruns it: DATA and every option `ap` parsed to a value
+    other than its default."""
+    print(table)
+    if args.no_results:
+        return
+    cmd = f"python3 bench/{script} {os.path.relpath(args.data, ROOT)}"
+    for action in ap._actions:
+        if not action.option_strings or action.dest in ("help", "results", "no_results"):
+            continue
+        value = getattr(args, action.dest)
+        if value != action.default:
+            cmd += f" {action.option_strings[-1]} {value}"
+    write_section(args.results, name, title, intro, cmd, [table])
+
+
 def last_json(stdout):
     """The last line of a command's stdout that is a JSON object, parsed (None when there is none)."""
     lines = [line for line in stdout.splitlines() if line.startswith("{")]

@@ -117,11 +117,6 @@ def main():
              f"| GPT-2 small shape, random weights | {result['params'] / 1e6:.1f}M | {args.block} | {args.batch} | "
              f"{args.steps} | {result['tokens_per_s']:.0f} | {train_rss:.0f} | {import_s:.1f} | {import_rss:.0f} | "
              f"{sample_tps:.1f} | {sample_rss:.0f} |"]
-    table = "\n".join(lines)
-    print(table)
-    if args.no_results:
-        return
-    cmd = f"python3 bench/gpt2_finetune.py {os.path.relpath(args.data, ROOT)}"
     intro = (
         f"`tapeformer import-hf --block-size {args.block}` of a GPT-2 small checkpoint (transformers' GPT2Config(), "
         "random weights, model.safetensors of 498 MB) and a byte-level BPE of 50257 ids learnt from the data, then "
@@ -129,8 +124,8 @@ def main():
         f"both cores) and `sample` of {args.sample_tokens} tokens. Train tokens/s is the run's own figure over its "
         "steps; sample tokens/s is the tokens over the command's wall time less that of loading the checkpoint "
         "(`--tokens 0`); peak RSS is each process's.")
-    benchlib.write_section(args.results, "gpt2-finetune", "Fine-tuning GPT-2 small (124M) on 2 cores", intro, cmd,
-                           [table])
+    benchlib.publish(ap, args, "gpt2_finetune.py", "gpt2-finetune", "Fine-tuning GPT-2 small (124M) on 2 cores", intro,
+                     "\n".join(lines))
 
 
 if __name__ == "__main__":

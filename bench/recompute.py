@@ -18,7 +18,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
-from benchlib import ROOT  # noqa: E402
 
 
 def fail(message):
@@ -59,17 +58,6 @@ def main():
                      f"{benchlib.mean_sd(speed_again)} | "
                      f"**{statistics.mean(speed_again) / statistics.mean(speed_plain):.2f}** | {same} |")
         print(lines[-1], file=sys.stderr)
-    table = "\n".join(lines)
-    print(table)
-    if args.no_results:
-        return
-    cmd = f"python3 bench/recompute.py {os.path.relpath(args.data, ROOT)}"
-    if args.steps != 4:
-        cmd += f" --steps {args.steps}"
-    if args.batch != 32:
-        cmd += f" --batch {args.batch}"
-    if args.repeats != 3:
-        cmd += f" --repeats {args.repeats}"
     intro = (
         f"`tapeformer train` on nanoGPT's shakespeare_char model (width 384, 6 heads, block 256, dropout 0.2) at 6 "
         f"layers (10.7M parameters) and 24 layers, batch {args.batch}, {args.steps} steps, fp32, without and with "
@@ -77,7 +65,8 @@ def main():
         "process from `/usr/bin/time -v` (the largest over the runs), tokens/s over the training steps as mean ± sd "
         f"over {args.repeats} runs of each arm, alternating; the speed ratio is of the means. The last column "
         "compares the final train losses of every run bit for bit.")
-    benchlib.write_section(args.results, "recompute", "Activation recompute: memory and speed", intro, cmd, [table])
+    benchlib.publish(ap, args, "recompute.py", "recompute", "Activation recompute: memory and speed", intro,
+                     "\n".join(lines))
 
 
 if __name__ == "__main__":

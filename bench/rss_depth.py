@@ -17,7 +17,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
-from benchlib import ROOT  # noqa: E402
 
 
 def fail(message):
@@ -49,20 +48,14 @@ def main():
         lines.append(f"| {block} | {rss2:.0f} | {rss12:.0f} | **{rss12 / rss2:.2f}** | {state:.0f} | "
                      f"{(rss12 - state) / rss2:.2f} |")
         print(lines[-1], file=sys.stderr)
-    table = "\n".join(lines)
-    print(table)
-    if args.no_results:
-        return
-    cmd = f"python3 bench/rss_depth.py {os.path.relpath(args.data, ROOT)}"
-    if args.steps != 20:
-        cmd += f" --steps {args.steps}"
     intro = (
         f"`tapeformer train` for {args.steps} steps (with its evaluations and checkpoints) on nanoGPT's CPU recipe at "
         "width 128, 4 heads, T = 512, batch 8, with standard and reversible blocks at 2 and 12 layers; peak RSS of "
         "the process from `/usr/bin/time -v`. The parameter state (weights, AdamW's two moments, a gradient per "
         "shard) grows with depth for both kinds; reversible blocks keep no activations per layer, so beyond that "
         "state their RSS does not grow.")
-    benchlib.write_section(args.results, "rss_depth", "Peak RSS of training runs against depth", intro, cmd, [table])
+    benchlib.publish(ap, args, "rss_depth.py", "rss_depth", "Peak RSS of training runs against depth", intro,
+                     "\n".join(lines))
 
 
 if __name__ == "__main__":
