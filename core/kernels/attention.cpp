@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tapeformer/core/eigen.h"
+#include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/copy.h"
 #include "tapeformer/core/kernels/matmul.h"
 #include "tapeformer/core/parallel.h"
@@ -99,6 +100,52 @@ void causal_attention_forward(const Scalar* qkv, Scalar* y, Scalar* probs, const
           pb = pk.data();
         }
         product(pb, T, 1, n, r1, v, 3 * C, D, o + r0 * C, C);  // O rows = P~ V
+      }
+    }
+  });
+}
+
+void causal_attention_rows(const Scalar* qkv, const int64_t* rows, int64_t R, Scalar* y_rows, const AttentionShape& s) {
+  const profile::Scope timed("attention");
+  const int64_t C = s.H * s.D, T = s.T, D = s.D;
+  const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(D));
+  for (int64_t r = 0; r < R; ++r)
+    TAPEFORMER_CHECK(rows[r] >= 0 && rows[r] < s.B * T && (r == 0 || rows[r] > rows[r - 1]),
+                     "causal_attention_rows: row ", rows[r], " of ", s.B * T, " is out of range or out of order");
+  parallel::parallel_for(s.B * s.H, 1, [&](int64_t w0, int64_t w1) {
+    std::vector<Scalar> kt(static_cast<size_t>(D * T));             // K^T (D, T)
+    std::vector<Scalar> qb(static_cast<size_t>(kRowBlock * D));     // a block's chosen queries (n, D)
+    std::vector<Scalar> p(static_cast<size_t>(kRowBlock * T));      // their probabilities (n, r1), rows T apart
+    std::vector<Scalar> ob(static_cast<size_t>(kRowBlock * D));     // their outputs (n, D)
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t b = w / s.H, h = w % s.H;
+      const int64_t* first = std::lower_bound(rows, rows + R, b * T);
+      const int64_t* last = std::lower_bound(first, rows + R, (b + 1) * T);
+      if (first == last) continue;
+      const Scalar* q = qkv + b * T * 3 * C + h * D;  // (T, D), rows 3C apart
+      const Scalar* v = q + 2 * C;                     // (T, D), rows 3C apart
+      // Keys up to the last row's block end: as far as the whole forward reads for it.
+      const int64_t keys = std::min(T, ((last[-1] - b * T) / kRowBlock + 1) * kRowBlock);
+      transpose_head(q + C, 3 * C, keys, D, kt.data());
+      // The chosen rows of each row block together, as the whole forward runs
+      // that block: scores against the block's keys [0, r1), the same softmax
+      // widths, P V over [0, r1). A product's row does not depend on the others.
+      for (const int64_t* g = first; g != last;) {
+        const int64_t r0 = (*g - b * T) / kRowBlock * kRowBlock, r1 = std::min(T, r0 + kRowBlock);
+        const int64_t* end = g;
+        while (end != last && *end - b * T < r1) ++end;
+        const int64_t n = end - g;
+        for (int64_t j = 0; j < n; ++j) std::copy_n(q + (g[j] - b * T) * 3 * C, D, qb.data() + j * D);
+        product(qb.data(), D, 1, n, D, kt.data(), keys, r1, p.data(), T);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t i = g[j] - b * T;
+          const int64_t width = std::min(r1, (i + eigen::kPacketSize) / eigen::kPacketSize * eigen::kPacketSize);
+          causal_softmax_row(p.data() + j * T, i + 1, width, scale);
+          std::fill(p.data() + j * T + i + 1, p.data() + j * T + r1, 0.0f);
+        }
+        product(p.data(), T, 1, n, r1, v, 3 * C, D, ob.data(), D);
+        for (int64_t j = 0; j < n; ++j) std::copy_n(ob.data() + j * D, D, y_rows + (g - rows + j) * C + h * D);
+        g = end;
       }
     }
   });

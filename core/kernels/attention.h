@@ -23,6 +23,13 @@ struct AttentionShape {
 void causal_attention_forward(const Scalar* qkv, Scalar* y, Scalar* probs, const Scalar* keep,
                               const AttentionShape& s);
 
+// Rows of causal_attention_forward's y without dropout, bit for bit, for
+// a reader that needs only some positions' outputs (early exit, ACT halting):
+// rows[r] = b * T + t (ascending) -> y_rows (R, C), row r = y's row (b, t).
+// The scores and softmax of each row run over the same widths as in the
+// whole forward, so every product sums in the same order.
+void causal_attention_rows(const Scalar* qkv, const int64_t* rows, int64_t R, Scalar* y_rows, const AttentionShape& s);
+
 // Given dy (B, T, C), writes dqkv (B, T, 3C):
 //   dV = P~^T dO, dP~ = dO V^T, dP = dP~ * keep, dS = P * (dP - rowsum(P * dP)),
 //   dQ = scale dS K, dK = scale dS^T Q.

@@ -556,28 +556,39 @@ void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool ac
   // big enough for packing to pay off. Inside a parallel region (a shard's
   // ops) the loop runs serially: one block per batch index then packs B once
   // instead of once per block.
+  // Too few rows for that (a token at a time when generating, a subset of
+  // rows): column blocks of whole tiles too. Every element is summed over k
+  // in order whichever block computes it, so the split changes no bit.
   const int threads = parallel::in_parallel_region() ? 1 : parallel::num_threads();
   const int64_t flops = M * N * K;
-  int64_t row_blocks = 1;
+  constexpr int64_t kColumnBlock = 64;  // columns: a multiple of every tile's width
+  int64_t row_blocks = 1, col_blocks = 1;
   if (batch < threads && flops >= (int64_t{1} << 15)) {
-    row_blocks = std::min<int64_t>((threads + batch - 1) / batch * 2, std::max<int64_t>(1, M / 16));
+    const int64_t wanted = (threads + batch - 1) / batch * 2;
+    row_blocks = std::min<int64_t>(wanted, std::max<int64_t>(1, M / 16));
+    // Each block worth a task (a 1 x 128 x 384 product is not: 49K multiply-adds).
+    col_blocks = std::max<int64_t>(1, std::min({wanted / row_blocks, N / kColumnBlock, flops >> 17}));
   }
   const int64_t rows_per = (M + row_blocks - 1) / row_blocks;
+  const int64_t cols_per = ((N + col_blocks - 1) / col_blocks + kColumnBlock - 1) / kColumnBlock * kColumnBlock;
+  const int64_t blocks = row_blocks * col_blocks;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, flops));
   Scalar* c = out.data();
   const Scalar* ab = a.data();
   const Scalar* bb = b.data();
-  parallel::parallel_for(batch * row_blocks, grain, [&](int64_t w0, int64_t w1) {
+  parallel::parallel_for(batch * blocks, grain, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t bi = w / row_blocks, m0 = (w % row_blocks) * rows_per;
-      const int64_t m1 = std::min(M, m0 + rows_per);
-      if (m0 >= m1) continue;
-      MatRef am = matrix_of(a, ab + a_off[bi]);
+      const int64_t bi = w / blocks, m0 = (w % blocks) / col_blocks * rows_per, n0 = w % col_blocks * cols_per;
+      const int64_t m1 = std::min(M, m0 + rows_per), n1 = std::min(N, n0 + cols_per);
+      if (m0 >= m1 || n0 >= n1) continue;
+      MatRef am = matrix_of(a, ab + a_off[bi]), bm = matrix_of(b, bb + b_off[bi]);
       am.data += m0 * am.row_stride;
       am.rows = m1 - m0;
+      bm.data += n0 * bm.col_stride;
+      bm.cols = n1 - n0;
       Epilogue e = epilogue;
-      if (e.aux) e.aux += bi * M * N + m0 * N;
-      gemm(am, matrix_of(b, bb + b_off[bi]), c + bi * M * N + m0 * N, N, accumulate, bias_data, e);
+      if (e.aux) e.aux += bi * M * N + m0 * N + n0;
+      gemm(am, bm, c + bi * M * N + m0 * N + n0, N, accumulate, bias_data ? bias_data + n0 : nullptr, e);
     }
   });
 }

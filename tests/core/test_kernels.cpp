@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/activation.h"
 #include "tapeformer/core/kernels/attention.h"
 #include "tapeformer/core/kernels/matmul.h"
@@ -342,6 +343,78 @@ TEST_CASE("layer_norm_backward_rows: parameter gradients over many row blocks eq
     all.insert(all.end(), db.begin(), db.end());
     if (first.empty()) first = all;
     CHECK(all == first);
+  }
+  parallel::set_num_threads(0);
+}
+
+TEST_CASE("causal_attention_rows: any subset of rows equals the whole forward's rows bit for bit") {
+  Rng rng(13);
+  for (const int64_t T : {1, 5, 16, 17, 40, 64}) {
+    for (const int64_t D : {4, 12, 32}) {
+      CAPTURE(T);
+      CAPTURE(D);
+      const int64_t B = 2, H = 3, C = H * D;
+      const kernels::AttentionShape s{B, T, H, D};
+      Tensor qkv = random_tensor({B, T, 3 * C}, rng);
+      Tensor y = Tensor::empty({B, T, C}), probs = Tensor::empty({B, H, T, T});
+      kernels::causal_attention_forward(qkv.data(), y.data(), probs.data(), nullptr, s);
+      // Every row, every other row, the last row of each sequence, one row.
+      std::vector<std::vector<int64_t>> subsets(4);
+      for (int64_t i = 0; i < B * T; ++i) {
+        subsets[0].push_back(i);
+        if (i % 2 == 1) subsets[1].push_back(i);
+        if (i % T == T - 1) subsets[2].push_back(i);
+      }
+      subsets[3].push_back(B * T - 1 - T / 2);
+      for (const auto& rows : subsets) {
+        if (rows.empty()) continue;
+        const auto R = static_cast<int64_t>(rows.size());
+        Tensor got = Tensor::empty({R, C});
+        kernels::causal_attention_rows(qkv.data(), rows.data(), R, got.data(), s);
+        int64_t differ = 0;
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t c = 0; c < C; ++c) differ += got.data()[r * C + c] != y.data()[rows[r] * C + c];
+        CHECK(differ == 0);
+      }
+    }
+  }
+  const kernels::AttentionShape s{1, 4, 1, 4};
+  Tensor qkv = random_tensor({1, 4, 12}, rng), got = Tensor::empty({2, 4});
+  const std::vector<int64_t> backwards = {2, 1}, outside = {4};
+  CHECK_THROWS_WITH_AS(kernels::causal_attention_rows(qkv.data(), backwards.data(), 2, got.data(), s),
+                       doctest::Contains("out of range or out of order"), Error);
+  CHECK_THROWS_WITH_AS(kernels::causal_attention_rows(qkv.data(), outside.data(), 1, got.data(), s),
+                       doctest::Contains("row 4 of 4"), Error);
+}
+
+TEST_CASE("batched_matmul: a few rows split into column blocks give the same bits for any thread count") {
+  // 1 and 4 rows (a token at a time, a subset of positions): the threads take
+  // column blocks, bias and the epilogue's second output included.
+  Rng rng(14);
+  for (const int64_t M : {1, 4}) {
+    CAPTURE(M);
+    const int64_t K = 512, N = 1000;  // N: whole 64-column blocks and a partial one
+    Tensor a = random_tensor({1, M, K}, rng), b = random_tensor({1, K, N}, rng), bias = random_tensor({N}, rng);
+    auto run = [&](int threads) {
+      parallel::set_num_threads(threads);
+      Tensor plain = Tensor::empty({1, M, N}), act = Tensor::empty({1, M, N}), dydx = Tensor::empty({1, M, N});
+      kernels::batched_matmul(a, b, plain, false, bias);
+      kernels::batched_matmul(a, b, act, false, bias, kernels::Epilogue::activate(Activation::Gelu, dydx.data()));
+      std::vector<Scalar> all = plain.to_vector();
+      for (const Tensor* t : {&act, &dydx}) {
+        const auto v = t->to_vector();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return all;
+    };
+    const auto one = run(1);
+    CHECK(run(2) == one);
+    CHECK(run(3) == one);
+    CHECK(run(8) == one);
+    // And the products themselves: row 0, column 999 summed in order.
+    double want = bias.data()[N - 1];
+    for (int64_t k = 0; k < K; ++k) want += static_cast<double>(a.data()[k]) * b.data()[k * N + N - 1];
+    CHECK(std::abs(one[static_cast<size_t>(N - 1)] - want) < 1e-3);
   }
   parallel::set_num_threads(0);
 }
