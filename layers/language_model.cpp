@@ -5,6 +5,7 @@
 #include "tapeformer/autograd/tape.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/storage.h"
+#include "tapeformer/layers/adaptive_depth.h"
 #include "tapeformer/layers/spalm.h"
 #include "tapeformer/layers/transformer.h"
 
@@ -72,6 +73,12 @@ void LanguageModel::set_recompute(int64_t every) {
   recompute_every_ = every;
   visit([every](Module& m) {
     if (auto* stack = dynamic_cast<BlockStack*>(&m)) stack->set_recompute(every);
+  });
+}
+
+void LanguageModel::set_full_depth(bool full) {
+  visit([full](Module& m) {
+    if (auto* adaptive = dynamic_cast<AdaptiveDepth*>(&m)) adaptive->set_full_depth(full);
   });
 }
 

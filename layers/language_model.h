@@ -93,6 +93,12 @@ class LanguageModel : public Module {
   void set_recompute(int64_t every);
   int64_t recompute_every() const { return recompute_every_; }
 
+  // Early exit and ACT halting (layers/adaptive_depth.h) in every part of
+  // the model that stops positions early: full = every layer runs for every
+  // position (the same numbers, no time saved); false, the default, skips
+  // the stopped positions' work when reading piece by piece.
+  void set_full_depth(bool full);
+
   // Shorthands for a context (a kind that defines forward(ids, ctx) keeps
   // them with `using LanguageModel::forward;`):
   Var forward(const IndexTensor& ids, Rng& rng) const;                           // whole sequences, training

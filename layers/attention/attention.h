@@ -70,6 +70,16 @@ class Attention : public Module {
   // rounding; bit for bit from an empty state where the kind says so).
   virtual Var forward(const Var& x, InferenceState& state) const = 0;
 
+  // Reading piece by piece when only some of x's positions need an output
+  // (early exit, ACT halting: the others left or halted, yet later positions
+  // read their keys): the state takes in every position of x as
+  // forward(x, state) does, and only the rows `rows` are computed, flat
+  // indices b * T + t into x's (B, T), ascending -> (1, R, C), each row
+  // forward(x, state)'s bit for bit. With rows empty the state only takes x
+  // in (a KV cache: the keys and values) and the result is (1, 0, C). By
+  // default forward(x, state) and its rows picked: the same numbers, no time saved.
+  virtual Var forward_rows(const Var& x, InferenceState& state, const std::vector<int64_t>& rows) const;
+
   // Transformer-XL: x (B, T, C) at positions M..M+T-1 attends causally to
   // itself and to all of `memory` (B, M, C), the (normalised) inputs of the
   // M positions before it, which get no gradient -> (B, T, C). An undefined
@@ -128,6 +138,10 @@ std::shared_ptr<Attention> make_attention(const ModelConfig& cfg, std::shared_pt
 
 // ---- helpers shared by the kinds -------------------------------------------
 // (the head split of a packed qkv projection is the op split_heads, autograd/ops.h)
+
+// Rows of x (B, T, C) at flat indices b * T + t, ascending -> (1, R, C)
+// (Attention::forward_rows's result).
+Var pick_rows(const Var& x, const std::vector<int64_t>& rows);
 
 // y (B, H, T, D) -> (B, T, C), heads side by side (a view when y's memory is
 // (B, T, H, D), as softmax_attention's output is).

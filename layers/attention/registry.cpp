@@ -75,6 +75,27 @@ void Attention::check_inference(const char* who, const Var& x, int64_t n_embd) c
   TAPEFORMER_CHECK(x.rank() == 3 && x.dim(2) == n_embd, who, ": input ", x.shape(), " must be (B, T, ", n_embd, ")");
 }
 
+Var Attention::forward_rows(const Var& x, InferenceState& state, const std::vector<int64_t>& rows) const {
+  return pick_rows(forward(x, state), rows);
+}
+
+Var pick_rows(const Var& x, const std::vector<int64_t>& rows) {
+  TAPEFORMER_CHECK(x.rank() == 3, "pick_rows: x must be (B, T, C), got ", x.shape());
+  const int64_t N = x.dim(0) * x.dim(1);
+  std::vector<int32_t> index;
+  index.reserve(rows.size());
+  for (const int64_t r : rows) {
+    TAPEFORMER_CHECK(r >= 0 && r < N && (index.empty() || r > index.back()), "pick_rows: row ", r, " of ", N,
+                     " is out of range or out of order (rows ascend)");
+    index.push_back(static_cast<int32_t>(r));
+  }
+  if (index.empty()) return Var(Tensor::zeros({1, 0, x.dim(2)}));
+  const Var flat = reshape(contiguous(x), {1, N, x.dim(2)});  // (1, B T, C)
+  if (index.size() == static_cast<size_t>(N)) return flat;  // every row, in order (rows ascend)
+  const auto R = static_cast<int64_t>(index.size());
+  return gather_rows(flat, IndexTensor({R}, std::move(index)));  // (1, R, C)
+}
+
 Var Attention::forward(const Var& x, const Var& memory, Rng& rng) const {
   if (!memory.defined() || memory.dim(1) == 0) return forward(x, rng);
   fail("this attention kind takes no segment memory (model.mem_len needs model.attention \"softmax\")");

@@ -92,6 +92,11 @@ class MultiHeadAttention : public ProjectedAttention {
   // rounding.
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const override;
   Var forward(const Var& x, InferenceState& state) const override;  // (B, T, C) -> (B, T, C)
+  // Only `rows` computed past the cache: the keys and values alone when rows
+  // is empty (2/3 of the qkv projection), the fused kernel's rows
+  // (kernels::causal_attention_rows) when forward(x, state) would run it,
+  // otherwise every row attended and `rows` projected. (B, T, C) -> (1, R, C).
+  Var forward_rows(const Var& x, InferenceState& state, const std::vector<int64_t>& rows) const override;
   // With a Transformer-XL memory (B, M, C): its keys and values come from the
   // k and v columns of the qkv projection only (no queries for memory rows).
   Var forward(const Var& x, const Var& memory, Rng& rng) const override;  // (B, T, C) -> (B, T, C)

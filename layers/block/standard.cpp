@@ -1,5 +1,6 @@
 #include "tapeformer/layers/block/standard.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -36,6 +37,34 @@ Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
   const Var x = add(x_in, attention_branch(x_in, state));
   Rng unused(0);  // eval mode: no dropout draws
   return add(x, ff_branch(x, unused));
+}
+
+Var norm_rows(const LayerNorm& ln, const Var& x, const std::vector<int64_t>& rows) {
+  // Eigen's reductions start a row's sums at its address's alignment: rows
+  // whose byte length is a multiple of the storage's alignment sit alike in
+  // any buffer, others are normalised where x puts them.
+  if (x.dim(2) * static_cast<int64_t>(sizeof(Scalar)) % static_cast<int64_t>(Storage::kAlignment) == 0)
+    return ln.forward(pick_rows(x, rows));
+  return pick_rows(ln.forward(x), rows);
+}
+
+Var TransformerBlock::forward_rows(const Var& x_in, InferenceState& state, const std::vector<int64_t>& rows) const {
+  const int64_t B = x_in.dim(0), T = x_in.dim(1), C = x_in.dim(2);
+  if (rows.size() == static_cast<size_t>(B * T)) return forward(x_in, state);  // every row (rows ascend)
+  const Var a = attn->forward_rows(ln_1->forward(x_in), state, rows);  // (1, R, C)
+  if (rows.empty()) return x_in;
+  Tensor out = x_in.value().clone();  // (B, T, C): the rows replaced, first by x + F(x)
+  const auto scatter = [&](const Tensor& picked) {  // (1, R, C) into out's rows
+    const Tensor p = picked.contiguous();
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::copy_n(p.data() + static_cast<int64_t>(r) * C, C, out.data() + rows[r] * C);
+  };
+  const Tensor x = add(pick_rows(x_in, rows), a).value();  // (1, R, C)
+  scatter(x);
+  const Var normed = norm_rows(*ln_2, Var(out), rows);  // (1, R, C)
+  Rng unused(0);  // eval mode: no dropout draws
+  scatter(add(Var(x), mlp->forward(normed, unused)).value());
+  return Var(out);
 }
 
 double transformer_block_parameters(const ModelConfig& cfg) {

@@ -24,6 +24,10 @@ namespace tapeformer {
 // the pre-LN attention branch of the standard and gated blocks.
 Var attend_normalised(const Attention& attn, const LayerNorm& ln, const Var& x, const Tensor& memory, Rng& rng);
 
+// ln over the rows `rows` (flat b * T + t, ascending) of x (B, T, C) ->
+// (1, R, C), each ln.forward(x)'s row bit for bit.
+Var norm_rows(const LayerNorm& ln, const Var& x, const std::vector<int64_t>& rows);
+
 // One layer's parameters: ln_1, attn (cfg.attention's kind, `positional`'s
 // part inside), ln_2, mlp (cfg.mlp's kind, layers/mlp.h); keys "ln_1.weight", "attn.qkv.weight", ...
 class TransformerBlock : public Module {
@@ -47,6 +51,13 @@ class TransformerBlock : public Module {
   Var forward(const Var& x, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window) const;
   Var forward(const Var& x, InferenceState& state) const;  // (B, T, C) -> (B, T, C)
+  // The same when only `rows` (flat b * T + t, ascending) need the layer's
+  // output, the other positions having left (early exit) or halted (ACT):
+  // every position of x enters the attention's state (later positions read
+  // its keys), the rows get forward(x, state)'s values bit for bit, the
+  // others keep x's. The MLP and the attention's output run for the rows
+  // alone (Attention::forward_rows). (B, T, C) -> (B, T, C)
+  Var forward_rows(const Var& x, InferenceState& state, const std::vector<int64_t>& rows) const;
   // With a Transformer-XL memory of this layer's inputs (B, M, C), no gradient.
   Var forward(const Var& x, const Tensor& memory, Rng& rng) const;  // (B, T, C) -> (B, T, C)
   std::shared_ptr<LayerNorm> ln_1, ln_2;

@@ -1,6 +1,7 @@
 #include "tapeformer/layers/block/universal.h"
 
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "tapeformer/autograd/ops.h"
@@ -86,21 +87,26 @@ Tensor UniversalStack::timestep(int64_t n) const {
 }
 
 Var UniversalStack::recur(const Var& x, int64_t start, bool every_step,
-                          const std::function<Var(const Var&, int64_t)>& layer) const {
+                          const std::function<Var(const Var&, int64_t, const std::vector<int64_t>&)>& layer) const {
   TAPEFORMER_CHECK(x.rank() == 3, "UniversalStack: input must be (B, T, C), got ", x.shape());
   const int64_t B = x.dim(0), T = x.dim(1);
   Var h = x, y;
+  std::vector<int64_t> all(static_cast<size_t>(B * T));  // every row runs
+  std::iota(all.begin(), all.end(), int64_t{0});
   ActHalting halting({B, T, 1}, act ? epsilon : 0.5f, max_steps);
   for (int64_t n = 1; n <= max_steps; ++n) {
     if (act && halting.done() && !every_step) break;  // nothing changes any more
     const Var s = add(n == 1 ? x : positional_->embed(h, start), Var(timestep(n)));  // (B, T, C)
     if (!act) {
-      h = layer(s, n);
+      h = layer(s, n, all);
       continue;
     }
-    const Tensor runs = halting.running();  // (B, T, 1)
+    const Tensor runs = halting.running().contiguous();  // (B, T, 1)
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < B * T; ++i)
+      if (runs.data()[i] != 0) rows.push_back(i);
     const Var w = halting.done() ? Var() : halting.step(sigmoid(halt->forward(s)));
-    h = where(runs, layer(s, n), h);  // halted positions keep their state
+    h = where(runs, layer(s, n, rows), h);  // halted positions keep their state
     if (w.defined()) y = y.defined() ? add(y, mul(w, h)) : mul(w, h);
   }
   last_ = Ponder{};
@@ -134,7 +140,7 @@ Var UniversalStack::recur(const Var& x, int64_t start, bool every_step,
 
 Var UniversalStack::forward(const Var& x, Rng& rng) const {
   // Each step of the recurrence is a layer for activation recompute.
-  return recur(x, 0, false, [&](const Var& s, int64_t n) {
+  return recur(x, 0, false, [&](const Var& s, int64_t n, const std::vector<int64_t>&) {
     if (recomputes(static_cast<size_t>(n))) return recomputed_forward(block, s, rng);
     return release_rebuildable([&] { return block->forward(s, rng); });
   });
@@ -148,10 +154,14 @@ std::unique_ptr<InferenceState> UniversalStack::make_state(int64_t batch, int64_
 
 Var UniversalStack::forward(const Var& x, InferenceState& state) const {
   LayerStates& s = LayerStates::of_stack(state, static_cast<size_t>(max_steps));
-  // Every step of every new position: later positions read its keys at each step.
-  const Var y = recur(x, s.length(), true,
-                      [&](const Var& in, int64_t n) { return block->forward(in, *s.layers[static_cast<size_t>(n - 1)]); });
+  // Every step of every new position: later positions read its keys at each
+  // step; the halted ones' outputs are not computed unless at full depth.
+  const Var y = recur(x, s.length(), true, [&](const Var& in, int64_t n, const std::vector<int64_t>& rows) {
+    InferenceState& step = *s.layers[static_cast<size_t>(n - 1)];
+    return full_depth() ? block->forward(in, step) : block->forward_rows(in, step, rows);
+  });
   s.advance(x.dim(1));
+  if (act) reading_steps_ += last_.steps, reading_positions_ += static_cast<double>(last_.positions);
   return y;
 }
 
@@ -170,17 +180,21 @@ bool UniversalStack::after_optimizer_step(int64_t) {
 
 std::vector<std::pair<std::string, std::vector<double>>> UniversalStack::own_metrics() const {
   if (!act) return {};
+  std::vector<std::pair<std::string, std::vector<double>>> figures;
   double total = 0, steps = 0;
   for (int64_t i = 0; i < max_steps; ++i) {
     total += last_counts_.data()[i];
     steps += static_cast<double>(i + 1) * last_counts_.data()[i];
   }
-  if (total == 0) return {};
-  std::vector<double> hist, by_position;
-  for (int64_t i = 0; i < max_steps; ++i) hist.push_back(last_counts_.data()[i] / total);
-  for (int64_t t = 0; t < block_size_ && last_position_.data()[block_size_ + t] > 0; ++t)
-    by_position.push_back(last_position_.data()[t] / last_position_.data()[block_size_ + t]);
-  return {{"ponder_mean", {steps / total}}, {"ponder_hist", hist}, {"ponder_by_position", by_position}};
+  if (total > 0) {
+    std::vector<double> hist, by_position;
+    for (int64_t i = 0; i < max_steps; ++i) hist.push_back(last_counts_.data()[i] / total);
+    for (int64_t t = 0; t < block_size_ && last_position_.data()[block_size_ + t] > 0; ++t)
+      by_position.push_back(last_position_.data()[t] / last_position_.data()[block_size_ + t]);
+    figures = {{"ponder_mean", {steps / total}}, {"ponder_hist", hist}, {"ponder_by_position", by_position}};
+  }
+  if (reading_positions_ > 0) figures.push_back({"ponder_reading_mean", {reading_steps_ / reading_positions_}});
+  return figures;
 }
 
 // ---- the registry entry ---------------------------------------------------------

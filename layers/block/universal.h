@@ -22,9 +22,16 @@
 // one TransformerBlock registered as "0" (keys "0.attn.qkv.weight", ... as
 // the standard stack's first layer), the halting unit "halt".
 //
-// Reading piece by piece keeps one state of the block per step, and every
-// new position runs all K steps (its own output still stops at its N): a
-// later position's step n reads every earlier one's key at step n.
+// Reading piece by piece keeps one state of the block per step. A later
+// position's step n reads every earlier one's key at step n, so a position
+// that halted still enters the states of the steps after its N, with its
+// frozen state h^N + P + S_n; the block computes only its keys and values
+// there, not its attention output or MLP (set_full_depth(true): the whole
+// block, the same numbers).
+//
+// Reading piece by piece counts each new position's N too, reported as
+// "ponder_reading_mean" (the mean steps a sampled position ran, since the
+// model was built).
 //
 // Training forwards count each position's N (a batch statistic, summed over
 // every shard); after the optimizer step the stack keeps the step's counts
@@ -39,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "tapeformer/layers/adaptive_depth.h"
 #include "tapeformer/layers/basic.h"
 #include "tapeformer/layers/block/block.h"
 #include "tapeformer/layers/block/standard.h"
@@ -76,7 +84,7 @@ class ActHalting {
   Tensor steps_;      // (B, T, 1)
 };
 
-class UniversalStack : public BlockStack {
+class UniversalStack : public BlockStack, public AdaptiveDepth {
  public:
   // `positional` is the model's scheme, kept by reference: it outlives the stack.
   UniversalStack(const ModelConfig& cfg, const Positional& positional, Rng& rng);
@@ -108,15 +116,18 @@ class UniversalStack : public BlockStack {
   std::vector<std::pair<std::string, std::vector<double>>> own_metrics() const override;
 
  private:
-  // The recurrence over x (B, T, C) at positions start..; `layer` runs the block at step n.
+  // The recurrence over x (B, T, C) at positions start..; `layer(s, n, rows)`
+  // runs the block at step n, where only `rows` (flat b * T + t, ascending)
+  // are still running and need its output.
   Var recur(const Var& x, int64_t start, bool every_step,
-            const std::function<Var(const Var&, int64_t)>& layer) const;
+            const std::function<Var(const Var&, int64_t, const std::vector<int64_t>&)>& layer) const;
   const Positional* positional_;
   int64_t block_size_;
   Tensor counts_, by_position_;        // statistics: N histogram (K), [sum of N; positions] per position (2, block_size)
   Tensor last_counts_, last_position_;  // buffers: the last step's
   mutable Var ponder_loss_;             // tau mean(N + R) of the last training forward
   mutable Ponder last_;
+  mutable double reading_steps_ = 0, reading_positions_ = 0;  // N summed over the positions read piece by piece
 };
 
 }  // namespace tapeformer

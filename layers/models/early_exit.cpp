@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "tapeformer/autograd/ops.h"
@@ -113,16 +114,28 @@ Var EarlyExitLM::exit_logits(const Var& h, int64_t n) const {
   return exit_heads[i]->forward(exit_norms[i]->forward(h));  // (B, T, V)
 }
 
+Var EarlyExitLM::exit_logits(const Var& h, int64_t n, const std::vector<int64_t>& rows) const {
+  const auto L = static_cast<int64_t>(blocks->blocks.size());
+  TAPEFORMER_CHECK(n >= 1 && n <= L, "early exit: layer ", n, " of ", L);
+  if (n == L || exit_heads.empty()) return logits_from_features(norm_rows(*ln_f, h, rows));  // (1, R, V)
+  const auto i = static_cast<size_t>(n - 1);
+  return exit_heads[i]->forward(norm_rows(*exit_norms[i], h, rows));  // (1, R, V)
+}
+
 Tensor EarlyExitLM::confidence(const Tensor& logits_in, const Tensor& h_in, const Tensor& before_in) const {
-  const Tensor z = logits_in.contiguous(), h = h_in.contiguous(), g = before_in.contiguous();
-  const int64_t V = z.dim(2), C = h.dim(2), N = z.dim(0) * z.dim(1);
-  Tensor c = Tensor::empty({z.dim(0), z.dim(1)});
   const Confidence m = measure();
+  TAPEFORMER_CHECK(m == Confidence::cosine || logits_in.defined(), "early exit: the \"", confidence_name(m),
+                   "\" confidence reads the logits");
+  const Tensor h = h_in.contiguous(), g = before_in.contiguous();
+  const Tensor z = m == Confidence::cosine ? Tensor() : logits_in.contiguous();
+  const int64_t V = z.defined() ? z.dim(2) : 0, C = h.dim(2), N = h.dim(0) * h.dim(1);
+  Tensor c = Tensor::empty({h.dim(0), h.dim(1)});
+  const Scalar *hs = h.data(), *gs = g.data();
   for (int64_t i = 0; i < N; ++i) {
     if (m == Confidence::cosine) {
       double dot = 0, a = 0, b = 0;
       for (int64_t k = 0; k < C; ++k) {
-        const double x = h.data()[i * C + k], y = g.data()[i * C + k];
+        const double x = hs[i * C + k], y = gs[i * C + k];
         dot += x * y, a += x * x, b += y * y;
       }
       c.data()[i] = static_cast<Scalar>(a > 0 && b > 0 ? dot / std::sqrt(a * b) : 1.0);
@@ -202,6 +215,50 @@ Var EarlyExitLM::run_layers(const Var& x, const ModelContext& ctx,
   return out;
 }
 
+Var EarlyExitLM::run_skipping(const Var& x, LayerStates& layers) const {
+  const size_t L = blocks->blocks.size();
+  const double lambda = threshold();
+  exit_loss_ = Var();
+  last_exits_ = IndexTensor();
+  const int64_t B = x.dim(0), T = x.dim(1);
+  std::vector<int64_t> running(static_cast<size_t>(B * T));  // flat rows b * T + t still in, ascending
+  std::iota(running.begin(), running.end(), int64_t{0});
+  IndexTensor exits({B, T}, std::vector<int32_t>(running.size(), static_cast<int32_t>(L)));
+  Tensor out;  // (B, T, V): each row from its exit layer's head
+  const auto take = [&](const Tensor& logits, int64_t r, int64_t row) {  // row r of logits (1, R, V) -> out row
+    const int64_t V = logits.dim(2);
+    if (!out.defined()) out = Tensor::empty({B, T, V});
+    std::copy_n(logits.data() + r * V, V, out.data() + row * V);
+  };
+  Var h = x;
+  for (size_t i = 0; i < L; ++i) {
+    const Var before = h;
+    h = blocks->blocks[i]->forward_rows(h, *layers.layers[i], running);  // the others keep their state
+    if (i + 1 == L || running.empty()) continue;
+    // The cosine measure reads the states alone: the head runs for the positions leaving only.
+    const bool cosine = measure() == Confidence::cosine;
+    const auto n = static_cast<int64_t>(i + 1);
+    Tensor logits = cosine ? Tensor() : exit_logits(h, n, running).value().contiguous();  // (1, R, V)
+    const Tensor c = confidence(logits, pick_rows(h, running).value(), pick_rows(before, running).value());  // (1, R)
+    std::vector<int64_t> still, leaving;
+    for (size_t r = 0; r < running.size(); ++r) (c.data()[r] < lambda ? still : leaving).push_back(running[r]);
+    if (cosine && !leaving.empty()) logits = exit_logits(h, n, leaving).value().contiguous();  // (1, leaving, V)
+    for (size_t r = 0, k = 0; r < running.size(); ++r) {
+      if (c.data()[r] < lambda) continue;
+      take(logits, static_cast<int64_t>(cosine ? k++ : r), running[r]);
+      exits.data[static_cast<size_t>(running[r])] = static_cast<int32_t>(n);
+    }
+    running = std::move(still);
+  }
+  if (!running.empty()) {  // the positions that ran every layer
+    const Tensor logits = exit_logits(h, static_cast<int64_t>(L), running).value().contiguous();  // (1, R, V)
+    for (size_t r = 0; r < running.size(); ++r) take(logits, static_cast<int64_t>(r), running[r]);
+  }
+  for (int32_t n : exits.data) ++counts_[static_cast<size_t>(n - 1)];
+  last_exits_ = exits;
+  return Var(out);  // (B, T, V)
+}
+
 Var EarlyExitLM::forward(const IndexTensor& ids, const ModelContext& ctx) const {
   TAPEFORMER_CHECK(ctx.inputs == nullptr || ctx.inputs->empty(), "model.arch \"early_exit\" reads no extra inputs");
   TAPEFORMER_CHECK(ctx.memory == nullptr, "model.arch \"early_exit\" carries no segment memory");
@@ -231,8 +288,10 @@ Var EarlyExitLM::forward(const IndexTensor& ids, const ModelContext& ctx) const 
     const Var x = pos_emb->embed(tok_emb->forward(ids), s.length_);  // (B, T, C)
     ModelContext inner = ctx;
     inner.state = nullptr;
-    const Var y = run_layers(x, inner,
-                             [&](size_t i, const Var& h) { return blocks->blocks[i]->forward(h, *layers.layers[i]); });
+    const bool skipping = threshold() <= 1 && !full_depth() && !ctx.features;  // features: run_layers refuses
+    const Var y = skipping ? run_skipping(x, layers) : run_layers(x, inner, [&](size_t i, const Var& h) {
+      return blocks->blocks[i]->forward(h, *layers.layers[i]);
+    });
     layers.advance(T);
     s.length_ += T;
     return y;

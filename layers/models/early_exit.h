@@ -14,7 +14,11 @@
 //                 "cosine": cos(h^n, h^{n-1}), hidden-state saturation (h^0: the embeddings)
 //               A position that left keeps h^n in every later layer: its keys
 //               and values there are computed from h^n (CALM's state copying),
-//               so later positions attend to it as to any other.
+//               so later positions attend to it as to any other. Reading piece
+//               by piece (sampling), those layers compute only these keys and
+//               values for it, not its attention output or MLP, nor its exit
+//               heads (set_full_depth(true): every layer for every position,
+//               the same numbers).
 //
 // The training loss reaches the model as the final head's CE (what the
 // trainer computes and logs) plus the auxiliary loss of the batch
@@ -35,12 +39,13 @@
 #include <utility>
 #include <vector>
 
+#include "tapeformer/layers/adaptive_depth.h"
 #include "tapeformer/layers/block/standard.h"
 #include "tapeformer/layers/transformer.h"
 
 namespace tapeformer {
 
-class EarlyExitLM : public TransformerLM {
+class EarlyExitLM : public TransformerLM, public AdaptiveDepth {
  public:
   enum class Confidence { max = 0, margin = 1, cosine = 2 };
   static Confidence parse_confidence(const std::string& name);  // Error naming the three
@@ -49,13 +54,19 @@ class EarlyExitLM : public TransformerLM {
   EarlyExitLM(const ModelConfig& cfg, Rng& rng);
   Var forward(const IndexTensor& ids, const ModelContext& ctx) const override;
   using LanguageModel::forward;
+  using LanguageModel::set_full_depth;  // the whole model's (AdaptiveDepth's is this one's part)
+  using AdaptiveDepth::full_depth;
   std::unique_ptr<InferenceState> make_state(int64_t batch, int64_t window = 0) const override;
   static ModelFootprint footprint(const ModelConfig& cfg);
 
   // head_n(h), n = 1..L: (B, T, C) -> (B, T, V).
   Var exit_logits(const Var& h, int64_t n) const;
-  // Confidence of each position, (B, T) values, from layer n's logits (B, T, V),
-  // its state h (B, T, C) and the state before it.
+  // The same for the rows `rows` of h only (flat b * T + t, ascending), each
+  // exit_logits(h, n)'s row bit for bit: (B, T, C) -> (1, R, V).
+  Var exit_logits(const Var& h, int64_t n, const std::vector<int64_t>& rows) const;
+  // Confidence of each position, (B, T) values, from layer n's logits (B, T, V;
+  // the cosine measure does not read them: may be undefined), its state h
+  // (B, T, C) and the state before it.
   Tensor confidence(const Tensor& logits, const Tensor& h, const Tensor& before) const;
   double threshold() const;
   void set_threshold(double lambda);  // lambda > 1: never
@@ -81,6 +92,9 @@ class EarlyExitLM : public TransformerLM {
  private:
   // The layers over x (B, T, C) of positions start..: `layer(i, h)` runs block i.
   Var run_layers(const Var& x, const ModelContext& ctx, const std::function<Var(size_t, const Var&)>& layer) const;
+  // The same with exits on, reading piece by piece: the layers after a
+  // position's exit only take its keys and values into `layers`.
+  Var run_skipping(const Var& x, LayerStates& layers) const;
   Tensor threshold_, measure_;             // buffers "exit_threshold", "exit_measure", (1)
   std::vector<double> weights_;            // w_1..w_L
   mutable Var exit_loss_;                  // the auxiliary loss of the last training forward

@@ -6,6 +6,7 @@
 // later layers read for a position that left are its exit layer's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kind_tests.h"
@@ -275,4 +276,51 @@ TEST_CASE("early_exit: parameters of the kind; other blocks, memories and bad op
   bad = exit_config();
   bad.options["exit_heads"] = std::string("every");
   CHECK_THROWS_WITH_AS(model_footprint(bad), doctest::Contains("model.exit_heads"), Error);
+}
+
+TEST_CASE("early_exit: reading piece by piece, skipping the layers after an exit gives the full-depth numbers bit for bit") {
+  // Full depth runs every layer for every position (the where() of the whole
+  // forward); skipping computes only the keys and values of a position that
+  // left. Same logits and exits at every threshold, from an empty cache (the
+  // fused kernel's rows) and after it, with RoPE (the offset kernel) too.
+  int64_t mixed = 0;  // calls where some positions of a piece left and others ran on
+  for (const std::string heads : {"shared", "per_layer"})
+    for (const std::string positional : {"learned", "rope"})
+      for (const std::string measure : {"max", "cosine"}) {
+        CAPTURE(heads);
+        CAPTURE(positional);
+        CAPTURE(measure);
+        ModelConfig cfg = exit_config(heads);
+        cfg.positional = positional;
+        cfg.options["exit_confidence"] = measure;
+        std::unique_ptr<EarlyExitLM> model = make_exit_model(cfg);
+        spread(*model);
+        model->eval();
+        NoGradGuard no_grad;
+        const IndexTensor ids = some_ids(2, 16, 13, 1);
+        const auto piece = [&](int64_t t0, int64_t t1) {
+          std::vector<int32_t> v;
+          for (int64_t b = 0; b < 2; ++b)
+            for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[static_cast<size_t>(b * 16 + t)]);
+          return IndexTensor({2, t1 - t0}, v);
+        };
+        const std::vector<std::pair<int64_t, int64_t>> pieces = {{0, 7}, {7, 8}, {8, 9}, {9, 12}, {12, 13}};
+        for (const double lambda : {-1.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 2.0}) {
+          CAPTURE(lambda);
+          model->set_threshold(lambda);
+          const auto skipping = model->make_state(2), full = model->make_state(2);
+          for (const auto& [t0, t1] : pieces) {
+            model->set_full_depth(true);
+            const Tensor want = model->forward(piece(t0, t1), *full).value();
+            const IndexTensor want_exits = model->last_exit_layers();
+            model->set_full_depth(false);
+            const Tensor got = model->forward(piece(t0, t1), *skipping).value();
+            CHECK(model->last_exit_layers().data == want_exits.data);
+            CHECK(max_abs_diff(got, want) == 0.0);
+            const auto& e = want_exits.data;
+            mixed += std::count(e.begin(), e.end(), 3) > 0 && std::count(e.begin(), e.end(), 3) < int64_t(e.size());
+          }
+        }
+      }
+  CHECK(mixed >= 20);
 }

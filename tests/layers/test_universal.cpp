@@ -5,6 +5,7 @@
 // positions keep their state; the ponder cost, statistics and metrics.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kind_tests.h"
@@ -258,4 +259,37 @@ TEST_CASE("universal: parameters of the kind; bad options and a segment memory a
   bad = ut_config(2, true);
   bad.options["mem_len"] = int64_t{8};
   CHECK_THROWS_AS(bad.validate_kinds(), Error);
+}
+
+TEST_CASE("universal: reading piece by piece, halted positions skip the block's output: the full-depth numbers bit for bit") {
+  // A halted position still enters every later step's KV cache (its frozen
+  // state), but only its keys and values are computed there.
+  for (const std::string positional : {"learned", "rope"}) {
+    CAPTURE(positional);
+    ModelConfig cfg = ut_config(4, true);
+    cfg.positional = positional;
+    const Built b = build(cfg, 8);
+    for (const Var& p : b.stack->parameters()) {  // halting probabilities that spread over the steps
+      Tensor v = p.value();
+      for (int64_t i = 0; i < v.numel(); ++i) v.data()[i] *= 3;
+    }
+    b.stack->eval();
+    NoGradGuard no_grad;
+    const auto skipping = b.stack->make_state(2, -1), full = b.stack->make_state(2, -1);
+    std::vector<double> steps;
+    uint64_t seed = 20;
+    for (const int64_t T : {6, 1, 1, 3, 1}) {
+      const Tensor x = normal({2, T, 8}, seed++);
+      b.stack->set_full_depth(true);
+      const Tensor want = b.stack->forward(Var(x), *full).value();
+      const double want_steps = b.stack->last_ponder().steps;
+      b.stack->set_full_depth(false);
+      const Tensor got = b.stack->forward(Var(x), *skipping).value();
+      CHECK(b.stack->last_ponder().steps == want_steps);
+      CHECK(max_abs_diff(got, want) == 0.0);
+      steps.push_back(want_steps / static_cast<double>(2 * T));
+    }
+    // Positions halted before the last step: something was skipped.
+    CHECK(*std::min_element(steps.begin(), steps.end()) < 4.0);
+  }
 }
