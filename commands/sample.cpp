@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "tapeformer/commands/knn_flags.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
+#include "tapeformer/layers/models/early_exit.h"
 #include "tapeformer/train/eval_file.h"
 #include "tapeformer/train/knn.h"
 #include "tapeformer/train/load_model.h"
@@ -41,7 +44,9 @@ struct SampleArgs {
   std::string png;
   int64_t image_width = 0;
   int64_t images = 16;
-  bool report_layers = false;  // after sampling, the figures layers log (an early-exit model's mean layers used) on stderr
+  bool report_layers = false;  // after sampling, the figures layers log (an early-exit model's mean layers used) and the speed, on stderr
+  bool full_depth = false;     // every layer for every position (early exit, ACT): the same text, no time saved
+  double exit_threshold = std::nan("");  // an early-exit model's threshold instead of the calibrated one (NaN: not given)
 };
 
 // A prompt longer than the command line allows (128 KiB) comes from a file or stdin.
@@ -78,8 +83,10 @@ std::string prompt_text(const SampleArgs& args) {
   return args.prompt;
 }
 
-// The figures layers log, one line each on stderr ("sample: exit_layers_mean 2.31").
-void report_layers(const LanguageModel& model) {
+// The figures layers log, one line each on stderr ("sample: exit_layers_mean 2.31"),
+// then the speed of generation: `tokens` new tokens in `seconds`, from the
+// prompt's read to the last token (the checkpoint's load excluded).
+void report_layers(const LanguageModel& model, int64_t tokens, double seconds) {
   const auto layers = model.layer_metrics();
   if (layers.empty()) std::fprintf(stderr, "sample: %s\n", kNoLayerFigures);
   for (const auto& [name, values] : layers) {
@@ -87,6 +94,20 @@ void report_layers(const LanguageModel& model) {
     for (double v : values) line += " " + json_number(v);
     std::fprintf(stderr, "%s\n", line.c_str());
   }
+  if (tokens == 0 || seconds <= 0) return;
+  std::fprintf(stderr, "sample: tokens_per_s %s\nsample: ms_per_token %s\n",
+               json_number(static_cast<double>(tokens) / seconds).c_str(),
+               json_number(1e3 * seconds / static_cast<double>(tokens)).c_str());
+}
+
+// The model-changing flags: an early-exit model's threshold, full depth.
+void adapt_model(const SampleArgs& args, const Loaded& l) {
+  if (args.full_depth) l.model->set_full_depth(true);
+  if (std::isnan(args.exit_threshold)) return;
+  auto* exits = dynamic_cast<EarlyExitLM*>(l.model.get());
+  TAPEFORMER_CHECK(exits != nullptr, "sample --exit-threshold: the checkpoint's model is model.arch \"", l.cfg.model.arch,
+                   "\", not \"early_exit\"");
+  exits->set_threshold(args.exit_threshold);
 }
 
 // Prints the prompt followed by the generated text on stdout. A prompt file
@@ -96,6 +117,7 @@ int run_sample(const SampleArgs& args) {
   args.options.validate();  // before anything reaches stdout
   const std::string prompt_str = prompt_text(args);
   Loaded l = load_model(args.checkpoint, args.weights);
+  adapt_model(args, l);
   std::vector<int32_t> prompt;
   try {
     prompt = l.tokenizer->encode(prompt_str);
@@ -149,10 +171,11 @@ int run_sample(const SampleArgs& args) {
     const int64_t outside = write_image_grid(args.png, records, args.image_width, top);
     std::fprintf(stderr, "sample: %lld images written to %s%s\n", static_cast<long long>(args.images), args.png.c_str(),
                  outside > 0 ? (" (" + std::to_string(outside) + " sampled tokens were no pixel letter: drawn blank)").c_str() : "");
-    if (args.report_layers) report_layers(*l.model);
+    if (args.report_layers) report_layers(*l.model, 0, 0);
     return 0;
   }
   StreamDecoder text(*l.tokenizer);  // a byte token waits for the rest of its character
+  const auto started = std::chrono::steady_clock::now();
   try {
     generate(*l.model, prompt, args.options, rng, [&](int32_t id) {
       print_prompt();
@@ -163,11 +186,12 @@ int run_sample(const SampleArgs& args) {
     if (prompt_printed) std::fputs("\n", stdout);  // the error line starts a line of its own
     fail("sample: ", e.logit, ": the weights in '", weights_file(args.checkpoint, args.weights), "' are not usable");
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   print_prompt();
   std::fputs(text.flush().c_str(), stdout);
   std::fputs("\n", stdout);
   std::fflush(stdout);
-  if (args.report_layers) report_layers(*l.model);
+  if (args.report_layers) report_layers(*l.model, args.options.tokens, seconds);
   return 0;
 }
 
@@ -209,7 +233,14 @@ Command sample_command() {
                 ->capture_default_str();
 
             s.add_flag("--report-layers", args->report_layers,
-                        "print the figures the model's layers log on stderr (an early-exit model: the mean layers used)");
+                        "print the figures the model's layers log on stderr (an early-exit model: the mean layers used; "
+                        "ACT: the mean steps) and the tokens per second of generation");
+            s.add_flag("--full-depth", args->full_depth,
+                       "run every layer (ACT: every step) for every position, also after it left or halted: the same "
+                       "text, none of the time early exit and halting save");
+            number_option(&s, "--exit-threshold", args->exit_threshold,
+                          "an early-exit model's confidence threshold for this run instead of the calibrated one (> 1: "
+                          "no exits, every token from the last layer)");
             return [args](const CommandContext&) { return run_sample(*args); };
           }};
 }
