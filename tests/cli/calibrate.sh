@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tapeformer calibrate on a tiny early-exit run: --dry-run leaves the run as
 # it was; a grid search writes a threshold that eval and sample then exit
-# with (--report-layers shows the mean layers used); a run without exits, a
+# with (--report-layers shows the mean layers used and the speed; --full-depth
+# gives the same text, --exit-threshold another threshold); a run without exits, a
 # directory without a checkpoint and a sweep over the checkpoint are refused
 # with one error line.
 # Usage: calibrate.sh path/to/tapeformer
@@ -34,10 +35,25 @@ mean=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["layers"]["exi
 python3 -c "import sys; sys.exit(0 if float('$mean') < 3 else 1)" || { echo "FAIL: no position left early ($mean)"; exit 1; }
 err=$("$bin" sample --checkpoint "$work/run" --tokens 20 --report-layers 2>&1 > /dev/null)
 case "$err" in *"sample: exit_layers_mean "*) ;; *) echo "FAIL: sample --report-layers: $err"; exit 1 ;; esac
+case "$err" in *"sample: tokens_per_s "*"sample: ms_per_token "*) ;; *) echo "FAIL: sample's speed: $err"; exit 1 ;; esac
+# Skipping the layers after an exit, or running them (--full-depth): the same text.
+skip=$("$bin" sample --checkpoint "$work/run" --tokens 40 --seed 3 2>/dev/null) || { echo "FAIL: sample"; exit 1; }
+full=$("$bin" sample --checkpoint "$work/run" --tokens 40 --seed 3 --full-depth 2>/dev/null) || { echo "FAIL: --full-depth"; exit 1; }
+[ "$skip" = "$full" ] || { echo "FAIL: --full-depth changed the text: '$skip' against '$full'"; exit 1; }
+# --exit-threshold 2: no exits, so no figures; -1: every position leaves after layer 1.
+err=$("$bin" sample --checkpoint "$work/run" --tokens 5 --report-layers --exit-threshold 2 2>&1 > /dev/null)
+case "$err" in *"logged no figures"*) ;; *) echo "FAIL: --exit-threshold 2: $err"; exit 1 ;; esac
+err=$("$bin" sample --checkpoint "$work/run" --tokens 5 --report-layers --exit-threshold -1 2>&1 > /dev/null)
+case "$err" in *"sample: exit_layers_mean 1"*) ;; *) echo "FAIL: --exit-threshold -1: $err"; exit 1 ;; esac
+err=$("$bin" sample --checkpoint "$work/run" --tokens 5 --exit-threshold nan 2>&1); rc=$?
+[ $rc -eq 2 ] || { echo "FAIL: --exit-threshold nan: rc $rc, '$err'"; exit 1; }
 
 sed 's/"arch": "early_exit"/"arch": "transformer"/' "$work/cfg.json" > "$work/plain.json"
 "$bin" train --config "$work/plain.json" --data "$work/text.txt" --out "$work/plain" > /dev/null 2>&1 \
   || { echo "FAIL: training the plain run"; exit 1; }
+err=$("$bin" sample --checkpoint "$work/plain" --tokens 5 --exit-threshold 0.5 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$err" = 'tapeformer: error: sample --exit-threshold: the checkpoint'"'"'s model is model.arch "transformer", not "early_exit"' ] \
+  || { echo "FAIL: --exit-threshold on a plain run: rc $rc, '$err'"; exit 1; }
 err=$("$bin" calibrate --checkpoint "$work/plain" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$err" = 'tapeformer: error: calibrate: the run'"'"'s model.arch is "transformer", which has no exits (train one with model.arch early_exit)' ] \
   || { echo "FAIL: a run without exits: rc $rc, '$err'"; exit 1; }
