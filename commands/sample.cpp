@@ -85,7 +85,8 @@ std::string prompt_text(const SampleArgs& args) {
 
 // The figures layers log, one line each on stderr ("sample: exit_layers_mean 2.31"),
 // then the speed of generation: `tokens` new tokens in `seconds`, from the
-// prompt's read to the last token (the checkpoint's load excluded).
+// prompt's read to the last token, printing included (the checkpoint's load
+// excluded).
 void report_layers(const LanguageModel& model, int64_t tokens, double seconds) {
   const auto layers = model.layer_metrics();
   if (layers.empty()) std::fprintf(stderr, "sample: %s\n", kNoLayerFigures);
@@ -102,7 +103,9 @@ void report_layers(const LanguageModel& model, int64_t tokens, double seconds) {
 
 // The model-changing flags: an early-exit model's threshold, full depth.
 void adapt_model(const SampleArgs& args, const Loaded& l) {
-  if (args.full_depth) l.model->set_full_depth(true);
+  TAPEFORMER_CHECK(!args.full_depth || l.model->set_full_depth(true), "sample --full-depth: model.arch \"",
+                   l.cfg.model.arch, "\" with model.block \"", l.cfg.model.block,
+                   "\" stops no position early (early exit, ACT halting): every layer runs for every token already");
   if (std::isnan(args.exit_threshold)) return;
   auto* exits = dynamic_cast<EarlyExitLM*>(l.model.get());
   TAPEFORMER_CHECK(exits != nullptr, "sample --exit-threshold: the checkpoint's model is model.arch \"", l.cfg.model.arch,

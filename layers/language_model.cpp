@@ -76,10 +76,12 @@ void LanguageModel::set_recompute(int64_t every) {
   });
 }
 
-void LanguageModel::set_full_depth(bool full) {
-  visit([full](Module& m) {
-    if (auto* adaptive = dynamic_cast<AdaptiveDepth*>(&m)) adaptive->set_full_depth(full);
+bool LanguageModel::set_full_depth(bool full) {
+  bool any = false;
+  visit([full, &any](Module& m) {
+    if (auto* adaptive = dynamic_cast<AdaptiveDepth*>(&m)) adaptive->set_full_depth(full), any = true;
   });
+  return any;
 }
 
 double activation_floats(LanguageModel& model) { return activation_floats(model, model.config().block_size); }

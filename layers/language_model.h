@@ -96,8 +96,9 @@ class LanguageModel : public Module {
   // Early exit and ACT halting (layers/adaptive_depth.h) in every part of
   // the model that stops positions early: full = every layer runs for every
   // position (the same numbers, no time saved); false, the default, skips
-  // the stopped positions' work when reading piece by piece.
-  void set_full_depth(bool full);
+  // the stopped positions' work when reading piece by piece. Returns
+  // whether the model has such a part (false: the setting changes nothing).
+  bool set_full_depth(bool full);
 
   // Shorthands for a context (a kind that defines forward(ids, ctx) keeps
   // them with `using LanguageModel::forward;`):

@@ -142,6 +142,8 @@ std::shared_ptr<Attention> make_attention(const ModelConfig& cfg, std::shared_pt
 // Rows of x (B, T, C) at flat indices b * T + t, ascending -> (1, R, C)
 // (Attention::forward_rows's result).
 Var pick_rows(const Var& x, const std::vector<int64_t>& rows);
+// Error naming `who` unless rows ascend strictly within [0, N).
+void check_rows(const std::vector<int64_t>& rows, int64_t N, const char* who);
 
 // y (B, H, T, D) -> (B, T, C), heads side by side (a view when y's memory is
 // (B, T, H, D), as softmax_attention's output is).

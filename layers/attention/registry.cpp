@@ -76,19 +76,22 @@ void Attention::check_inference(const char* who, const Var& x, int64_t n_embd) c
 }
 
 Var Attention::forward_rows(const Var& x, InferenceState& state, const std::vector<int64_t>& rows) const {
+  TAPEFORMER_CHECK(x.rank() == 3, "Attention::forward_rows: x must be (B, T, C), got ", x.shape());
+  check_rows(rows, x.dim(0) * x.dim(1), "Attention::forward_rows");  // before the state takes x in
   return pick_rows(forward(x, state), rows);
+}
+
+void check_rows(const std::vector<int64_t>& rows, int64_t N, const char* who) {
+  for (size_t i = 0; i < rows.size(); ++i)
+    TAPEFORMER_CHECK(rows[i] >= 0 && rows[i] < N && (i == 0 || rows[i] > rows[i - 1]), who, ": row ", rows[i], " of ",
+                     N, " is out of range or out of order (rows ascend)");
 }
 
 Var pick_rows(const Var& x, const std::vector<int64_t>& rows) {
   TAPEFORMER_CHECK(x.rank() == 3, "pick_rows: x must be (B, T, C), got ", x.shape());
   const int64_t N = x.dim(0) * x.dim(1);
-  std::vector<int32_t> index;
-  index.reserve(rows.size());
-  for (const int64_t r : rows) {
-    TAPEFORMER_CHECK(r >= 0 && r < N && (index.empty() || r > index.back()), "pick_rows: row ", r, " of ", N,
-                     " is out of range or out of order (rows ascend)");
-    index.push_back(static_cast<int32_t>(r));
-  }
+  check_rows(rows, N, "pick_rows");
+  std::vector<int32_t> index(rows.begin(), rows.end());
   if (index.empty()) return Var(Tensor::zeros({1, 0, x.dim(2)}));
   const Var flat = reshape(contiguous(x), {1, N, x.dim(2)});  // (1, B T, C)
   if (index.size() == static_cast<size_t>(N)) return flat;  // every row, in order (rows ascend)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <typeinfo>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/attention.h"
@@ -243,7 +244,10 @@ Var MultiHeadAttention::forward(const Var& x, InferenceState& state) const {
 }
 
 Var MultiHeadAttention::forward_rows(const Var& x, InferenceState& state, const std::vector<int64_t>& rows) const {
+  // A kind built on this one that reads its past otherwise (its own forward(x, state)) gets the general rows.
+  if (typeid(*this) != typeid(MultiHeadAttention)) return Attention::forward_rows(x, state, rows);
   check_inference(x);
+  check_rows(rows, x.dim(0) * x.dim(1), "MultiHeadAttention::forward_rows");  // before the cache takes x in
   KVCache& cache = state_as<KVCache>(state, "MultiHeadAttention", "KVCache");
   const int64_t B = x.dim(0), T = x.dim(1), C = n_embd, D = C / n_head, q0 = cache.length();
   const PositionalLayer& pos = positional();

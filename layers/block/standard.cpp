@@ -49,8 +49,10 @@ Var norm_rows(const LayerNorm& ln, const Var& x, const std::vector<int64_t>& row
 }
 
 Var TransformerBlock::forward_rows(const Var& x_in, InferenceState& state, const std::vector<int64_t>& rows) const {
+  TAPEFORMER_CHECK(x_in.rank() == 3, "TransformerBlock::forward_rows: x must be (B, T, C), got ", x_in.shape());
   const int64_t B = x_in.dim(0), T = x_in.dim(1), C = x_in.dim(2);
-  if (rows.size() == static_cast<size_t>(B * T)) return forward(x_in, state);  // every row (rows ascend)
+  check_rows(rows, B * T, "TransformerBlock::forward_rows");
+  if (rows.size() == static_cast<size_t>(B * T)) return forward(x_in, state);  // every row
   const Var a = attn->forward_rows(ln_1->forward(x_in), state, rows);  // (1, R, C)
   if (rows.empty()) return x_in;
   Tensor out = x_in.value().clone();  // (B, T, C): the rows replaced, first by x + F(x)

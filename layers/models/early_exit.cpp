@@ -128,6 +128,9 @@ Tensor EarlyExitLM::confidence(const Tensor& logits_in, const Tensor& h_in, cons
                    "\" confidence reads the logits");
   const Tensor h = h_in.contiguous(), g = before_in.contiguous();
   const Tensor z = m == Confidence::cosine ? Tensor() : logits_in.contiguous();
+  TAPEFORMER_CHECK(h.shape() == g.shape() && (!z.defined() || (z.dim(0) == h.dim(0) && z.dim(1) == h.dim(1))),
+                   "early exit: confidence of logits ", z.defined() ? z.shape().str() : std::string("(none)"),
+                   ", states ", h.shape(), " and ", g.shape(), ": the positions must agree");
   const int64_t V = z.defined() ? z.dim(2) : 0, C = h.dim(2), N = h.dim(0) * h.dim(1);
   Tensor c = Tensor::empty({h.dim(0), h.dim(1)});
   const Scalar *hs = h.data(), *gs = g.data();

@@ -54,6 +54,9 @@ sed 's/"arch": "early_exit"/"arch": "transformer"/' "$work/cfg.json" > "$work/pl
 err=$("$bin" sample --checkpoint "$work/plain" --tokens 5 --exit-threshold 0.5 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$err" = 'tapeformer: error: sample --exit-threshold: the checkpoint'"'"'s model is model.arch "transformer", not "early_exit"' ] \
   || { echo "FAIL: --exit-threshold on a plain run: rc $rc, '$err'"; exit 1; }
+err=$("$bin" sample --checkpoint "$work/plain" --tokens 5 --full-depth 2>&1); rc=$?
+[ $rc -eq 1 ] && case "$err" in *'sample --full-depth: model.arch "transformer" with model.block "standard" stops no position early'*) true ;; *) false ;; esac \
+  || { echo "FAIL: --full-depth on a plain run: rc $rc, '$err'"; exit 1; }
 err=$("$bin" calibrate --checkpoint "$work/plain" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$err" = 'tapeformer: error: calibrate: the run'"'"'s model.arch is "transformer", which has no exits (train one with model.arch early_exit)' ] \
   || { echo "FAIL: a run without exits: rc $rc, '$err'"; exit 1; }

@@ -411,6 +411,14 @@ TEST_CASE("batched_matmul: a few rows split into column blocks give the same bit
     CHECK(run(2) == one);
     CHECK(run(3) == one);
     CHECK(run(8) == one);
+    // A row's bits do not depend on the rows beside it (what computing some positions alone relies on).
+    Tensor tall = random_tensor({1, 100, K}, rng);
+    std::copy_n(a.data(), M * K, tall.data() + 37 * K);  // a's rows at rows 37..
+    Tensor out_tall = Tensor::empty({1, 100, N});
+    kernels::batched_matmul(tall, b, out_tall, false, bias);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < M * N; ++i) differ += out_tall.data()[37 * N + i] != one[static_cast<size_t>(i)];
+    CHECK(differ == 0);
     // And the products themselves: row 0, column 999 summed in order.
     double want = bias.data()[N - 1];
     for (int64_t k = 0; k < K; ++k) want += static_cast<double>(a.data()[k]) * b.data()[k * N + N - 1];

@@ -12,10 +12,13 @@
 #include "kind_tests.h"
 #include "tapeformer/autograd/gradcheck.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/precision.h"
 #include "tapeformer/layers/models/early_exit.h"
 
 using namespace tapeformer;
 using namespace kind_tests;
+using kernels::Precision;
+using kernels::ProductPrecision;
 
 namespace {
 
@@ -282,45 +285,68 @@ TEST_CASE("early_exit: reading piece by piece, skipping the layers after an exit
   // Full depth runs every layer for every position (the where() of the whole
   // forward); skipping computes only the keys and values of a position that
   // left. Same logits and exits at every threshold, from an empty cache (the
-  // fused kernel's rows) and after it, with RoPE (the offset kernel) too.
+  // fused kernel's rows) and after it, with RoPE (the offset kernel) too;
+  // widths 8 and 32 (rows of 32 bytes, normalised in place; of 128 bytes,
+  // gathered first); all positions kept, or a window of 8 that drops old
+  // ones; fp32 products, and bf16 ones (the portable kernel's bits).
   int64_t mixed = 0;  // calls where some positions of a piece left and others ran on
+  struct Case {
+    std::string heads, positional, measure;
+    int64_t width, window;
+    Precision precision;
+  };
+  std::vector<Case> cases;
   for (const std::string heads : {"shared", "per_layer"})
     for (const std::string positional : {"learned", "rope"})
-      for (const std::string measure : {"max", "cosine"}) {
-        CAPTURE(heads);
-        CAPTURE(positional);
-        CAPTURE(measure);
-        ModelConfig cfg = exit_config(heads);
-        cfg.positional = positional;
-        cfg.options["exit_confidence"] = measure;
-        std::unique_ptr<EarlyExitLM> model = make_exit_model(cfg);
-        spread(*model);
-        model->eval();
-        NoGradGuard no_grad;
-        const IndexTensor ids = some_ids(2, 16, 13, 1);
-        const auto piece = [&](int64_t t0, int64_t t1) {
-          std::vector<int32_t> v;
-          for (int64_t b = 0; b < 2; ++b)
-            for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[static_cast<size_t>(b * 16 + t)]);
-          return IndexTensor({2, t1 - t0}, v);
-        };
-        const std::vector<std::pair<int64_t, int64_t>> pieces = {{0, 7}, {7, 8}, {8, 9}, {9, 12}, {12, 13}};
-        for (const double lambda : {-1.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 2.0}) {
-          CAPTURE(lambda);
-          model->set_threshold(lambda);
-          const auto skipping = model->make_state(2), full = model->make_state(2);
-          for (const auto& [t0, t1] : pieces) {
-            model->set_full_depth(true);
-            const Tensor want = model->forward(piece(t0, t1), *full).value();
-            const IndexTensor want_exits = model->last_exit_layers();
-            model->set_full_depth(false);
-            const Tensor got = model->forward(piece(t0, t1), *skipping).value();
-            CHECK(model->last_exit_layers().data == want_exits.data);
-            CHECK(max_abs_diff(got, want) == 0.0);
-            const auto& e = want_exits.data;
-            mixed += std::count(e.begin(), e.end(), 3) > 0 && std::count(e.begin(), e.end(), 3) < int64_t(e.size());
-          }
-        }
+      for (const std::string measure : {"max", "cosine"})
+        cases.push_back({heads, positional, measure, 8, -1, Precision::fp32});
+  cases.push_back({"shared", "learned", "max", 32, -1, Precision::fp32});
+  cases.push_back({"per_layer", "learned", "cosine", 32, -1, Precision::fp32});
+  cases.push_back({"shared", "learned", "max", 32, 8, Precision::fp32});
+  cases.push_back({"shared", "rope", "cosine", 8, 8, Precision::fp32});
+  cases.push_back({"shared", "learned", "max", 32, -1, Precision::bf16_portable});
+  for (const Case& k : cases) {
+    CAPTURE(k.heads);
+    CAPTURE(k.positional);
+    CAPTURE(k.measure);
+    CAPTURE(k.width);
+    CAPTURE(k.window);
+    CAPTURE(static_cast<int>(k.precision));
+    const ProductPrecision precision(k.precision);
+    ModelConfig cfg = exit_config(k.heads);
+    cfg.positional = k.positional;
+    cfg.n_embd = k.width;
+    cfg.options["exit_confidence"] = k.measure;
+    std::unique_ptr<EarlyExitLM> model = make_exit_model(cfg);
+    spread(*model);
+    model->eval();
+    NoGradGuard no_grad;
+    const IndexTensor ids = some_ids(2, 16, 13, 1);
+    const auto piece = [&](int64_t t0, int64_t t1) {
+      std::vector<int32_t> v;
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t t = t0; t < t1; ++t) v.push_back(ids.data[static_cast<size_t>(b * 16 + t)]);
+      return IndexTensor({2, t1 - t0}, v);
+    };
+    const std::vector<std::pair<int64_t, int64_t>> pieces = {{0, 7}, {7, 8}, {8, 9}, {9, 12}, {12, 13}};
+    for (const double lambda : {-1.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 2.0}) {
+      CAPTURE(lambda);
+      model->set_threshold(lambda);
+      const auto skipping = model->make_state(2, k.window), full = model->make_state(2, k.window);
+      for (const auto& [t0, t1] : pieces) {
+        CHECK(model->set_full_depth(true));
+        CHECK(model->full_depth());
+        const Tensor want = model->forward(piece(t0, t1), *full).value();
+        const IndexTensor want_exits = model->last_exit_layers();
+        model->set_full_depth(false);
+        CHECK(!model->full_depth());
+        const Tensor got = model->forward(piece(t0, t1), *skipping).value();
+        CHECK(model->last_exit_layers().data == want_exits.data);
+        CHECK(max_abs_diff(got, want) == 0.0);
+        const auto& e = want_exits.data;
+        mixed += std::count(e.begin(), e.end(), 3) > 0 && std::count(e.begin(), e.end(), 3) < int64_t(e.size());
       }
-  CHECK(mixed >= 20);
+    }
+  }
+  CHECK(mixed >= 25);
 }

@@ -264,10 +264,13 @@ TEST_CASE("universal: parameters of the kind; bad options and a segment memory a
 TEST_CASE("universal: reading piece by piece, halted positions skip the block's output: the full-depth numbers bit for bit") {
   // A halted position still enters every later step's KV cache (its frozen
   // state), but only its keys and values are computed there.
-  for (const std::string positional : {"learned", "rope"}) {
+  for (const auto& [positional, width] : std::vector<std::pair<std::string, int64_t>>{{"learned", 8}, {"rope", 8},
+                                                                                      {"learned", 32}}) {
     CAPTURE(positional);
+    CAPTURE(width);
     ModelConfig cfg = ut_config(4, true);
     cfg.positional = positional;
+    cfg.n_embd = width;
     const Built b = build(cfg, 8);
     for (const Var& p : b.stack->parameters()) {  // halting probabilities that spread over the steps
       Tensor v = p.value();
@@ -279,8 +282,9 @@ TEST_CASE("universal: reading piece by piece, halted positions skip the block's 
     std::vector<double> steps;
     uint64_t seed = 20;
     for (const int64_t T : {6, 1, 1, 3, 1}) {
-      const Tensor x = normal({2, T, 8}, seed++);
+      const Tensor x = normal({2, T, width}, seed++);
       b.stack->set_full_depth(true);
+      CHECK(b.stack->full_depth());
       const Tensor want = b.stack->forward(Var(x), *full).value();
       const double want_steps = b.stack->last_ponder().steps;
       b.stack->set_full_depth(false);
