@@ -109,19 +109,26 @@ Var UniversalStack::recur(const Var& x, int64_t start, bool every_step,
     h = where(runs, layer(s, n, rows), h);  // halted positions keep their state
     if (w.defined()) y = y.defined() ? add(y, mul(w, h)) : mul(w, h);
   }
-  last_ = Ponder{};
-  last_.positions = B * T;
+  Ponder measured;
+  measured.positions = B * T;
   if (!act) {
-    last_.steps = static_cast<double>(max_steps * B * T);
+    measured.steps = static_cast<double>(max_steps * B * T);
+    record(measured, false);
     return h;
   }
   const Var cost = halting.ponder();  // N + R, (B, T, 1)
   const Tensor N = halting.steps(), cost_values = cost.value().contiguous();
   for (int64_t i = 0; i < B * T; ++i) {
-    last_.steps += N.data()[i];
-    last_.remainder += cost_values.data()[i] - N.data()[i];  // from the values: no tape entry
+    measured.steps += N.data()[i];
+    measured.remainder += cost_values.data()[i] - N.data()[i];  // from the values: no tape entry
   }
-  if (is_training() && grad_enabled()) {
+  record(measured, every_step);
+  if (!is_training()) {  // evaluation may run forwards on several threads: one drops the cost
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ponder_loss_ = Var();
+    return y;
+  }
+  if (grad_enabled()) {
     ponder_loss_ = mul_scalar(mean(cost), tau);
     Tensor counts = counts_, positions = by_position_;
     for (int64_t b = 0; b < B; ++b)
@@ -136,6 +143,17 @@ Var UniversalStack::recur(const Var& x, int64_t start, bool every_step,
     ponder_loss_ = Var();
   }
   return y;  // (B, T, C)
+}
+
+void UniversalStack::record(const Ponder& measured, bool reading) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  last_ = measured;
+  if (reading && act) reading_steps_ += measured.steps, reading_positions_ += static_cast<double>(measured.positions);
+}
+
+UniversalStack::Ponder UniversalStack::last_ponder() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return last_;
 }
 
 Var UniversalStack::forward(const Var& x, Rng& rng) const {
@@ -161,7 +179,6 @@ Var UniversalStack::forward(const Var& x, InferenceState& state) const {
     return full_depth() ? block->forward(in, step) : block->forward_rows(in, step, rows);
   });
   s.advance(x.dim(1));
-  if (act) reading_steps_ += last_.steps, reading_positions_ += static_cast<double>(last_.positions);
   return y;
 }
 
@@ -193,6 +210,7 @@ std::vector<std::pair<std::string, std::vector<double>>> UniversalStack::own_met
       by_position.push_back(last_position_.data()[t] / last_position_.data()[block_size_ + t]);
     figures = {{"ponder_mean", {steps / total}}, {"ponder_hist", hist}, {"ponder_by_position", by_position}};
   }
+  const std::lock_guard<std::mutex> lock(mutex_);
   if (reading_positions_ > 0) figures.push_back({"ponder_reading_mean", {reading_steps_ / reading_positions_}});
   return figures;
 }

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,7 +103,7 @@ class UniversalStack : public BlockStack, public AdaptiveDepth {
     double remainder = 0;  // sum of R
     int64_t positions = 0;
   };
-  const Ponder& last_ponder() const { return last_; }
+  Ponder last_ponder() const;
 
   std::shared_ptr<TransformerBlock> block;  // "0", applied at every step
   std::shared_ptr<Linear> halt;             // "halt", C -> 1 (null without ACT)
@@ -125,7 +126,11 @@ class UniversalStack : public BlockStack, public AdaptiveDepth {
   int64_t block_size_;
   Tensor counts_, by_position_;        // statistics: N histogram (K), [sum of N; positions] per position (2, block_size)
   Tensor last_counts_, last_position_;  // buffers: the last step's
+  // What a forward measured, kept under mutex_: evaluation may run forwards
+  // on several threads at once (DataParallel::losses); `reading`: piece by piece.
+  void record(const Ponder& measured, bool reading) const;
   mutable Var ponder_loss_;             // tau mean(N + R) of the last training forward
+  mutable std::mutex mutex_;            // evaluation's: ponder_loss_, last_, reading_steps_, reading_positions_
   mutable Ponder last_;
   mutable double reading_steps_ = 0, reading_positions_ = 0;  // N summed over the positions read piece by piece
 };

@@ -162,8 +162,7 @@ Var EarlyExitLM::run_layers(const Var& x, const ModelContext& ctx,
                             const std::function<Var(size_t, const Var&)>& layer) const {
   const size_t L = blocks->blocks.size();
   const double lambda = threshold();
-  exit_loss_ = Var();
-  last_exits_ = IndexTensor();
+  counted(IndexTensor(), /*drop_loss=*/true);
   if (is_training() || lambda > 1) {  // no position leaves: the TransformerLM's computation
     const bool losses = is_training() && ctx.targets != nullptr && L > 1 &&
                         std::any_of(ctx.targets->data.begin(), ctx.targets->data.end(), [](int32_t t) { return t >= 0; });
@@ -213,16 +212,14 @@ Var EarlyExitLM::run_layers(const Var& x, const ModelContext& ctx,
   }
   Var out = logits_from_features(ln_f->forward(h));  // (B, T, V): the positions that ran every layer
   for (const auto& [mask, logits] : left) out = where(mask, logits, out);
-  for (int32_t n : exits.data) ++counts_[static_cast<size_t>(n - 1)];
-  last_exits_ = exits;
+  counted(exits);
   return out;
 }
 
 Var EarlyExitLM::run_skipping(const Var& x, LayerStates& layers) const {
   const size_t L = blocks->blocks.size();
   const double lambda = threshold();
-  exit_loss_ = Var();
-  last_exits_ = IndexTensor();
+  counted(IndexTensor(), /*drop_loss=*/true);
   const int64_t B = x.dim(0), T = x.dim(1);
   std::vector<int64_t> running(static_cast<size_t>(B * T));  // flat rows b * T + t still in, ascending
   std::iota(running.begin(), running.end(), int64_t{0});
@@ -257,8 +254,7 @@ Var EarlyExitLM::run_skipping(const Var& x, LayerStates& layers) const {
     const Tensor logits = exit_logits(h, static_cast<int64_t>(L), running).value().contiguous();  // (1, R, V)
     for (size_t r = 0; r < running.size(); ++r) take(logits, static_cast<int64_t>(r), running[r]);
   }
-  for (int32_t n : exits.data) ++counts_[static_cast<size_t>(n - 1)];
-  last_exits_ = exits;
+  counted(exits);
   return Var(out);  // (B, T, V)
 }
 
@@ -313,7 +309,30 @@ std::unique_ptr<InferenceState> EarlyExitLM::make_state(int64_t batch, int64_t w
   return state;
 }
 
+void EarlyExitLM::counted(const IndexTensor& exits, bool drop_loss) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (drop_loss) exit_loss_ = Var();
+  for (int32_t n : exits.data) ++counts_[static_cast<size_t>(n - 1)];
+  last_exits_ = exits;
+}
+
+std::vector<int64_t> EarlyExitLM::exit_counts() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return counts_;
+}
+
+void EarlyExitLM::reset_exit_counts() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  counts_.assign(counts_.size(), 0);
+}
+
+IndexTensor EarlyExitLM::last_exit_layers() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return last_exits_;
+}
+
 std::vector<std::pair<std::string, std::vector<double>>> EarlyExitLM::own_metrics() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
   double total = 0, layers = 0;
   for (size_t n = 0; n < counts_.size(); ++n) {
     total += static_cast<double>(counts_[n]);

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,10 +77,12 @@ class EarlyExitLM : public TransformerLM, public AdaptiveDepth {
   std::vector<double> loss_weights() const;
 
   // Exits counted by evaluation forwards: positions per exit layer 1..L.
-  std::vector<int64_t> exit_counts() const { return counts_; }
-  void reset_exit_counts() const { counts_.assign(counts_.size(), 0); }
+  // Evaluation may run forwards on several threads at once (DataParallel::losses):
+  // what they count is kept under a lock.
+  std::vector<int64_t> exit_counts() const;
+  void reset_exit_counts() const;
   // The exit layer of each position in the last forward, (B, T) ids 1..L; empty after a forward without exits.
-  const IndexTensor& last_exit_layers() const { return last_exits_; }
+  IndexTensor last_exit_layers() const;
 
   std::shared_ptr<StandardStack> blocks;                 // the stack, as its layers
   std::vector<std::shared_ptr<LayerNorm>> exit_norms;    // per_layer: "exit.N.ln", N = 1..L-1
@@ -97,7 +100,12 @@ class EarlyExitLM : public TransformerLM, public AdaptiveDepth {
   Var run_skipping(const Var& x, LayerStates& layers) const;
   Tensor threshold_, measure_;             // buffers "exit_threshold", "exit_measure", (1)
   std::vector<double> weights_;            // w_1..w_L
+  // What a forward leaves, under mutex_ (evaluation may run forwards on
+  // several threads at once): the exits counted; drop_loss: the auxiliary
+  // loss of the last forward let go (a training forward then sets its own).
+  void counted(const IndexTensor& exits, bool drop_loss = false) const;
   mutable Var exit_loss_;                  // the auxiliary loss of the last training forward
+  mutable std::mutex mutex_;               // exit_loss_ (dropped), counts_, last_exits_
   mutable std::vector<int64_t> counts_;    // per exit layer
   mutable IndexTensor last_exits_;
 };

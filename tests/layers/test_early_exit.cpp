@@ -13,6 +13,7 @@
 #include "tapeformer/autograd/gradcheck.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/precision.h"
+#include "tapeformer/core/parallel.h"
 #include "tapeformer/layers/models/early_exit.h"
 
 using namespace tapeformer;
@@ -349,4 +350,31 @@ TEST_CASE("early_exit: reading piece by piece, skipping the layers after an exit
     }
   }
   CHECK(mixed >= 25);
+}
+
+TEST_CASE("early_exit: evaluation forwards on several threads count every position and drop the training loss") {
+  // DataParallel::losses runs eval forwards of one model on every thread:
+  // what a forward leaves (the exits counted, the last training forward's
+  // auxiliary loss let go, once) is kept under a lock.
+  std::unique_ptr<EarlyExitLM> model = make_exit_model(exit_config());
+  const IndexTensor ids = some_ids(2, 12, 13), targets = some_ids(2, 12, 13, 3);
+  model->train();
+  ModelContext ctx;
+  ctx.targets = &targets;
+  Rng rng(1);
+  ctx.rng = &rng;
+  model->forward(ids, ctx);
+  REQUIRE(model->auxiliary_loss(true).defined());
+  model->eval();
+  model->set_threshold(0.0);  // every position leaves after layer 1
+  parallel::set_num_threads(2);
+  parallel::parallel_for(16, 1, [&](int64_t b0, int64_t b1) {
+    NoGradGuard no_grad;
+    Rng unused(0);
+    for (int64_t b = b0; b < b1; ++b) model->forward(ids, unused);
+  });
+  parallel::set_num_threads(0);
+  const std::vector<int64_t> counts = model->exit_counts();
+  CHECK(counts[0] == 16 * 24);
+  CHECK_FALSE(model->auxiliary_loss(true).defined());
 }
