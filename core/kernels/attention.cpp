@@ -112,7 +112,10 @@ void causal_attention_rows(const Scalar* qkv, const int64_t* rows, int64_t R, Sc
   for (int64_t r = 0; r < R; ++r)
     TAPEFORMER_CHECK(rows[r] >= 0 && rows[r] < s.B * T && (r == 0 || rows[r] > rows[r - 1]),
                      "causal_attention_rows: row ", rows[r], " of ", s.B * T, " is out of range or out of order");
-  parallel::parallel_for(s.B * s.H, 1, [&](int64_t w0, int64_t w1) {
+  // A (b, h) pair is worth a task when its rows hold some work (a token's
+  // last layers may run one row): about 2^16 multiply-adds.
+  const int64_t work = std::max<int64_t>(1, R * T * D * 2 / std::max<int64_t>(1, s.B));
+  parallel::parallel_for(s.B * s.H, std::max<int64_t>(1, (int64_t{1} << 16) / work), [&](int64_t w0, int64_t w1) {
     std::vector<Scalar> kt(static_cast<size_t>(D * T));             // K^T (D, T)
     std::vector<Scalar> qb(static_cast<size_t>(kRowBlock * D));     // a block's chosen queries (n, D)
     std::vector<Scalar> p(static_cast<size_t>(kRowBlock * T));      // their probabilities (n, r1), rows T apart
