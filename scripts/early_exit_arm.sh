@@ -4,7 +4,11 @@
 # arms, trained by the first arm that needs it), copied into RUN_DIR and
 # calibrated there with the arm's confidence measure: CALM's Learn-then-Test
 # at delta 0.1, epsilon 0.05, the whole threshold sweep in RUN_DIR/sweep.jsonl.
-# Prints calibrate's JSON line with the model's final val loss added.
+# Then times generation at every threshold of the sweep (`sample --tokens 500
+# --exit-threshold T --report-layers`, THREADS threads): each sweep line gains
+# "ms_per_token", and the result the figure at the calibrated threshold and
+# with no exits ("full_ms_per_token", threshold 2).
+# Prints calibrate's JSON line with the model's final val loss and the times added.
 #
 #   bash scripts/early_exit_arm.sh BUILD DATA RUN_DIR SEED THREADS MEASURE [--set key=value ...]
 set -euo pipefail
@@ -27,10 +31,32 @@ mkdir -p "$models" "$run"
 cp "$model/checkpoint.bin" "$run/checkpoint.bin"
 "$build/cli/tapeformer" --threads "$threads" calibrate --checkpoint "$run" --data "$data" --confidence "$measure" \
   --method ltt --delta 0.1 --epsilon 0.05 --splits 100 --sweep "$run/sweep.jsonl" > "$run/calibrate.json"
-python3 - "$model/train.json" "$run/calibrate.json" <<'PY'
-import json, sys
-train = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-result = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+python3 - "$build/cli/tapeformer" "$run" "$threads" "$model/train.json" "$run/calibrate.json" <<'PY'
+import json, subprocess, sys
+tapeformer, run, threads, train_file, calibrate_file = sys.argv[1:]
+
+
+def ms_per_token(threshold):
+    """sample's ms_per_token with this exit threshold (the calibrated one is in the run)."""
+    proc = subprocess.run([tapeformer, "--threads", threads, "sample", "--checkpoint", run, "--tokens", "500",
+                           "--seed", "1", "--report-layers", "--exit-threshold", repr(threshold)],
+                          capture_output=True, text=True, check=True)
+    for line in proc.stderr.splitlines():
+        if line.startswith("sample: ms_per_token "):
+            return float(line.split()[2])
+    sys.exit(f"early_exit_arm.sh: sample printed no ms_per_token:\n{proc.stderr}")
+
+
+train = json.loads(open(train_file).read().strip().splitlines()[-1])
+result = json.loads(open(calibrate_file).read().strip().splitlines()[-1])
 result["val_loss"] = train["val_loss"]
+sweep = [json.loads(line) for line in open(f"{run}/sweep.jsonl") if line.strip()]
+for row in sweep:
+    row["ms_per_token"] = ms_per_token(row["threshold"])
+with open(f"{run}/sweep.jsonl", "w") as f:
+    f.writelines(json.dumps(row) + "\n" for row in sweep)
+result["ms_per_token"] = ms_per_token(result["threshold"])
+result["full_ms_per_token"] = ms_per_token(2)
+result["speedup"] = result["full_ms_per_token"] / result["ms_per_token"]
 print(json.dumps(result))
 PY
