@@ -255,24 +255,24 @@ Var MultiHeadAttention::forward_rows(const Var& x, InferenceState& state, const 
   const auto part = [&](const Var& in, int64_t c0, int64_t c1) {  // columns [c0, c1) of the projection
     return linear(in, slice(w, 1, c0, c1), b.defined() ? slice(b, 0, c0, c1) : Var());
   };
-  if (rows.empty()) {  // the keys and values only: columns [C, 3C) of the projection
-    const Var kv = part(x, C, 3 * C);  // (B, T, 2C)
-    const auto heads = [&](int64_t c0) { return permute(reshape(slice(kv, 2, c0, c0 + C), {B, T, n_head, D}), {0, 2, 1, 3}); };
-    cache.append(pos.rotate(heads(0), q0).value(), heads(C).value());  // (B, H, T, D) each
-    return Var(Tensor::zeros({1, 0, C}));
-  }
-  if (!(q0 == 0 && plain() && T <= kFusedMaxT)) return pick_rows(forward(x, state), rows);
+  // After cached positions, with positional terms or long rows, forward(x, state) runs another kernel: its rows.
+  if (!rows.empty() && !(q0 == 0 && plain() && T <= kFusedMaxT)) return pick_rows(forward(x, state), rows);
+  // The keys and values of every position: columns [C, 3C) of the projection
+  // (each element of a product sums over the same inputs in the same order,
+  // whichever columns and rows are asked).
+  const Tensor kv = part(x, C, 3 * C).value().contiguous();  // (B, T, 2C)
+  const auto heads = [&](int64_t c0) {  // (B, H, T, D) view of kv's columns [c0, c0 + C)
+    return permute(reshape(slice(Var(kv), 2, c0, c0 + C), {B, T, n_head, D}), {0, 2, 1, 3});
+  };
+  cache.append(pos.rotate(heads(0), q0).value(), heads(C).value());
+  if (rows.empty()) return Var(Tensor::zeros({1, 0, C}));
   // From an empty cache forward(x, state) runs the fused kernel: its rows
-  // alone, with queries for them only (each element of a product sums over
-  // the same inputs in the same order, whichever columns and rows are asked).
-  const Tensor kv = part(x, C, 3 * C).value().contiguous();           // (B, T, 2C)
+  // alone, with queries for them only.
   const Tensor q = part(pick_rows(x, rows), 0, C).value().contiguous();  // (1, R, C)
   Tensor packed = Tensor::zeros({B, T, 3 * C});  // [q | k | v], q of `rows` only
   const auto R = static_cast<int64_t>(rows.size());
   for (int64_t i = 0; i < B * T; ++i) std::copy_n(kv.data() + i * 2 * C, 2 * C, packed.data() + i * 3 * C + C);
   for (int64_t r = 0; r < R; ++r) std::copy_n(q.data() + r * C, C, packed.data() + rows[r] * 3 * C);
-  const std::vector<Var> h = split_heads(Var(packed), n_head);
-  cache.append(pos.rotate(h[1], q0).value(), h[2].value());
   Tensor y = Tensor::empty({1, R, C});
   kernels::causal_attention_rows(packed.data(), rows.data(), R, y.data(), {B, T, n_head, D});
   return proj->forward(Var(y));  // (1, R, C)
