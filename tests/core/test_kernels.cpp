@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "tapeformer/core/error.h"
@@ -23,6 +24,16 @@ Tensor random_tensor(const Shape& s, Rng& rng) {
   Tensor t = Tensor::empty(s);
   rng.fill_uniform(t, -1.0f, 1.0f);
   return t;
+}
+
+// The values of several tensors, one after the other (a run's outputs, compared bit for bit).
+std::vector<Scalar> values_of(std::initializer_list<const Tensor*> tensors) {
+  std::vector<Scalar> all;
+  for (const Tensor* t : tensors) {
+    const auto v = t->to_vector();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
 }
 
 // C = A B (+ C0) (+ bias) in double, one element at a time.
@@ -295,12 +306,7 @@ TEST_CASE("batched_matmul and fused attention give the same bits for any thread 
     Tensor y = Tensor::empty({2, 37, 36}), probs = Tensor::empty({2, 3, 37, 37}), dqkv = Tensor::empty({2, 37, 108});
     kernels::causal_attention_forward(qkv.data(), y.data(), probs.data(), nullptr, s);
     kernels::causal_attention_backward(qkv.data(), probs.data(), nullptr, dy.data(), dqkv.data(), s);
-    std::vector<Scalar> all = out.to_vector();
-    for (const Tensor* t : {&y, &dqkv}) {
-      const auto v = t->to_vector();
-      all.insert(all.end(), v.begin(), v.end());
-    }
-    return all;
+    return values_of({&out, &y, &dqkv});
   };
   const auto one = run(1);
   CHECK(run(2) == one);
@@ -400,12 +406,7 @@ TEST_CASE("batched_matmul: a few rows split into column blocks give the same bit
       Tensor plain = Tensor::empty({1, M, N}), act = Tensor::empty({1, M, N}), dydx = Tensor::empty({1, M, N});
       kernels::batched_matmul(a, b, plain, false, bias);
       kernels::batched_matmul(a, b, act, false, bias, kernels::Epilogue::activate(Activation::Gelu, dydx.data()));
-      std::vector<Scalar> all = plain.to_vector();
-      for (const Tensor* t : {&act, &dydx}) {
-        const auto v = t->to_vector();
-        all.insert(all.end(), v.begin(), v.end());
-      }
-      return all;
+      return values_of({&plain, &act, &dydx});
     };
     const auto one = run(1);
     CHECK(run(2) == one);
