@@ -5,7 +5,8 @@
 namespace tapeformer {
 
 std::string vector_description() {
-  std::string s = std::to_string(eigen::kPacketSize) + "-float vectors";
+  std::string s = std::to_string(eigen::kPacketSize) + "-float packets in " + std::to_string(eigen::kNativePacketSize) +
+                  "-float registers";
 #ifdef EIGEN_VECTORIZE_FMA
   s += ", FMA";
 #endif

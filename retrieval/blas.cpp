@@ -5,8 +5,8 @@
 // (it spins forever under `ulimit -v`, and every tapeformer command would
 // pay for it), and its threads would fight TBB's. The three index kinds
 // tapeformer builds need only matrix products (exact search of a block of
-// queries, k-means of ivf): sgemm_ and dgemm_ (and ssyrk_) are computed here
-// with Eigen, single-threaded inside the caller's TBB block. The LAPACK
+// queries, k-means of ivf): sgemm_ and dgemm_ (and ssyrk_) are computed here,
+// single-threaded inside the caller's TBB block. The LAPACK
 // routines that other FAISS indexes use (PCA, OPQ, rotations, additive
 // quantizers) are refused with an Error naming them.
 //
@@ -16,7 +16,10 @@
 #define EIGEN_DONT_PARALLELIZE  // the caller's thread is the only one
 #include <Eigen/Core>
 
+#include <vector>
+
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/matmul.h"
 
 namespace tapeformer {
 namespace {
@@ -31,24 +34,38 @@ using MutMap = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
 bool transposed(const char* t) { return *t == 'T' || *t == 't' || *t == 'C' || *t == 'c'; }
 
 // C (m, n) = alpha op(A) op(B) + beta C, op(A) (m, k), op(B) (k, n); C is
-// not read when beta is 0 (BLAS's rule: it may hold anything).
-template <class T>
-void gemm(const char* ta, const char* tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb,
-          T beta, T* c, int ldc) {
+// not read when beta is 0 (BLAS's rule: it may hold anything). float:
+// tapeformer's product kernel, which sums over k in order on every machine
+// (C^T = op(B)^T op(A)^T, row-major, is C column-major); double (no index
+// tapeformer builds uses it): plain loops in the same order.
+void scale_c(int m, int n, float beta, float* c, int ldc) {
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) c[i + j * ldc] = beta == 0.0f ? 0.0f : beta * c[i + j * ldc];
+}
+void gemm(const char* ta, const char* tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
-  MutMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
-  if (beta == T(0))
-    C.setZero();
-  else if (beta != T(1))
-    C *= beta;
-  if (k <= 0 || alpha == T(0)) return;
+  if (beta != 1.0f) scale_c(m, n, beta, c, ldc);
+  if (k <= 0 || alpha == 0.0f) return;
   const bool at = transposed(ta), bt = transposed(tb);
-  const ConstMap<T> A(a, at ? k : m, at ? m : k, Eigen::OuterStride<>(lda));
-  const ConstMap<T> B(b, bt ? n : k, bt ? k : n, Eigen::OuterStride<>(ldb));
-  if (!at && !bt) C.noalias() += alpha * (A * B);
-  if (!at && bt) C.noalias() += alpha * (A * B.transpose());
-  if (at && !bt) C.noalias() += alpha * (A.transpose() * B);
-  if (at && bt) C.noalias() += alpha * (A.transpose() * B.transpose());
+  const kernels::MatRef opb_t = bt ? kernels::MatRef{b, n, k, 1, ldb} : kernels::MatRef{b, n, k, ldb, 1};  // (n, k)
+  const kernels::MatRef opa_t = at ? kernels::MatRef{a, k, m, 1, lda} : kernels::MatRef{a, k, m, lda, 1};  // (k, m)
+  thread_local std::vector<float> p;
+  p.resize(static_cast<size_t>(n) * static_cast<size_t>(m));
+  kernels::gemm_fp32(opb_t, opa_t, p.data(), m, false);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) c[i + j * ldc] += alpha * p[static_cast<size_t>(j) * m + i];
+}
+void gemm(const char* ta, const char* tb, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double beta, double* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  const bool at = transposed(ta), bt = transposed(tb);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      double s = 0;
+      for (int p = 0; p < k; ++p) s += (at ? a[p + i * lda] : a[i + p * lda]) * (bt ? b[j + p * ldb] : b[p + j * ldb]);
+      c[i + j * ldc] = (beta == 0.0 ? 0.0 : beta * c[i + j * ldc]) + alpha * s;
+    }
 }
 
 [[noreturn]] void no_lapack(const char* routine) {
@@ -82,8 +99,10 @@ int ssyrk_(const char* uplo, const char* trans, const int* n, const int* k, cons
   const int N = *n, K = *k;
   if (N <= 0) return 0;
   const bool t = tapeformer::transposed(trans);
-  const tapeformer::ConstMap<float> A(a, t ? K : N, t ? N : K, Eigen::OuterStride<>(*lda));
-  tapeformer::Matrix<float> full = t ? tapeformer::Matrix<float>(A.transpose() * A) : tapeformer::Matrix<float>(A * A.transpose());
+  // full = op(A) op(A)^T through the same product kernel: op(A) (N, K).
+  tapeformer::Matrix<float> full(N, N);
+  const float zero = 0.0f, one = 1.0f;
+  tapeformer::gemm(t ? "T" : "N", t ? "N" : "T", N, N, K, one, a, *lda, a, *lda, zero, full.data(), N);
   tapeformer::MutMap<float> C(c, N, N, Eigen::OuterStride<>(*ldc));
   const bool upper = *uplo == 'U' || *uplo == 'u';
   for (int j = 0; j < N; ++j)

@@ -25,6 +25,8 @@
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/files.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/vector_loops.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/retrieval/bounded_reader.h"
 
@@ -74,10 +76,7 @@ auto faiss_call(const char* what, F&& f) -> decltype(f()) {
 // distances one vector at a time are replaced below; matrix products (exact
 // search, k-means, ivf's cell assignment) go through sgemm_ (blas.cpp).
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-float l2sqr(const float* a, const float* b, int64_t d) {
-  using Vec = Eigen::Map<const Eigen::VectorXf>;
-  return (Vec(a, d) - Vec(b, d)).squaredNorm();
-}
+float l2sqr(const float* a, const float* b, int64_t d) { return kernels::vec::dist2(a, b, d); }
 
 // An IndexFlatL2 whose distance computer (what IndexHNSW walks its graph
 // with) uses l2sqr. It is stored and read back as a plain IndexFlatL2.
@@ -150,11 +149,14 @@ void ivf_search(const faiss::IndexIVF& ivf, const float* x, int64_t n, int64_t k
       const auto m = static_cast<int64_t>(end - g);
       group.resize(m, d);  // the queries probing this cell, (m, C)
       for (int64_t i = 0; i < m; ++i) group.row(i) = queries.row(probes[g + static_cast<size_t>(i)].second);
-      row_norms.noalias() = rows.rowwise().squaredNorm();
-      dist.noalias() = group * rows.transpose();  // (m, n_cell)
+      // Norms and products in tapeformer's kernels: one summation order on every machine.
+      row_norms.resize(size);
+      for (int64_t j = 0; j < size; ++j) row_norms[j] = kernels::vec::dot(rows.data() + j * d, rows.data() + j * d, d);
+      dist.resize(m, size);
+      kernels::gemm_fp32({group.data(), m, d, d, 1}, {rows.data(), d, size, 1, d}, dist.data(), size, false);  // (m, n_cell)
       for (int64_t i = 0; i < m; ++i) {
         const int64_t q = probes[g + static_cast<size_t>(i)].second;
-        const float qn = group.row(i).squaredNorm();
+        const float qn = kernels::vec::dot(group.data() + i * d, group.data() + i * d, d);
         Heap& heap = heaps[static_cast<size_t>(q)];
         for (int64_t j = 0; j < size; ++j) {
           const std::pair<float, int64_t> item{std::max(0.0f, qn + row_norms[j] - 2 * dist(i, j)),

@@ -26,10 +26,10 @@ that brings it (the third line: with --only, --write adds to the stored runs).
 --recompute trains every run with train.recompute set and compares it with
 the stored run made without: activation recompute must not change a bit.
 
-The bits depend on the seed, the shard count and the vector width the
-library was compiled for (`tapeformer --version`), so references are kept
-per vector width (DIR/<width>.json); --check exits 77 (skipped) when DIR has
-none for this build, 1 naming every run that differs.
+The bits depend on the seed and the shard count, not on the machine: an
+AVX2 (x86-64-v3) and an AVX-512 build of the same tree give the same runs, so
+one reference file (DIR/runs.json) serves every build; --check exits 1 naming
+every run that differs.
 """
 import argparse
 import functools
@@ -215,20 +215,21 @@ def spalm_runs(binary, work, extra=()):
     return kept
 
 
-def vector_width(binary):
+def registers(binary):
+    """What the build computes with, from `--version`: "16-float packets in 8-float registers, FMA"."""
     v = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
-    m = re.search(r"(\d+)-float vectors", v)
+    m = re.search(r"(\d+-float packets in \d+-float registers(, FMA)?)", v)
     if not m:
-        sys.exit(f"kind_runs.py: `{binary} --version` does not say its vector width: {v.strip()}")
-    return f"{m.group(1)}-float" + ("-fma" if "FMA" in v else "")
+        sys.exit(f"kind_runs.py: `{binary} --version` does not say its vectors: {v.strip()}")
+    return m.group(1)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("binary", help="the tapeformer command")
     group = ap.add_mutually_exclusive_group(required=True)
-    group.add_argument("--write", metavar="DIR", help="store this build's runs as DIR/<vector width>.json")
-    group.add_argument("--check", metavar="DIR", help="compare with DIR/<vector width>.json")
+    group.add_argument("--write", metavar="DIR", help="store this build's runs as DIR/runs.json")
+    group.add_argument("--check", metavar="DIR", help="compare with DIR/runs.json")
     ap.add_argument("--only", help="a regular expression: the runs whose names match")
     ap.add_argument("--recompute", metavar="SETTING",
                     help="train every run with train.recompute=SETTING (with --check: against the runs stored "
@@ -240,11 +241,10 @@ def main():
     if a.recompute and a.write:
         ap.error("--recompute checks against the stored runs; it writes none")
 
-    width = vector_width(a.binary)
-    ref_path = os.path.join(a.write or a.check, width + ".json")
+    width = registers(a.binary)
+    ref_path = os.path.join(a.write or a.check, "runs.json")
     if a.check and not os.path.exists(ref_path):
-        print(f"kind_runs.py: no references for {width} vectors ({ref_path}): skipped")
-        sys.exit(77)
+        sys.exit(f"kind_runs.py: no stored runs at {ref_path}")
     families = json.loads(subprocess.run([a.plan_from or a.binary, "kinds", "--json"], capture_output=True,
                                          text=True, check=True).stdout)
     results = {}

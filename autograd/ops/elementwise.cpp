@@ -9,6 +9,7 @@
 #include "tapeformer/core/kernels/activation.h"
 #include "tapeformer/core/kernels/elementwise.h"
 #include "tapeformer/core/kernels/reduce.h"
+#include "tapeformer/core/kernels/vector_loops.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/profile.h"
 #include "tapeformer/core/rng.h"
@@ -149,14 +150,20 @@ void record_unary_backward(const Var& out, const Var& x, const Tensor& y, const 
 }
 
 Var exp(const Var& x) {
-  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).exp(); });
+  // The packet exp for every element (Eigen's maps send a row's unaligned
+  // ends through libm's expf): the same bits on every instruction set.
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) {
+    kernels::vec::map(v, o, n, [](const eigen::Packet& p) { return eigen::exp(p); });
+  });
   Var out = unary_result(x, y, "exp");
   record_unary_backward(out, x, y, "exp", [](const auto& X, const auto& Y) { return Y; });
   return out;
 }
 
 Var log(const Var& x) {
-  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).log(); });
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) {
+    kernels::vec::map(v, o, n, [](const eigen::Packet& p) { return eigen::log(p); });
+  });
   Var out = unary_result(x, y, "log");
   record_unary_backward(out, x, y, "log", [](const auto& X, const auto& Y) { return X.inverse(); });
   return out;
@@ -170,18 +177,24 @@ Var sqrt(const Var& x) {
 }
 
 Var pow(const Var& x, Scalar p) {
-  Tensor y = map(x.value(), [p](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).pow(p); });
+  // libm's powf per element (Eigen vectorises pow with its own polynomial,
+  // whose bits depend on the width).
+  Tensor y = map(x.value(), [p](const Scalar* v, Scalar* o, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) o[i] = std::pow(v[i], p);
+  });
   Var out = unary_result(x, y, "pow");
   record_backward(out, [x, p](const Tensor& g) {
     accumulate_grad(x, map2(g, x.value(), [p](const Scalar* gp, const Scalar* xp, Scalar* o, int64_t n) {
-                      array(o, n) = array(gp, n) * p * array(xp, n).pow(p - 1);
+                      for (int64_t i = 0; i < n; ++i) o[i] = gp[i] * p * std::pow(xp[i], p - 1);
                     }), "pow");
   });
   return out;
 }
 
 Var tanh(const Var& x) {
-  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) { array(o, n) = array(v, n).tanh(); });
+  Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) {
+    kernels::vec::map(v, o, n, [](const eigen::Packet& p) { return eigen::tanh(p); });
+  });
   Var out = unary_result(x, y, "tanh");
   record_unary_backward(out, x, y, "tanh", [](const auto& X, const auto& Y) { return 1.0f - Y.square(); });
   return out;
@@ -189,7 +202,9 @@ Var tanh(const Var& x) {
 
 Var sigmoid(const Var& x) {
   Tensor y = map(x.value(), [](const Scalar* v, Scalar* o, int64_t n) {
-    array(o, n) = (1.0f + (-array(v, n)).exp()).inverse();
+    using namespace Eigen::internal;
+    const eigen::Packet one = pset1<eigen::Packet>(1.0f);
+    kernels::vec::map(v, o, n, [&](const eigen::Packet& p) { return pdiv(one, padd(one, eigen::exp(pnegate(p)))); });
   });
   Var out = unary_result(x, y, "sigmoid");
   record_unary_backward(out, x, y, "sigmoid", [](const auto& X, const auto& Y) { return Y * (1.0f - Y); });
@@ -228,10 +243,13 @@ Var silu(const Var& x) { return activation(x, Activation::Silu, "silu"); }
 Var elu(const Var& x, Scalar alpha) {
   Tensor y = map(x.value(), [alpha](const Scalar* v, Scalar* o, int64_t n) {
     // max(x, 0) + a (e^min(x, 0) - 1): the same values as the two-branch
-    // select, in expressions Eigen vectorises (its select with exp ran
-    // libm's scalar expf per element).
-    auto X = array(v, n);
-    array(o, n) = X.max(0.0f) + alpha * (X.min(0.0f).exp() - 1.0f);
+    // select, with the packet exp for every element.
+    using namespace Eigen::internal;
+    const eigen::Packet zero = pset1<eigen::Packet>(0.0f), one = pset1<eigen::Packet>(1.0f),
+                        a = pset1<eigen::Packet>(alpha);
+    kernels::vec::map(v, o, n, [&](const eigen::Packet& p) {
+      return padd(pmax(p, zero), pmul(a, psub(eigen::exp(pmin(p, zero)), one)));
+    });
   });
   Var out = unary_result(x, y, "elu");
   record_backward(out, [x, y, alpha](const Tensor& g) {

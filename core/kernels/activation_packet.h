@@ -12,9 +12,11 @@ namespace tapeformer::kernels {
 // ReLU: y = max(z, 0), dy/dz = [z > 0].
 // SiLU (swish): s = 1 / (1 + e^-z),  y = z s,  dy/dz = s (1 + z (1 - s)).
 // y and dydx may alias z.
-inline void activate(Activation act, const eigen::Packet& z_in, eigen::Packet& y, eigen::Packet& dydx) {
+// P: eigen::Packet (activate_rows) or eigen::NativePacket (the GEMM's
+// epilogue); a lane's bits are the same in both.
+template <class P>
+inline void activate(Activation act, const P& z_in, P& y, P& dydx) {
   using namespace Eigen::internal;
-  using P = eigen::Packet;
   const P z = z_in;
   if (act == Activation::Relu) {
     const P zero = pset1<P>(0.0f);
@@ -24,7 +26,7 @@ inline void activate(Activation act, const eigen::Packet& z_in, eigen::Packet& y
   }
   if (act == Activation::Silu) {
     const P one = pset1<P>(1.0f);
-    const P s = pdiv(one, padd(one, pexp(pnegate(z))));  // e^-z = inf for z < -88: s = 0, y = -0
+    const P s = pdiv(one, padd(one, eigen::exp(pnegate(z))));  // e^-z = inf for z < -88: s = 0, y = -0
     dydx = pmul(s, pmadd(z, psub(one, s), one));
     y = pmul(z, s);
     return;
@@ -36,7 +38,7 @@ inline void activate(Activation act, const eigen::Packet& z_in, eigen::Packet& y
   const P k = pset1<P>(0.7978845608028654f), c = pset1<P>(0.044715f), c3 = pset1<P>(3 * 0.044715f);
   const P half = pset1<P>(0.5f), one = pset1<P>(1.0f);
   const P z2 = pmul(z, z);
-  const P t = ptanh(pmul(k, pmadd(pmul(c, z2), z, z)));  // tanh(k (z + c z^3))
+  const P t = eigen::tanh(pmul(k, pmadd(pmul(c, z2), z, z)));  // tanh(k (z + c z^3))
   const P one_plus_t = padd(one, t);
   const P half_z = pmul(half, z);
   const P slope = pmul(pmul(pmul(half_z, pmadd(pnegate(t), t, one)), k), pmadd(c3, z2, one));

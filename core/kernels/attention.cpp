@@ -9,6 +9,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/copy.h"
 #include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/vector_loops.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/profile.h"
 
@@ -48,18 +49,18 @@ void causal_softmax_row(Scalar* x, int64_t valid, int64_t n, Scalar scale) {
   if (whole > 0) {
     Packet m = ploadu<Packet>(x);
     for (int64_t j = L; j < whole; j += L) m = pmax(m, ploadu<Packet>(x + j));
-    mx = predux_max(m);
+    mx = eigen::max_of(m);
   }
   for (int64_t j = whole; j < n; ++j) mx = std::max(mx, x[j]);
   const Packet pmx = pset1<Packet>(mx), pscale = pset1<Packet>(scale);
   Packet sum = pset1<Packet>(0.0f);
   for (int64_t j = 0; j < whole; j += L) {
-    const Packet e = pexp(pmul(psub(ploadu<Packet>(x + j), pmx), pscale));
+    const Packet e = eigen::exp(pmul(psub(ploadu<Packet>(x + j), pmx), pscale));
     pstoreu(x + j, e);
     sum = padd(sum, e);
   }
-  Scalar total = predux(sum);
-  for (int64_t j = whole; j < n; ++j) total += (x[j] = std::exp((x[j] - mx) * scale));
+  Scalar total = eigen::sum(sum);
+  for (int64_t j = whole; j < n; ++j) total += (x[j] = vec::exp_scalar((x[j] - mx) * scale));
   const Scalar inv = 1.0f / total;
   const Packet pinv = pset1<Packet>(inv);
   for (int64_t j = 0; j < whole; j += L) pstoreu(x + j, pmul(ploadu<Packet>(x + j), pinv));
@@ -189,7 +190,7 @@ void causal_attention_backward(const Scalar* qkv, const Scalar* probs, const Sca
           auto dpi = eigen::array(db + i * T, r1);
           const auto pi = eigen::array(p + (r0 + i) * T, r1);
           if (keep) dpi *= eigen::array(keep + w * T * T + (r0 + i) * T, r1);
-          const Scalar row_dot = (pi * dpi).sum();
+          const Scalar row_dot = vec::dot(p + (r0 + i) * T, db + i * T, r1);
           dpi = pi * (dpi - row_dot) * scale;
           std::fill(db + i * T + r1, db + (i + 1) * T, 0.0f);
         }

@@ -15,8 +15,8 @@ namespace {
 // line and was ~4x slower on a 128 x 384 weight.
 void transpose_2d(const Scalar* src, int64_t src_cs, Scalar* dst, int64_t dst_rs, int64_t rows, int64_t cols) {
   using namespace Eigen::internal;
-  using eigen::Packet;
-  constexpr int64_t L = eigen::kPacketSize;
+  using Packet = eigen::NativePacket;
+  constexpr int64_t L = eigen::kNativePacketSize;
   auto scalar_block = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t i = i0; i < i1; ++i) dst[i * dst_rs + j] = src[i + j * src_cs];

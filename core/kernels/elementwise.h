@@ -1,11 +1,15 @@
 // Elementwise kernels: chunked, parallel loops over contiguous arrays.
 //
 //   Tensor y = kernels::map(x, [](const Scalar* x, Scalar* y, int64_t n) {
-//     eigen::array(y, n) = eigen::array(x, n).tanh();
+//     eigen::array(y, n) = eigen::array(x, n) * 2.0f;
 //   });
 //
 // The functor receives raw chunks so that Eigen vectorises the body; inputs
-// are made contiguous first, the output is a fresh contiguous tensor.
+// are made contiguous first, the output is a fresh contiguous tensor. Eigen's
+// maps are for exact arithmetic (+ - * /, sqrt, min, max): its functions
+// (exp, tanh, ...) and reductions take other paths for a chunk's unaligned
+// ends and other lane orders on other CPUs, so those go through vec's loops
+// (vector_loops.h: vec::map with eigen::exp, vec::sum, ...).
 #pragma once
 
 #include <utility>

@@ -16,10 +16,8 @@ namespace {
 constexpr Scalar kInf = std::numeric_limits<Scalar>::infinity();
 
 using Eigen::internal::padd;
-using Eigen::internal::pexp;
 using Eigen::internal::pmadd;
 using Eigen::internal::pmul;
-using Eigen::internal::predux;
 using Eigen::internal::pset1;
 using Eigen::internal::psub;
 using vec::load_upto;
@@ -33,7 +31,7 @@ void exp_sum(Scalar* out, const Scalar* x, const Scalar* y, Scalar k, int64_t n)
     Packet t = pk;
     if (x) t = padd(t, load_upto(x + i, l));
     if (y) t = padd(t, load_upto(y + i, l));
-    store_upto(out + i, pexp(t), l);
+    store_upto(out + i, eigen::exp(t), l);
   });
 }
 
@@ -53,7 +51,7 @@ void add_row(Scalar* S, Scalar* z, Scalar* n, const Scalar* t, const Scalar* x, 
   const Packet pxs = pset1<Packet>(xs);
   vec::packets(R, [&](int64_t i, int64_t l) {
     const Packet pn = load_upto(n + i, l), pt = load_upto(t + i, l), pm = Eigen::internal::pmax(pn, pt);
-    const Packet pf = pexp(psub(pn, pm)), pe = pexp(psub(pt, pm));  // before the first row pf ~ 0 scales S = z = 0
+    const Packet pf = eigen::exp(psub(pn, pm)), pe = eigen::exp(psub(pt, pm));  // before the first row pf ~ 0 scales S = z = 0
     store_upto(n + i, pm, l);
     store_upto(f + i, pf, l);
     store_upto(e + i, pe, l);
@@ -85,7 +83,7 @@ void row_dots(Scalar* out, const Scalar* S, const Scalar* x, int64_t R, int64_t 
       const int64_t l = std::min(kLanes, M - m);
       acc = pmadd(load_upto(S + r * M + m, l), load_upto(x + m, l), acc);
     }
-    out[r] = predux(acc);
+    out[r] = eigen::sum(acc);
   }
 }
 

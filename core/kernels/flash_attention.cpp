@@ -50,7 +50,7 @@ void transpose_tile(const Scalar* src, int64_t ld, int64_t rows, int64_t cols, S
 // denormal there, and a masked key must contribute nothing, bit for bit.
 inline Packet exp_shifted(const Packet& x, const Packet& k, const Packet& shift) {
   using namespace Eigen::internal;
-  const Packet e = pexp(pmadd(x, k, pnegate(shift)));
+  const Packet e = eigen::exp(pmadd(x, k, pnegate(shift)));
   return pselect(pcmp_eq(x, pset1<Packet>(-kInf)), pset1<Packet>(0.0f), e);
 }
 
@@ -73,7 +73,7 @@ Scalar dot_row(const Scalar* x, const Scalar* y, int64_t n) {
     const int64_t c = std::min(kLanes, n - j);
     sum = pmadd(eigen::load_upto(x + j, c), eigen::load_upto(y + j, c), sum);
   }
-  return predux(sum);
+  return eigen::sum(sum);
 }
 
 // The operands of one (b, h), and where its rows sit for the modifiers:
@@ -309,7 +309,7 @@ Scalar online_row(Scalar* x, int64_t w, Scalar k, Scalar& m, Scalar* l) {
   using namespace Eigen::internal;
   Packet mx = pset1<Packet>(-kInf);
   for (int64_t j = 0; j < w; j += kLanes) mx = pmax(mx, ploadu<Packet>(x + j));
-  const Scalar m_new = std::max(m, k * predux_max(mx));
+  const Scalar m_new = std::max(m, k * eigen::max_of(mx));
   if (m_new == -kInf) {
     std::fill(x, x + w, 0.0f);
     return 1.0f;
@@ -395,7 +395,7 @@ void forward_tile(const FlashAttention& a, Workspace& ws, int64_t i0, HeadOut y,
   });
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = i0 + r;
-    const Scalar l = Eigen::internal::predux(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
+    const Scalar l = eigen::sum(Eigen::internal::ploadu<Packet>(ws.l.data() + r * kLanes));
     const bool seen = l > 0;
     const int64_t fb = seen ? -1 : fallback_key(a, hd, i);
     if (fb >= 0) {  // sees no key: takes its fallback key's value

@@ -280,7 +280,7 @@ void softmax_row(const Scalar* x, int64_t C, Scalar* out) {
   using namespace Eigen::internal;
   const Scalar top = *std::max_element(x, x + C);  // exact in any order
   const Packet mx = pset1<Packet>(top);
-  packets(C, [&](int64_t i, int64_t l) { store_upto(out + i, pexp(psub(load_upto(x + i, l), mx)), l); });
+  packets(C, [&](int64_t i, int64_t l) { store_upto(out + i, eigen::exp(psub(load_upto(x + i, l), mx)), l); });
   eigen::array(out, C) *= 1.0f / sum(out, C);
 }
 
@@ -288,7 +288,7 @@ void softmax_row(const Scalar* x, int64_t C, Scalar* out) {
 void exp_diff(const Scalar* x, const Scalar* y, int64_t n, Scalar* out) {
   using namespace Eigen::internal;
   packets(n, [&](int64_t i, int64_t l) {
-    store_upto(out + i, pexp(psub(load_upto(x + i, l), load_upto(y + i, l))), l);
+    store_upto(out + i, eigen::exp(psub(load_upto(x + i, l), load_upto(y + i, l))), l);
   });
 }
 
@@ -311,7 +311,7 @@ void efficient_update(Scalar* U, Scalar* u, Scalar* m, const Scalar* kt, const S
   using namespace Eigen::internal;
   packets(C, [&](int64_t i, int64_t l) {
     const Packet mo = load_upto(m + i, l), k = load_upto(kt + i, l), mn = pmax(mo, k);
-    const Packet ps = pexp(psub(mo, mn)), pe = pexp(psub(k, mn));
+    const Packet ps = eigen::exp(psub(mo, mn)), pe = eigen::exp(psub(k, mn));
     store_upto(s + i, ps, l);
     store_upto(e + i, pe, l);
     store_upto(u + i, pmadd(ps, load_upto(u + i, l), pe), l);

@@ -32,8 +32,8 @@ namespace {
 // It is written with Eigen's packet primitives, so it vectorises for
 // whatever instruction set Eigen targets.
 
-using eigen::Packet;
-constexpr int kLanes = eigen::kPacketSize;
+using Packet = eigen::NativePacket;  // products are summed in order of k: the width changes no bit
+constexpr int kLanes = eigen::kNativePacketSize;
 // Register budget: a tile's accumulators plus one row of B and a broadcast
 // must fit the vector registers (32 with AVX-512, 16 with AVX/SSE).
 constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
@@ -386,28 +386,6 @@ void product_packet(const Operands& o, int64_t M, int64_t N) {
   }
 }
 
-// ---------------------------------------------------------------------------
-// Eigen's GEMM, for operands the packet kernel does not take (B with strided
-// rows; batched_matmul never passes those).
-
-template <class MA, class MB>
-void product(const MA& a, const MB& b, eigen::MatrixMap c, bool accumulate) {
-  if (accumulate) {
-    c.noalias() += a * b;
-  } else {
-    c.noalias() = a * b;
-  }
-}
-
-template <class MA>
-void dispatch_b(const MA& a, const MatRef& b, eigen::MatrixMap c, bool accumulate) {
-  if (b.col_stride == 1) {
-    product(a, eigen::matrix(b.data, b.rows, b.cols, b.row_stride), c, accumulate);
-  } else {
-    product(a, eigen::col_matrix(b.data, b.rows, b.cols, b.col_stride), c, accumulate);
-  }
-}
-
 // The bf16 product on any CPU (precision.h): rounded copies of A and B, each
 // pair (k = 2p, 2p + 1) swapped so that the float32 kernel's sum in order of k
 // takes the odd product first, with denormals flushed, as the instruction
@@ -463,12 +441,18 @@ bool is_matrix_layout(const Tensor& t) {
   return false;
 }
 
-void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias,
-          const Epilogue& epilogue) {
+namespace {
+void check_epilogue(bool accumulate, const Epilogue& epilogue) {
   TAPEFORMER_CHECK(!accumulate || epilogue.op == Epilogue::Op::Store, "gemm: an epilogue needs accumulate == false");
   TAPEFORMER_CHECK(epilogue.op != Epilogue::Op::Multiply || epilogue.aux, "gemm: a multiply epilogue needs its factor");
   TAPEFORMER_CHECK(epilogue.op != Epilogue::Op::ActivateKeepInput || epilogue.aux,
                    "gemm: an epilogue that keeps its input needs a buffer for it");
+}
+}  // namespace
+
+void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias,
+          const Epilogue& epilogue) {
+  check_epilogue(accumulate, epilogue);
   if (a.rows == 0 || b.cols == 0) return;
   if (const Precision p = product_precision(); p != Precision::fp32 && a.cols > 0) {
     // bf16 operands (precision.h); the epilogue on the finished float32 sums.
@@ -480,12 +464,29 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
     apply_epilogue(epilogue, c, ldc, a.rows, b.cols);
     return;
   }
+  gemm_fp32(a, b, c, ldc, accumulate, bias, epilogue);
+}
+
+void gemm_fp32(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias,
+               const Epilogue& epilogue) {
+  check_epilogue(accumulate, epilogue);
+  if (a.rows == 0 || b.cols == 0) return;
   // A size-1 dim may have an arbitrary stride; normalise so the dispatch below
   // sees a consistent layout.
   MatRef aa = a, bb = b;
   if (aa.cols == 1) aa.col_stride = 1, aa.row_stride = std::max<int64_t>(aa.row_stride, 1);
   if (bb.cols == 1) bb.col_stride = 1, bb.row_stride = std::max<int64_t>(bb.row_stride, 1);
-  if (bb.col_stride == 1) {
+  thread_local std::vector<Scalar> b_rows;
+  if (bb.col_stride != 1 && bb.rows > 0) {
+    // The packet kernel reads B by rows: a B with strided rows is copied
+    // (K x N floats against M x K x N multiply-adds), so every product sums
+    // over k in order on every machine.
+    b_rows.resize(static_cast<size_t>(bb.rows * bb.cols));
+    for (int64_t k = 0; k < bb.rows; ++k)
+      for (int64_t j = 0; j < bb.cols; ++j) b_rows[k * bb.cols + j] = bb.data[k * bb.row_stride + j * bb.col_stride];
+    bb = MatRef{b_rows.data(), bb.rows, bb.cols, bb.cols, 1};
+  }
+  {
     const Operands o{aa.data, aa.row_stride, aa.col_stride, bb.data, bb.row_stride, c, ldc, aa.cols, bias, accumulate,
                      epilogue};
     const bool strided = aa.col_stride != 1;
@@ -504,18 +505,7 @@ void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumul
         return strided ? product_packet<true, Epilogue::Op::Multiply>(o, M, N)
                        : product_packet<false, Epilogue::Op::Multiply>(o, M, N);
     }
-    return;
   }
-  auto cm = eigen::matrix(c, aa.rows, bb.cols, ldc);
-  if (aa.cols == 0) {
-    if (!accumulate) cm.setZero();
-  } else if (aa.col_stride == 1) {
-    dispatch_b(eigen::matrix(aa.data, aa.rows, aa.cols, aa.row_stride), bb, cm, accumulate);
-  } else {
-    dispatch_b(eigen::col_matrix(aa.data, aa.rows, aa.cols, aa.col_stride), bb, cm, accumulate);
-  }
-  if (bias) cm.rowwise() += eigen::matrix(bias, 1, bb.cols).row(0);
-  apply_epilogue(epilogue, c, ldc, aa.rows, bb.cols);
 }
 
 void batched_matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate, const Tensor& bias,

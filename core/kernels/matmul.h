@@ -1,5 +1,6 @@
-// Matrix products: a packet kernel for B with contiguous rows (the common
-// case), Eigen's GEMM otherwise; parallelised over batch x row blocks.
+// Matrix products: one packet kernel, which sums every element over k in
+// order (so the bits do not depend on the vector width, the cache sizes or
+// how callers split rows); parallelised over batch x row blocks.
 #pragma once
 
 #include "tapeformer/core/kernels/activation.h"
@@ -35,12 +36,15 @@ struct Epilogue {
 // C = A B (or C += A B when accumulate), plus bias[j] in column j of every
 // row when bias is not null, then the epilogue (which needs accumulate ==
 // false). C is row-major with leading dim ldc.
-// Single-threaded; callers parallelise. When B's rows are contiguous (the
-// packet kernel) every element is summed over k in order, so splitting rows
-// across calls does not change results; a B with strided rows goes through
-// Eigen's GEMM, which makes no such promise (batched_matmul never passes one).
+// Single-threaded; callers parallelise. Every element is summed over k in
+// order, so splitting rows across calls does not change results; a B with
+// strided rows is copied first. Products run in product_precision().
 void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate,
           const Scalar* bias = nullptr, const Epilogue& epilogue = {});
+// gemm in float32 whatever the product precision (scores that choose, such
+// as a memory's nearest keys, and the small products inside a scan).
+void gemm_fp32(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate,
+               const Scalar* bias = nullptr, const Epilogue& epilogue = {});
 
 // out[..., M, N] = a[..., M, K] @ b[..., K, N] where the batch dims of a and b
 // are already broadcast to out's batch dims (stride-0 views are fine).

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/vector_loops.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/profile.h"
 
@@ -51,10 +52,10 @@ void layer_norm_rows(const Scalar* x, const Scalar* gamma, const Scalar* beta, S
   const profile::Scope timed("norm");
   parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const auto xr = eigen::array(x + r * C, C);
-      const Scalar mu = xr.mean();
-      // Two-pass variance: no cancellation when |mean| >> std.
-      const Scalar var = (xr - mu).square().mean();
+      // Two-pass variance: no cancellation when |mean| >> std. The sums run
+      // in vec's lane order (not Eigen's, which starts at the row's alignment).
+      const Scalar mu = vec::sum(x + r * C, C) / static_cast<Scalar>(C);
+      const Scalar var = vec::sum_sq_dev(x + r * C, mu, C) / static_cast<Scalar>(C);
       const Scalar rs = 1.0f / std::sqrt(var + eps);
       mean[r] = mu;
       rstd[r] = rs;
@@ -107,8 +108,8 @@ void layer_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* g
             store_upto(pg + C + c, padd(d, load_upto(pg + C + c, n)), n);
           }
         }
-        const Packet mg = pset1<Packet>(predux(sum_g) / static_cast<Scalar>(C));
-        const Packet mgx = pset1<Packet>(predux(sum_gx) / static_cast<Scalar>(C));
+        const Packet mg = pset1<Packet>(eigen::sum(sum_g) / static_cast<Scalar>(C));
+        const Packet mgx = pset1<Packet>(eigen::sum(sum_gx) / static_cast<Scalar>(C));
         // dx = rstd (g - mean(g) - xhat mean(g xhat))
         for (int64_t c = 0; c < C; c += L) {
           const int64_t n = std::min(L, C - c);
@@ -132,7 +133,7 @@ void rms_norm_rows(const Scalar* x, const Scalar* gamma, Scalar* y, Scalar* rstd
   parallel::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       auto xr = eigen::array(x + r * C, C);
-      const Scalar rs = 1.0f / std::sqrt(xr.square().mean() + eps);
+      const Scalar rs = 1.0f / std::sqrt(vec::dot(x + r * C, x + r * C, C) / static_cast<Scalar>(C) + eps);
       rstd[r] = rs;
       auto yr = eigen::array(y + r * C, C);
       yr = xr * rs;
@@ -151,7 +152,7 @@ void rms_norm_backward_rows(const Scalar* dy, const Scalar* x, const Scalar* gam
       xhat = eigen::array(x + r * C, C) * rstd[r];
       g = eigen::array(dy + r * C, C);
       if (gamma) g *= eigen::array(gamma, C);
-      eigen::array(dx + r * C, C) = rstd[r] * (g - xhat * (g * xhat).mean());
+      eigen::array(dx + r * C, C) = rstd[r] * (g - xhat * (vec::dot(g.data(), xhat.data(), C) / static_cast<Scalar>(C)));
     }
   });
   accumulate_rows(dgamma, rows, C, [&](int64_t r, int64_t c0, int64_t n) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tapeformer/core/eigen.h"
+#include "tapeformer/core/kernels/vector_loops.h"
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/profile.h"
@@ -52,7 +53,7 @@ Tensor sum_axis(const Tensor& x_in, int axis) {
     for (int64_t o = o0; o < o1; ++o) {
       auto acc = eigen::array(op + o * l.inner, l.inner);
       if (l.inner == 1) {
-        acc(0) = eigen::array(xp + o * l.n, l.n).sum();
+        acc(0) = vec::sum(xp + o * l.n, l.n);
         continue;
       }
       for (int64_t k = 0; k < l.n; ++k) acc += eigen::array(xp + (o * l.n + k) * l.inner, l.inner);

@@ -29,8 +29,8 @@ void softmax_rows(const Scalar* x, Scalar* y, int64_t rows, int64_t n) {
       const Scalar* xr = x + r * n;
       Scalar* yr = y + r * n;
       // Subtracting the row max keeps exp finite; -inf entries become 0.
-      const eigen::Packet m = pset1<eigen::Packet>(eigen::array(xr, n).maxCoeff());
-      vec::packets(n, [&](int64_t i, int64_t l) { vec::store_upto(yr + i, pexp(psub(vec::load_upto(xr + i, l), m)), l); });
+      const eigen::Packet m = pset1<eigen::Packet>(vec::max(xr, n));
+      vec::packets(n, [&](int64_t i, int64_t l) { vec::store_upto(yr + i, eigen::exp(psub(vec::load_upto(xr + i, l), m)), l); });
       const eigen::Packet total = pset1<eigen::Packet>(vec::sum(yr, n));
       vec::packets(n, [&](int64_t i, int64_t l) { vec::store_upto(yr + i, pdiv(vec::load_upto(yr + i, l), total), l); });
     }
@@ -56,10 +56,10 @@ void log_softmax_rows(const Scalar* x, Scalar* y, int64_t rows, int64_t n) {
   const profile::Scope timed("softmax");
   parallel::parallel_for(rows, row_grain(n), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      auto xr = eigen::array(x + r * n, n);
-      const Scalar m = xr.maxCoeff();
-      const Scalar lse = m + std::log((xr - m).exp().sum());
-      eigen::array(y + r * n, n) = xr - lse;
+      const Scalar* xr = x + r * n;
+      const Scalar m = vec::max(xr, n);
+      const Scalar lse = m + std::log(vec::sum_exp(xr, m, n));
+      eigen::array(y + r * n, n) = eigen::array(xr, n) - lse;
     }
   });
 }
@@ -69,8 +69,14 @@ void log_softmax_backward_rows(const Scalar* y, const Scalar* dy, Scalar* dx, in
   const profile::Scope timed("softmax");
   parallel::parallel_for(rows, row_grain(n), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      auto dyr = eigen::array(dy + r * n, n);
-      eigen::array(dx + r * n, n) = dyr - eigen::array(y + r * n, n).exp() * dyr.sum();
+      // dx = dy - e^y sum(dy)
+      const Scalar* dyr = dy + r * n;
+      const Scalar* yr = y + r * n;
+      const eigen::Packet total = Eigen::internal::pset1<eigen::Packet>(vec::sum(dyr, n));
+      vec::packets(n, [&](int64_t i, int64_t l) {
+        using namespace Eigen::internal;
+        vec::store_upto(dx + r * n + i, psub(vec::load_upto(dyr + i, l), pmul(eigen::exp(vec::load_upto(yr + i, l)), total)), l);
+      });
     }
   });
 }
@@ -82,10 +88,10 @@ double cross_entropy_rows(const Scalar* logits, const int32_t* targets, Scalar* 
   std::vector<double> nll(static_cast<size_t>(rows), 0.0);
   parallel::parallel_for(rows, row_grain(V), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      auto zr = eigen::array(logits + r * V, V);
-      const Scalar m = zr.maxCoeff();
-      lse[r] = m + std::log((zr - m).exp().sum());
-      if (targets[r] != ignore_index) nll[r] = static_cast<double>(lse[r]) - zr(targets[r]);
+      const Scalar* zr = logits + r * V;
+      const Scalar m = vec::max(zr, V);
+      lse[r] = m + std::log(vec::sum_exp(zr, m, V));
+      if (targets[r] != ignore_index) nll[r] = static_cast<double>(lse[r]) - zr[targets[r]];
     }
   });
   double total = 0.0;
@@ -110,7 +116,12 @@ void cross_entropy_backward_rows(const Scalar* logits, const int32_t* targets, c
         dr.setZero();
         continue;
       }
-      dr = (eigen::array(logits + r * V, V) - lse[r]).exp() * scale;
+      // softmax(z) scale = e^(z - lse) scale
+      const eigen::Packet l = Eigen::internal::pset1<eigen::Packet>(lse[r]), s = Eigen::internal::pset1<eigen::Packet>(scale);
+      vec::packets(V, [&](int64_t i, int64_t n) {
+        using namespace Eigen::internal;
+        vec::store_upto(dlogits + r * V + i, pmul(eigen::exp(psub(vec::load_upto(logits + r * V + i, n), l)), s), n);
+      });
       dr(targets[r]) -= scale;
     }
   });

@@ -1,17 +1,22 @@
 // Vector loops over a row that give the same bits wherever the row lies in
-// memory: whole packets from index 0, then one masked packet, so every entry
-// takes the same path (Eigen's packet exp, fused multiply-adds, the lane
-// order of a reduction). Eigen's own expressions over maps peel scalars up
+// memory and on every instruction set: whole 16-float packets from index 0,
+// then one masked packet, so every entry takes the same path (the packet
+// exp, fused multiply-adds, the lane order of a reduction: lane i sums the
+// entries i, i + 16, ..., then eigen::sum's tree). Eigen's own expressions over maps peel scalars up
 // to the first aligned address, so with per-thread workspaces their results
 // would depend on the allocation (and a causality probe or a resume would
 // see different bits for the same numbers).
 //
 //   vec::dot(x, y, n)      sum_i x_i y_i        vec::axpy(x, e, v, n)   x += e v
 //   vec::sum(x, n)         sum_i x_i            vec::mul_add(x, a, b, n) x += a * b
+//   vec::max(x, n)         max_i x_i            vec::sum_sq_dev(x, mu, n) sum_i (x_i - mu)^2
+//   vec::sum_exp(x, m, n)  sum_i e^(x_i - m)    vec::exp_scalar(x)       one lane of the packet exp
+//   vec::dist2(x, y, n)    sum_i (x_i - y_i)^2  vec::map(x, y, n, f)     y = f(x), f on packets
 //   vec::packets(n, [&](int64_t i, int64_t l) { ... load_upto(p + i, l) ... store_upto(q + i, .., l); });
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "tapeformer/core/eigen.h"
 
@@ -30,18 +35,90 @@ void packets(int64_t n, F&& fn) {
   if (i < n) fn(i, n - i);
 }
 
+// p with lanes [l, 16) set to 0, and the lane-wise max of acc and v on lanes [0, l) only.
+inline Packet zero_after(const Packet& p, int64_t l) {
+  alignas(64) Scalar v[eigen::kPacketSize];
+  Eigen::internal::pstore(v, p);
+  for (int64_t j = l; j < eigen::kPacketSize; ++j) v[j] = 0.0f;
+  return Eigen::internal::pload<Packet>(v);
+}
+inline Packet max_first(const Packet& acc, const Packet& x, int64_t l) {
+  alignas(64) Scalar a[eigen::kPacketSize], v[eigen::kPacketSize];
+  Eigen::internal::pstore(a, acc);
+  Eigen::internal::pstore(v, x);
+  for (int64_t j = 0; j < l; ++j) a[j] = a[j] < v[j] ? v[j] : a[j];
+  return Eigen::internal::pload<Packet>(a);
+}
+
 inline Scalar dot(const Scalar* x, const Scalar* y, int64_t n) {
   Packet acc = Eigen::internal::pset1<Packet>(0.0f);
   packets(n, [&](int64_t i, int64_t l) {
     acc = Eigen::internal::pmadd(load_upto(x + i, l), load_upto(y + i, l), acc);
   });
-  return Eigen::internal::predux(acc);
+  return eigen::sum(acc);
 }
 
 inline Scalar sum(const Scalar* x, int64_t n) {
   Packet acc = Eigen::internal::pset1<Packet>(0.0f);
   packets(n, [&](int64_t i, int64_t l) { acc = Eigen::internal::padd(load_upto(x + i, l), acc); });
-  return Eigen::internal::predux(acc);
+  return eigen::sum(acc);
+}
+
+inline Scalar max(const Scalar* x, int64_t n) {
+  Packet acc = Eigen::internal::pset1<Packet>(-std::numeric_limits<Scalar>::infinity());
+  packets(n, [&](int64_t i, int64_t l) {
+    const Packet v = l == eigen::kPacketSize ? Eigen::internal::ploadu<Packet>(x + i) : eigen::load_first<Packet>(x + i, l);
+    // lanes past n read 0: keep acc there (a row of negatives must not see 0)
+    acc = l == eigen::kPacketSize ? Eigen::internal::pmax(acc, v) : max_first(acc, v, l);
+  });
+  return eigen::max_of(acc);
+}
+
+inline Scalar sum_sq_dev(const Scalar* x, Scalar mu, int64_t n) {
+  const Packet pm = Eigen::internal::pset1<Packet>(mu);
+  Packet acc = Eigen::internal::pset1<Packet>(0.0f);
+  packets(n, [&](int64_t i, int64_t l) {
+    // lanes past n: (0 - mu) masked to 0 by the load of a 0 difference
+    const Packet d = load_upto(x + i, l);
+    Packet dev = Eigen::internal::psub(d, pm);
+    if (l < eigen::kPacketSize) dev = zero_after(dev, l);
+    acc = Eigen::internal::pmadd(dev, dev, acc);
+  });
+  return eigen::sum(acc);
+}
+
+// sum_i e^(x_i - m); -inf entries give 0.
+inline Scalar sum_exp(const Scalar* x, Scalar m, int64_t n) {
+  const Packet pm = Eigen::internal::pset1<Packet>(m);
+  Packet acc = Eigen::internal::pset1<Packet>(0.0f);
+  packets(n, [&](int64_t i, int64_t l) {
+    Packet e = eigen::exp(Eigen::internal::psub(load_upto(x + i, l), pm));
+    if (l < eigen::kPacketSize) e = zero_after(e, l);
+    acc = Eigen::internal::padd(acc, e);
+  });
+  return eigen::sum(acc);
+}
+
+// y = f(x) elementwise for a packet function f (eigen::exp, ...); y may be x.
+template <class F>
+inline void map(const Scalar* x, Scalar* y, int64_t n, F&& f) {
+  packets(n, [&](int64_t i, int64_t l) { store_upto(y + i, f(load_upto(x + i, l)), l); });
+}
+
+inline Scalar exp_scalar(Scalar x) {
+  alignas(64) Scalar v[eigen::kNativePacketSize];
+  Eigen::internal::pstore(v, eigen::exp(Eigen::internal::pset1<eigen::NativePacket>(x)));
+  return v[0];
+}
+
+// sum_i (x_i - y_i)^2
+inline Scalar dist2(const Scalar* x, const Scalar* y, int64_t n) {
+  Packet acc = Eigen::internal::pset1<Packet>(0.0f);
+  packets(n, [&](int64_t i, int64_t l) {
+    const Packet d = Eigen::internal::psub(load_upto(x + i, l), load_upto(y + i, l));
+    acc = Eigen::internal::pmadd(d, d, acc);
+  });
+  return eigen::sum(acc);
 }
 
 // x += e v

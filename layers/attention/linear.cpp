@@ -1,9 +1,10 @@
 #include "tapeformer/layers/attention/linear.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
-#include <Eigen/QR>
 
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/favor.h"
@@ -40,23 +41,35 @@ int64_t favor_features(int64_t D, int64_t requested) {
 
 Tensor orthogonal_random_features(int64_t D, int64_t m, Rng& rng) {
   Tensor w = Tensor::empty({D, m});  // (D, m)
-  Eigen::MatrixXf g(D, D);
+  std::vector<double> g(static_cast<size_t>(D * D)), q(static_cast<size_t>(D * D));  // column c at c * D
   for (int64_t c0 = 0; c0 < m; c0 += D) {
     for (int64_t i = 0; i < D; ++i)
-      for (int64_t j = 0; j < D; ++j) g(i, j) = rng.normal();
-    const Eigen::HouseholderQR<Eigen::MatrixXf> qr(g);
-    Eigen::MatrixXf q = qr.householderQ();  // orthonormal columns
-    // Householder fixes the signs of R's diagonal, which biases Q's columns (the first one's first
-    // entry is never positive); Q diag(sign(diag R)) is Haar-distributed, each column uniform on the sphere.
-    for (int64_t c = 0; c < D; ++c)
-      if (qr.matrixQR()(c, c) < 0) q.col(c) = -q.col(c);
+      for (int64_t j = 0; j < D; ++j) g[j * D + i] = rng.normal();
+    // Q of g = QR by modified Gram-Schmidt, in double and plain loops (the
+    // same bits on every machine; Eigen's QR vectorises by the CPU). R's
+    // diagonal comes out positive, so Q is Haar-distributed: each column
+    // uniform on the sphere (a Householder Q needs its signs fixed for that).
+    for (int64_t c = 0; c < D; ++c) {
+      double* v = q.data() + c * D;
+      std::copy_n(g.data() + c * D, D, v);
+      for (int64_t p = 0; p < c; ++p) {
+        const double* u = q.data() + p * D;
+        double r = 0;
+        for (int64_t i = 0; i < D; ++i) r += u[i] * v[i];
+        for (int64_t i = 0; i < D; ++i) v[i] -= r * u[i];
+      }
+      double len2 = 0;
+      for (int64_t i = 0; i < D; ++i) len2 += v[i] * v[i];
+      const double inv = 1.0 / std::sqrt(len2);
+      for (int64_t i = 0; i < D; ++i) v[i] *= inv;
+    }
     for (int64_t c = c0; c < std::min(m, c0 + D); ++c) {
       float len2 = 0;  // |fresh Gaussian|: chi with D degrees of freedom
       for (int64_t i = 0; i < D; ++i) {
         const float x = rng.normal();
         len2 += x * x;
       }
-      for (int64_t i = 0; i < D; ++i) w.at({i, c}) = q(i, c - c0) * std::sqrt(len2);
+      for (int64_t i = 0; i < D; ++i) w.at({i, c}) = static_cast<Scalar>(q[(c - c0) * D + i]) * std::sqrt(len2);
     }
   }
   return w;

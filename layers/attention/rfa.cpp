@@ -10,6 +10,8 @@
 #include "tapeformer/autograd/recompute.h"
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/vector_loops.h"
 #include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
@@ -21,6 +23,40 @@ using MatrixMap = Eigen::Map<RowMatrix>;
 using VectorMap = Eigen::Map<Eigen::Matrix<Scalar, Eigen::Dynamic, 1>>;
 using ConstVectorMap = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, 1>>;
 using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+using ConstRowMap = Eigen::Map<const RowMatrix>;
+using kernels::MatRef;
+
+// The scan's products and row sums run through tapeformer's kernels, which
+// sum in one order on every machine (Eigen's products pick their blocking
+// and lane order by the vector width): views of matrices, P = X Y.
+MatRef view(const Scalar* p, int64_t rows, int64_t cols) { return {p, rows, cols, cols, 1}; }
+MatRef view(const RowMatrix& m) { return view(m.data(), m.rows(), m.cols()); }
+MatRef view(const ConstRowMap& m) { return view(m.data(), m.rows(), m.cols()); }
+MatRef column(const Scalar* v, int64_t n) { return {v, n, 1, 1, 1}; }
+MatRef column(const Vector& v) { return column(v.data(), v.size()); }
+MatRef tr(const MatRef& m) { return {m.data, m.cols, m.rows, m.col_stride, m.row_stride}; }
+RowMatrix mm(const MatRef& x, const MatRef& y) {
+  RowMatrix p(x.rows, y.cols);
+  kernels::gemm_fp32(x, y, p.data(), y.cols, false);
+  return p;
+}
+Vector mv(const MatRef& x, const MatRef& v) {
+  Vector p(x.rows);
+  kernels::gemm_fp32(x, v, p.data(), 1, false);
+  return p;
+}
+// Row sums and column sums of a row-major matrix, each in one fixed order.
+Vector row_sums(const RowMatrix& m) {
+  Vector s(m.rows());
+  for (int64_t i = 0; i < m.rows(); ++i) s[i] = kernels::vec::sum(m.data() + i * m.cols(), m.cols());
+  return s;
+}
+Vector col_sums(const RowMatrix& m) {
+  Vector s = Vector::Zero(m.cols());
+  for (int64_t i = 0; i < m.rows(); ++i)
+    for (int64_t j = 0; j < m.cols(); ++j) s[j] += m(i, j);
+  return s;
+}
 
 constexpr int64_t kScanChunk = 32;  // the scan keeps its state every this many steps for the backward
 
@@ -37,17 +73,18 @@ struct ScanShape {
 
 // One step of a row: S = g S + (1 - g) b v^T, z likewise (ungated, g null: S += b v^T).
 void step(Scalar* S, Scalar* z, const Scalar* b, const Scalar* v, const Scalar* g, const ScanShape& s) {
-  MatrixMap Sm(S, s.C, s.M);
-  VectorMap zm(z, s.C);
-  const ConstVectorMap bm(b, s.C), vm(v, s.M);
-  if (g != nullptr) {
-    const Scalar keep = *g, take = 1.0f - *g;
-    Sm *= keep;
-    Sm.noalias() += (take * bm) * vm.transpose();
-    zm = keep * zm + take * bm;
-  } else {
-    Sm.noalias() += bm * vm.transpose();
-    zm += bm;
+  // Plain loops: one product and one add per element, the same on every width.
+  const Scalar keep = g != nullptr ? *g : 1.0f, take = g != nullptr ? 1.0f - *g : 1.0f;
+  for (int64_t i = 0; i < s.C; ++i) {
+    Scalar* Si = S + i * s.M;
+    const Scalar bi = take * b[i];
+    if (g != nullptr) {
+      for (int64_t j = 0; j < s.M; ++j) Si[j] = keep * Si[j] + bi * v[j];
+      z[i] = keep * z[i] + bi;
+    } else {
+      for (int64_t j = 0; j < s.M; ++j) Si[j] += bi * v[j];
+      z[i] += bi;
+    }
   }
 }
 
@@ -56,9 +93,8 @@ void scan_row(Scalar* S, Scalar* z, const Scalar* a, const Scalar* b, const Scal
               const ScanShape& s) {
   for (int64_t t = 0; t < s.T; ++t) {
     step(S, z, b + t * s.C, v + t * s.M, g == nullptr ? nullptr : g + t, s);
-    const ConstVectorMap at(a + t * s.C, s.C);
-    const Scalar d = at.dot(VectorMap(z, s.C));
-    VectorMap(y + t * s.M, s.M).noalias() = (MatrixMap(S, s.C, s.M).transpose() * at) / clamped(d);
+    const Scalar d = kernels::vec::dot(a + t * s.C, z, s.C);
+    VectorMap(y + t * s.M, s.M) = mv(tr(view(S, s.C, s.M)), column(a + t * s.C, s.C)) / clamped(d);
   }
 }
 
@@ -78,7 +114,8 @@ struct ChunkGates {
     }
     Vector lp(n);  // log P
     for (int64_t t = 0; t < n; ++t) lp[t] = (t > 0 ? lp[t - 1] : 0.0f) + std::log(g[t]);
-    P = lp.array().exp();
+    P.resize(n);
+    for (int64_t t = 0; t < n; ++t) P[t] = std::exp(lp[t]);
     W = RowMatrix::Zero(n, n);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i <= t; ++i) {
@@ -87,8 +124,6 @@ struct ChunkGates {
       }
   }
 };
-
-using ConstRowMap = Eigen::Map<const RowMatrix>;
 
 // The scan as an op: inputs a, b (BH, T, C), v (BH, T, M) and, gated, g (BH, T). It runs chunk by
 // chunk of kScanChunk steps in matrix form: with the state (S0, z0) entering a chunk,
@@ -122,17 +157,18 @@ struct RfaScan : Function {
           const ConstRowMap A(a.data() + (r * s.T + t0) * s.C, n, s.C), B(b.data() + (r * s.T + t0) * s.C, n, s.C);
           const ConstRowMap V(v.data() + (r * s.T + t0) * s.M, n, s.M);
           gates.make(g.defined() ? g.data() + r * s.T + t0 : nullptr, n);
-          const RowMatrix Wm = gates.W.cwiseProduct(A * B.transpose());  // (n, n)
-          const RowMatrix num = gates.P.asDiagonal() * (A * S0) + Wm * V;  // (n, M)
-          const Vector d = gates.P.cwiseProduct(A * z0) + Wm.rowwise().sum();
+          const RowMatrix Wm = gates.W.cwiseProduct(mm(view(A), tr(view(B))));  // (n, n)
+          const RowMatrix num = gates.P.asDiagonal() * mm(view(A), view(S0.data(), s.C, s.M)) + mm(view(Wm), view(V));  // (n, M)
+          const Vector d = gates.P.cwiseProduct(mv(view(A), column(z0.data(), s.C))) + row_sums(Wm);
           for (int64_t t = 0; t < n; ++t) {
             mine += std::abs(d[t]) < kRfaMinDenominator ? 1 : 0;
             den.data()[r * s.T + t0 + t] = d[t];
             VectorMap(y.data() + (r * s.T + t0 + t) * s.M, s.M) = num.row(t).transpose() / clamped(d[t]);
           }
           const Vector e = gates.W.row(n - 1).transpose();
-          S0 = gates.P[n - 1] * S0 + B.transpose() * (e.asDiagonal() * V);
-          z0 = gates.P[n - 1] * z0 + B.transpose() * e;
+          const RowMatrix eV = e.asDiagonal() * V;
+          S0 = gates.P[n - 1] * S0 + mm(tr(view(B)), view(eV));
+          z0 = gates.P[n - 1] * z0 + mv(tr(view(B)), column(e));
         }
       }
       n_clamped += mine;
@@ -175,36 +211,41 @@ struct RfaScan : Function {
           const ConstRowMap V(v.data() + at * s.M, n, s.M), dY(dy.data() + at * s.M, n, s.M);
           const Scalar* gc = g.defined() ? g.data() + at : nullptr;
           gates.make(gc, n);
-          const RowMatrix K = A * B.transpose(), Wm = gates.W.cwiseProduct(K);
-          const RowMatrix AS0 = A * S0;
-          const Vector Az0 = A * z0;
-          const RowMatrix num = gates.P.asDiagonal() * AS0 + Wm * V;
+          const RowMatrix K = mm(view(A), tr(view(B))), Wm = gates.W.cwiseProduct(K);
+          const RowMatrix AS0 = mm(view(A), view(S0));
+          const Vector Az0 = mv(view(A), column(z0.data(), s.C));
+          const RowMatrix num = gates.P.asDiagonal() * AS0 + mm(view(Wm), view(V));
           RowMatrix G(n, s.M);
           Vector h(n);
           for (int64_t t = 0; t < n; ++t) {
             const Scalar d = den.data()[at + t], dd = clamped(d);
             G.row(t) = dY.row(t) / dd;
-            h[t] = dd == d ? -dY.row(t).dot(num.row(t)) / (dd * dd) : 0.0f;  // no gradient where clamped
+            // no gradient where clamped
+            h[t] = dd == d ? -kernels::vec::dot(dY.data() + t * s.M, num.data() + t * s.M, s.M) / (dd * dd) : 0.0f;
           }
-          const RowMatrix dWm = ((G * V.transpose()).colwise() + h).triangularView<Eigen::Lower>();
+          const RowMatrix dWm = (mm(view(G), tr(view(V))).colwise() + h).triangularView<Eigen::Lower>();
           const RowMatrix dK = dWm.cwiseProduct(gates.W);
           const RowMatrix PG = gates.P.asDiagonal() * G;
           const Vector Ph = gates.P.cwiseProduct(h);
           const Vector e = gates.W.row(n - 1).transpose();
-          const RowMatrix BdS = B * dS;  // (n, M): b_i^T dS
+          const RowMatrix BdS = mm(view(B), view(dS));  // (n, M): b_i^T dS
           RowMatrix::MapType(da.data() + at * s.C, n, s.C) =
-              PG * S0.transpose() + Ph * z0.transpose() + dK * B;
+              mm(view(PG), tr(view(S0))) + Ph * z0.transpose() + mm(view(dK), view(B));
           RowMatrix::MapType(db.data() + at * s.C, n, s.C) =
-              dK.transpose() * A + e.asDiagonal() * ((V * dS.transpose()).rowwise() + dz.transpose());
-          RowMatrix::MapType(dv.data() + at * s.M, n, s.M) = Wm.transpose() * G + e.asDiagonal() * BdS;
+              mm(tr(view(dK)), view(A)) + e.asDiagonal() * (mm(view(V), tr(view(dS))).rowwise() + dz.transpose());
+          RowMatrix::MapType(dv.data() + at * s.M, n, s.M) = mm(tr(view(Wm)), view(G)) + e.asDiagonal() * BdS;
           if (gc != nullptr) {
             RowMatrix dW = dWm.cwiseProduct(K);
-            dW.row(n - 1) += (BdS.cwiseProduct(V).rowwise().sum() + B * dz).transpose();  // de_i
-            Vector dP = G.cwiseProduct(AS0).rowwise().sum() + h.cwiseProduct(Az0);
-            dP[n - 1] += dS.cwiseProduct(S0).sum() + dz.dot(z0);
+            const Vector Bdz = mv(view(B), column(dz));
+            Vector dP(n);
+            for (int64_t i = 0; i < n; ++i) {
+              dW(n - 1, i) += kernels::vec::dot(BdS.data() + i * s.M, V.data() + i * s.M, s.M) + Bdz[i];  // de_i
+              dP[i] = kernels::vec::dot(G.data() + i * s.M, AS0.data() + i * s.M, s.M) + h[i] * Az0[i];
+            }
+            dP[n - 1] += kernels::vec::dot(dS.data(), S0.data(), s.C * s.M) + kernels::vec::dot(dz.data(), z0.data(), s.C);
             const RowMatrix WdW = gates.W.cwiseProduct(dW);
-            const Vector dlp = dP.cwiseProduct(gates.P) + WdW.rowwise().sum() - WdW.colwise().sum().transpose();
-            const Vector du = gates.E.cwiseProduct(dW).colwise().sum().transpose();
+            const Vector dlp = dP.cwiseProduct(gates.P) + row_sums(WdW) - col_sums(WdW);
+            const Vector du = col_sums(gates.E.cwiseProduct(dW));
             Scalar dlog = 0;  // sum_{t >= k} dlp_t
             for (int64_t k = n - 1; k >= 0; --k) {
               dlog += dlp[k];
@@ -212,8 +253,8 @@ struct RfaScan : Function {
             }
           }
           // The state entering the chunk: what the chunk's outputs and the state leaving it read of it.
-          dS = A.transpose() * PG + gates.P[n - 1] * dS;
-          dz = A.transpose() * Ph + gates.P[n - 1] * dz;
+          dS = mm(tr(view(A)), view(PG)) + gates.P[n - 1] * dS;
+          dz = mv(tr(view(A)), column(Ph)) + gates.P[n - 1] * dz;
         }
       }
     });
@@ -227,7 +268,7 @@ struct RfaScan : Function {
   }
 };
 
-// sqrt(1 / F) [sin p, cos p] over the last axis, with Eigen's vectorised sin and cos; the backward
+// sqrt(1 / F) [sin p, cos p] over the last axis, with Eigen's packet sin and cos; the backward
 // reads the output itself: dp = g_sin o (sqrt(1 / F) cos p) - g_cos o (sqrt(1 / F) sin p).
 struct RfaSinCos : Function {
   const char* name() const override { return "rfa_sincos"; }
@@ -241,9 +282,19 @@ struct RfaSinCos : Function {
     const Scalar scale = 1.0f / std::sqrt(static_cast<Scalar>(F));
     parallel::parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const auto x = eigen::array(p.data() + r * F, F);
-        eigen::array(out.data() + r * 2 * F, F) = scale * x.sin();
-        eigen::array(out.data() + r * 2 * F + F, F) = scale * x.cos();
+        // The packet sin and cos for every entry, tail included (Eigen's
+        // maps send a row's unaligned ends through libm).
+        using namespace Eigen::internal;
+        using P = eigen::NativePacket;
+        const P ps = pset1<P>(scale);
+        const Scalar* x = p.data() + r * F;
+        Scalar* o = out.data() + r * 2 * F;
+        for (int64_t i = 0; i < F; i += eigen::kNativePacketSize) {
+          const int64_t l = std::min<int64_t>(eigen::kNativePacketSize, F - i);
+          const P v = eigen::load_upto<P>(x + i, l);
+          eigen::store_upto<P>(o + i, pmul(ps, psin_float(v)), l);
+          eigen::store_upto<P>(o + F + i, pmul(ps, pcos_float(v)), l);
+        }
       }
     });
     ctx.save_for_backward({out});

@@ -39,13 +39,10 @@ Var TransformerBlock::forward(const Var& x_in, InferenceState& state) const {
   return add(x, ff_branch(x, unused));
 }
 
+// LayerNorm's row sums run in packets from the row's first entry, wherever
+// the row sits in memory: the gathered rows get their bits of the whole.
 Var norm_rows(const LayerNorm& ln, const Var& x, const std::vector<int64_t>& rows) {
-  // Eigen's reductions start a row's sums at its address's alignment: rows
-  // whose byte length is a multiple of the storage's alignment sit alike in
-  // any buffer, others are normalised where x puts them.
-  if (x.dim(2) * static_cast<int64_t>(sizeof(Scalar)) % static_cast<int64_t>(Storage::kAlignment) == 0)
-    return ln.forward(pick_rows(x, rows));
-  return pick_rows(ln.forward(x), rows);
+  return ln.forward(pick_rows(x, rows));
 }
 
 Var TransformerBlock::forward_rows(const Var& x_in, InferenceState& state, const std::vector<int64_t>& rows) const {

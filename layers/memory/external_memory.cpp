@@ -7,6 +7,7 @@
 #include "tapeformer/autograd/ops.h"
 #include "tapeformer/core/eigen.h"
 #include "tapeformer/core/error.h"
+#include "tapeformer/core/kernels/matmul.h"
 #include "tapeformer/core/parallel.h"
 
 namespace tapeformer {
@@ -58,8 +59,9 @@ std::vector<int32_t> ExternalMemory::search(const Tensor& q_in) const {
     std::vector<int32_t> order(static_cast<size_t>(N));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / H, h = r % H;
-      scores.noalias() = eigen::matrix(q.data() + r * T * D, T, D) *
-                         eigen::matrix(K.data() + b * N * C + h * D, N, D, C).transpose();
+      // float32 products summed in order of d: the same scores on every machine.
+      kernels::gemm_fp32({q.data() + r * T * D, T, D, D, 1}, {K.data() + b * N * C + h * D, D, N, 1, C},
+                         scores.data(), N, false);
       for (int64_t t = 0; t < T; ++t) {
         const Scalar* s = scores.data() + t * N;
         std::iota(order.begin(), order.end(), 0);

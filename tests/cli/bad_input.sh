@@ -232,7 +232,7 @@ fi
 
 # --version names the release, the checkpoint format this build reads and the vector width it was compiled for.
 checks=$((checks + 1))
-if ! "$bin" --version | grep -Eq '^tapeformer [0-9]+\.[0-9]+\.[0-9]+ \(checkpoint format [0-9]+; [0-9]+-float vectors.*\)$'; then
+if ! "$bin" --version | grep -Eq '^tapeformer [0-9]+\.[0-9]+\.[0-9]+ \(checkpoint format [0-9]+; 16-float packets in [0-9]+-float registers.*\)$'; then
   echo "FAIL: --version printed '$("$bin" --version 2>&1)'"; failures=$((failures + 1))
 fi
 

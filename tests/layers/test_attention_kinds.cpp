@@ -155,7 +155,10 @@ TEST_CASE("inference states (KV cache, running sums) equal the full forward, pie
       const int64_t from = t0;
       CAPTURE(from);
       const Tensor got = model->forward(columns(ids, t0, t1), *state).value();
-      check_close(got, full.slice(1, t0, t1), a.label(), 1e-5);
+      // RFA: the chunked scan (matrix products) and the one-step recurrence sum in other orders, and
+      // a random model's denominators d_t = phi(q_t) . z_t come near 0, which multiplies that
+      // rounding (1.4e-5 seen with sinusoidal positions); a wrong state is off by O(0.1).
+      check_close(got, full.slice(1, t0, t1), a.label(), a.attention == "rfa" ? 1e-4 : 1e-5);
     }
     CHECK(state->length() == c.block_size);
   }
