@@ -4,9 +4,11 @@ change any slower?
 
     python3 bench/compare_builds.py OLD_BUILD NEW_BUILD ../shared/data/tinyshakespeare.txt
     python3 bench/compare_builds.py OLD NEW input.txt --rounds 4 --kinds window,lsh --no-recipes
+    python3 bench/compare_builds.py OLD NEW input.txt --rounds 8 --kinds ''    # the recipes only
 
 Each build directory holds cli/tapeformer and bench/attention_scaling (a
-CMake build tree, or a copy of those two files kept before the change). Two
+CMake build tree, or a copy of those two files kept before the change);
+with --kinds '' only cli/tapeformer. Two
 measures, each a ratio new / old of means over --rounds rounds, the builds
 alternating which runs first (a slow spell of a shared machine falls on both):
 
@@ -80,8 +82,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "compare_builds"))
     a = ap.parse_args()
     builds = {"old": a.old, "new": a.new}
+    kinds = [k for k in a.kinds.split(",") if k]
     for name, b in builds.items():
-        for f in ("cli/tapeformer", "bench/attention_scaling"):
+        for f in ("cli/tapeformer",) + (("bench/attention_scaling",) if kinds else ()):
             if not os.access(os.path.join(b, f), os.X_OK):
                 sys.exit(f"compare_builds.py: the {name} build '{b}' has no {f}")
 
@@ -93,7 +96,7 @@ def main():
             recipe = benchlib.RECIPES[key]
             measures.append((f"{recipe['label']}, tokens/s", "higher",
                              lambda b, r=recipe, s=steps: train_tokens_per_s(b, r, s, a.data, work)))
-    for kind in [k for k in a.kinds.split(",") if k]:
+    for kind in kinds:
         measures.append((f"{kind} attention, N = {a.n}, ms per call", "lower",
                          lambda b, k=kind: attention_ms(b, k, a.n, a.repeats)))
     for label, better, measure in measures:
