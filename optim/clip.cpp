@@ -40,7 +40,7 @@ float grad_norm(const std::vector<Var>& params) {
     const Scalar* g = grads[i].data() + b;
     // float, in vec's lane order (the same bits on every instruction set):
     // converting every element to double made this pass 10x slower.
-    double sq = kernels::vec::dot(g, g, e - b);
+    double sq = kernels::vec::sum_squares(g, e - b);
     // A float square overflows at |g| ~ 1.8e19, exactly the exploding
     // gradient clipping must still scale down: such a block is redone in double.
     if (!std::isfinite(sq)) {

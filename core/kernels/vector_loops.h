@@ -12,9 +12,11 @@
 //   vec::max(x, n)         max_i x_i            vec::sum_sq_dev(x, mu, n) sum_i (x_i - mu)^2
 //   vec::sum_exp(x, m, n)  sum_i e^(x_i - m)    vec::exp_scalar(x)       one lane of the packet exp
 //   vec::dist2(x, y, n)    sum_i (x_i - y_i)^2  vec::map(x, y, n, f)     y = f(x), f on packets
+//   vec::sum_squares(x, n) sum_i x_i^2, four accumulators (long arrays)
 //   vec::packets(n, [&](int64_t i, int64_t l) { ... load_upto(p + i, l) ... store_upto(q + i, .., l); });
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -109,6 +111,28 @@ inline Scalar exp_scalar(Scalar x) {
   alignas(64) Scalar v[eigen::kNativePacketSize];
   Eigen::internal::pstore(v, eigen::exp(Eigen::internal::pset1<eigen::NativePacket>(x)));
   return v[0];
+}
+
+// sum_i x_i^2 over a long array (the gradient norm): four accumulators,
+// packet j of every 64 entries into accumulator j (the remainder's packets
+// likewise), added as (a0 + a1) + (a2 + a3) before eigen::sum's tree. The
+// same order on every width, without dot's one chain of dependent adds.
+inline Scalar sum_squares(const Scalar* x, int64_t n) {
+  using namespace Eigen::internal;
+  constexpr int64_t L = eigen::kPacketSize;
+  Packet a[4] = {pset1<Packet>(0.0f), pset1<Packet>(0.0f), pset1<Packet>(0.0f), pset1<Packet>(0.0f)};
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    for (int j = 0; j < 4; ++j) {
+      const Packet v = ploadu<Packet>(x + i + j * L);
+      a[j] = pmadd(v, v, a[j]);
+    }
+  }
+  for (int j = 0; i < n; i += L, ++j) {
+    const Packet v = load_upto(x + i, std::min(L, n - i));
+    a[j] = pmadd(v, v, a[j]);
+  }
+  return eigen::sum(padd(padd(a[0], a[1]), padd(a[2], a[3])));
 }
 
 // sum_i (x_i - y_i)^2

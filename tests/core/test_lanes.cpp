@@ -48,6 +48,20 @@ float dot_spec(const float* x, const float* y, int64_t n) {
   return fold(lane);
 }
 
+// Four accumulators: packet j of every 64 entries (and of the remainder) into accumulator j.
+float sum_squares_spec(const float* x, int64_t n) {
+  std::vector<std::vector<float>> acc(4, std::vector<float>(kLanes, 0.0f));
+  const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
+  for (int64_t i = 0; i < padded; ++i) {
+    const float v = i < n ? x[i] : 0.0f;
+    float& lane = acc[(i / kLanes) % 4][i % kLanes];
+    lane = std::fma(v, v, lane);
+  }
+  std::vector<float> lane(kLanes);
+  for (int l = 0; l < kLanes; ++l) lane[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+  return fold(lane);
+}
+
 // e^x: Cephes' polynomial on r = x - m ln 2, m = floor(x log2 e + 1/2), times 2^m in the exponent bits.
 float exp_spec(float x_in) {
   const float x = std::fmax(std::fmin(x_in, 88.3762626647950f), -88.3762626647949f);
@@ -84,6 +98,7 @@ TEST_CASE("vec sums and dot products: 16 lanes and one fold tree on every instru
       CAPTURE(offset);
       CHECK(bits(vec::sum(x, n)) == bits(sum_spec(x, n)));
       CHECK(bits(vec::dot(x, y, n)) == bits(dot_spec(x, y, n)));
+      CHECK(bits(vec::sum_squares(x, n)) == bits(sum_squares_spec(x, n)));
       ++compared;
     }
   }
