@@ -241,7 +241,7 @@ def main():
     if a.recompute and a.write:
         ap.error("--recompute checks against the stored runs; it writes none")
 
-    width = registers(a.binary)
+    build = registers(a.binary)
     ref_path = os.path.join(a.write or a.check, "runs.json")
     if a.check and not os.path.exists(ref_path):
         sys.exit(f"kind_runs.py: no stored runs at {ref_path}")
@@ -284,7 +284,7 @@ def main():
     for n in missing:
         print(f"MISSING (stored, not run now): {n}")
     arm = f", train.recompute={a.recompute}" if a.recompute else ""
-    print(f"kind_runs.py: {len(results)} runs, {len(differ)} differ, {len(new)} new, {len(missing)} missing ({width}{arm})")
+    print(f"kind_runs.py: {len(results)} runs, {len(differ)} differ, {len(new)} new, {len(missing)} missing ({build}{arm})")
     sys.exit(1 if differ or missing else 0)
 
 

@@ -452,19 +452,17 @@ void check_epilogue(bool accumulate, const Epilogue& epilogue) {
 
 void gemm(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias,
           const Epilogue& epilogue) {
+  const Precision p = product_precision();
+  if (p == Precision::fp32 || a.cols == 0) return gemm_fp32(a, b, c, ldc, accumulate, bias, epilogue);
   check_epilogue(accumulate, epilogue);
   if (a.rows == 0 || b.cols == 0) return;
-  if (const Precision p = product_precision(); p != Precision::fp32 && a.cols > 0) {
-    // bf16 operands (precision.h); the epilogue on the finished float32 sums.
-    if (p == Precision::bf16) {
-      gemm_bf16(a, b, c, ldc, accumulate, bias);
-    } else {
-      gemm_bf16_portable(a, b, c, ldc, accumulate, bias);
-    }
-    apply_epilogue(epilogue, c, ldc, a.rows, b.cols);
-    return;
+  // bf16 operands (precision.h); the epilogue on the finished float32 sums.
+  if (p == Precision::bf16) {
+    gemm_bf16(a, b, c, ldc, accumulate, bias);
+  } else {
+    gemm_bf16_portable(a, b, c, ldc, accumulate, bias);
   }
-  gemm_fp32(a, b, c, ldc, accumulate, bias, epilogue);
+  apply_epilogue(epilogue, c, ldc, a.rows, b.cols);
 }
 
 void gemm_fp32(const MatRef& a, const MatRef& b, Scalar* c, int64_t ldc, bool accumulate, const Scalar* bias,

@@ -37,13 +37,14 @@ void packets(int64_t n, F&& fn) {
   if (i < n) fn(i, n - i);
 }
 
-// p with lanes [l, 16) set to 0, and the lane-wise max of acc and v on lanes [0, l) only.
+// p with lanes [l, 16) set to 0: a row's last packet, whose empty lanes must add nothing.
 inline Packet zero_after(const Packet& p, int64_t l) {
   alignas(64) Scalar v[eigen::kPacketSize];
   Eigen::internal::pstore(v, p);
   for (int64_t j = l; j < eigen::kPacketSize; ++j) v[j] = 0.0f;
   return Eigen::internal::pload<Packet>(v);
 }
+// The lane-wise max of acc and x on lanes [0, l) only; acc kept in the others.
 inline Packet max_first(const Packet& acc, const Packet& x, int64_t l) {
   alignas(64) Scalar a[eigen::kPacketSize], v[eigen::kPacketSize];
   Eigen::internal::pstore(a, acc);
@@ -69,8 +70,8 @@ inline Scalar sum(const Scalar* x, int64_t n) {
 inline Scalar max(const Scalar* x, int64_t n) {
   Packet acc = Eigen::internal::pset1<Packet>(-std::numeric_limits<Scalar>::infinity());
   packets(n, [&](int64_t i, int64_t l) {
-    const Packet v = l == eigen::kPacketSize ? Eigen::internal::ploadu<Packet>(x + i) : eigen::load_first<Packet>(x + i, l);
     // lanes past n read 0: keep acc there (a row of negatives must not see 0)
+    const Packet v = load_upto(x + i, l);
     acc = l == eigen::kPacketSize ? Eigen::internal::pmax(acc, v) : max_first(acc, v, l);
   });
   return eigen::max_of(acc);
@@ -80,10 +81,8 @@ inline Scalar sum_sq_dev(const Scalar* x, Scalar mu, int64_t n) {
   const Packet pm = Eigen::internal::pset1<Packet>(mu);
   Packet acc = Eigen::internal::pset1<Packet>(0.0f);
   packets(n, [&](int64_t i, int64_t l) {
-    // lanes past n: (0 - mu) masked to 0 by the load of a 0 difference
-    const Packet d = load_upto(x + i, l);
-    Packet dev = Eigen::internal::psub(d, pm);
-    if (l < eigen::kPacketSize) dev = zero_after(dev, l);
+    Packet dev = Eigen::internal::psub(load_upto(x + i, l), pm);
+    if (l < eigen::kPacketSize) dev = zero_after(dev, l);  // lanes past n read 0, whose 0 - mu must not count
     acc = Eigen::internal::pmadd(dev, dev, acc);
   });
   return eigen::sum(acc);
