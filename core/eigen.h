@@ -246,8 +246,21 @@ inline Scalar sum(const Packet& x) {
 #endif
 }
 // The largest of x's 16 lanes (std::max's choice between equal lanes, in the same tree).
+// max_ps(b, a) is b > a ? b : a, which is a < b ? b : a for every pair (NaN
+// and equal lanes included): the scalar fold's choice, in registers.
 inline Scalar max_of(const Packet& x) {
+#if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_AVX)
+#if defined(EIGEN_VECTORIZE_AVX512)
+  const __m256 m8 = _mm256_max_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)), _mm512_castps512_ps256(x));
+#else
+  const __m256 m8 = _mm256_max_ps(x.part[1], x.part[0]);
+#endif
+  const __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m8, 1), _mm256_castps256_ps128(m8));
+  const __m128 m2 = _mm_max_ps(_mm_movehl_ps(m4, m4), m4);
+  return _mm_cvtss_f32(_mm_max_ss(_mm_shuffle_ps(m2, m2, 1), m2));
+#else
   return detail::fold16(x, [](Scalar a, Scalar b) { return a < b ? b : a; });
+#endif
 }
 
 namespace detail {

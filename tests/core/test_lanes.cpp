@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tapeformer/core/eigen.h"
@@ -146,5 +147,19 @@ TEST_CASE("vec::max and sum_exp skip the lanes past a row's end") {
     std::vector<float> e(static_cast<size_t>(n));
     vec::map(shifted.data(), e.data(), n, [](const eigen::Packet& p) { return eigen::exp(p); });
     CHECK(bits(vec::sum_exp(x.data(), 1.0f, n)) == bits(sum_spec(e.data(), n)));
+  }
+}
+
+TEST_CASE("eigen::max_of picks the lane the scalar fold picks, NaN and signed zeros included") {
+  Rng rng(7);
+  const float specials[] = {0.0f, -0.0f, std::nanf(""), -1.0f, 1.0f, -std::numeric_limits<float>::infinity()};
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<float> lane(kLanes);
+    for (float& v : lane) v = rng.below(2) == 0 ? specials[rng.below(6)] : rng.normal();
+    std::vector<float> tree = lane;  // op(a, b) = a < b ? b : a, the fold of sum's tree
+    for (int w = kLanes / 2; w >= 1; w /= 2)
+      for (int i = 0; i < w; ++i) tree[i] = tree[i] < tree[i + w] ? tree[i + w] : tree[i];
+    CAPTURE(trial);
+    CHECK(bits(eigen::max_of(Eigen::internal::ploadu<eigen::Packet>(lane.data()))) == bits(tree[0]));
   }
 }
