@@ -77,14 +77,7 @@ void combine_rows(Scalar* y, const Scalar* w, const Scalar* S, int64_t R, int64_
 }
 // out_r = S_r . x, r < R
 void row_dots(Scalar* out, const Scalar* S, const Scalar* x, int64_t R, int64_t M) {
-  for (int64_t r = 0; r < R; ++r) {
-    Packet acc = pset1<Packet>(0.0f);
-    for (int64_t m = 0; m < M; m += kLanes) {
-      const int64_t l = std::min(kLanes, M - m);
-      acc = pmadd(load_upto(S + r * M + m, l), load_upto(x + m, l), acc);
-    }
-    out[r] = eigen::sum(acc);
-  }
+  for (int64_t r = 0; r < R; ++r) out[r] = vec::dot(S + r * M, x, M);
 }
 
 // Key row b_i (R) with value v_i (M) into the state S~ (R, M), z~ (R) kept

@@ -9,6 +9,7 @@
 #include "tapeformer/core/error.h"
 #include "tapeformer/core/kernels/copy.h"
 #include "tapeformer/core/kernels/matmul.h"
+#include "tapeformer/core/kernels/vector_loops.h"
 #include "tapeformer/core/parallel.h"
 #include "tapeformer/core/rng.h"
 #include "tapeformer/core/shape.h"
@@ -64,16 +65,6 @@ void scale_row(const Scalar* x, int64_t n, Scalar a, Scalar* out) {
     const int64_t c = std::min(kLanes, n - j);
     eigen::store_upto(out + j, pmul(eigen::load_upto(x + j, c), pa), c);
   }
-}
-
-Scalar dot_row(const Scalar* x, const Scalar* y, int64_t n) {
-  using namespace Eigen::internal;
-  Packet sum = pset1<Packet>(0.0f);
-  for (int64_t j = 0; j < n; j += kLanes) {
-    const int64_t c = std::min(kLanes, n - j);
-    sum = pmadd(eigen::load_upto(x + j, c), eigen::load_upto(y + j, c), sum);
-  }
-  return eigen::sum(sum);
 }
 
 // The operands of one (b, h), and where its rows sit for the modifiers:
@@ -684,7 +675,7 @@ void flash_attention_backward(const FlashAttention& a, HeadView y, const Scalar*
   parallel::parallel_for(s.B * s.H * s.Tq, 256, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bh = r / s.Tq, i = r % s.Tq;
-      delta[r] = dot_row(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv) - (dlse ? dlse[r] : 0.0f);
+      delta[r] = vec::dot(row_of(dy, s, bh, i), row_of(y, s, bh, i), s.Dv) - (dlse ? dlse[r] : 0.0f);
     }
   });
   Grads g{y, dy, lse, delta.data(), dq, dk, dv, {}, false};
